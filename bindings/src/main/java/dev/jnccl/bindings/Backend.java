@@ -1,0 +1,47 @@
+package dev.jnccl.bindings;
+
+import java.util.Locale;
+
+/**
+ * Which implementation of the CUDA runtime + NCCL ABI backs the bindings, chosen once per JVM by
+ * the {@code jnccl.backend} system property (or the {@code JNCCL_BACKEND} environment variable).
+ */
+public enum Backend {
+    /** The real libcudart and libnccl. The library's default: production never runs on the emulation by accident. */
+    CUDA,
+    /** jnccl's host emulation of the same ABI, on host memory (no GPU needed). */
+    HOST,
+    /** {@link #CUDA} when a CUDA device is visible, else {@link #HOST} with a WARN log line. */
+    AUTO;
+
+    public static final String PROPERTY = "jnccl.backend";
+    public static final String ENVIRONMENT = "JNCCL_BACKEND";
+
+    /** The configured backend: the system property, else the environment variable, else {@link #CUDA}. */
+    public static Backend configured() {
+        String value = System.getProperty(PROPERTY);
+        String source = "system property " + PROPERTY;
+        if (value == null || value.isBlank()) {
+            value = System.getenv(ENVIRONMENT);
+            source = "environment variable " + ENVIRONMENT;
+        }
+        if (value == null || value.isBlank()) {
+            return CUDA;
+        }
+        return parse(value, source);
+    }
+
+    static Backend parse(String value, String source) {
+        try {
+            return valueOf(value.trim().toUpperCase(Locale.ROOT));
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException(
+                    source + " is '" + value + "'; expected one of cuda, host, auto");
+        }
+    }
+
+    /** Lower-case name, as written in the property. */
+    public String id() {
+        return name().toLowerCase(Locale.ROOT);
+    }
+}

@@ -1,0 +1,27 @@
+package dev.jnccl.bindings;
+
+import java.nio.file.Path;
+
+/**
+ * The native libraries that back the bindings in this JVM, with their versions.
+ *
+ * @param backend        {@link Backend#CUDA} or {@link Backend#HOST} (never AUTO: that was resolved)
+ * @param ncclPath       the file that provides the NCCL functions
+ * @param cudartPath     the file that provides the CUDA runtime functions (the same file on the host backend)
+ * @param nccl           ncclGetVersion, decoded
+ * @param cudaRuntime    cudaRuntimeGetVersion, decoded
+ * @param cudaDriver     cudaDriverGetVersion, decoded (0.0 when no driver is installed)
+ */
+public record LoadedLibraries(Backend backend, Path ncclPath, Path cudartPath, NcclVersion nccl,
+                              CudaVersion cudaRuntime, CudaVersion cudaDriver) {
+
+    public boolean supports(NcclFeature feature) {
+        return feature.isSupportedBy(nccl);
+    }
+
+    /** One line for logs: backend, versions and files. */
+    public String describe() {
+        return "backend " + backend.id() + ", NCCL " + nccl + " (" + ncclPath + "), CUDA runtime " + cudaRuntime
+                + " (" + cudartPath + "), driver " + cudaDriver;
+    }
+}

@@ -1,0 +1,17 @@
+package dev.jnccl.bindings;
+
+/**
+ * The native libraries could not be loaded or are unusable (missing, too old, native access
+ * denied). The message is meant for the user: it lists what was tried and what to do.
+ */
+public final class NativeLoadException extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    public NativeLoadException(String message) {
+        super(message);
+    }
+
+    public NativeLoadException(String message, Throwable cause) {
+        super(message, cause);
+    }
+}
