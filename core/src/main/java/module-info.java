@@ -1,5 +1,13 @@
-/** jnccl's public API: communicators, transactions, device tensors, CUDA streams and events, errors. */
+/**
+ * jnccl's public API: {@link dev.jnccl.Communicator} and its transactions, device tensors and
+ * data types ({@code dev.jnccl}), and CUDA streams, events and device memory ({@code dev.jnccl.cuda}).
+ */
 module dev.jnccl.core {
     requires transitive dev.jnccl.bindings;
     requires org.slf4j;
+    requires jdk.jfr;
+
+    exports dev.jnccl;
+    exports dev.jnccl.cuda;
+    exports dev.jnccl.internal to dev.jnccl.threads, dev.jnccl.mpi;
 }

@@ -1,0 +1,146 @@
+/*
+ * internal.h - declarations shared by the files of the host emulation.
+ * Nothing here is exported (the library is built with -fvisibility=hidden).
+ */
+#ifndef JNCCL_INTERNAL_H
+#define JNCCL_INTERNAL_H
+
+#include "jnccl_abi.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+
+#define JN_UNUSED(x) ((void)(x))
+#define JN_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define JN_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* ------------------------------------------------------------ utilities -- */
+
+uint64_t jn_now_ns(void);                           /* CLOCK_MONOTONIC */
+void jn_deadline_ms(struct timespec *ts, long ms);  /* now + ms, CLOCK_MONOTONIC */
+void jn_sleep_us(long us);
+/* Parses an integer environment variable; dflt when unset or malformed, clamped to [lo, hi]. */
+long jn_env_long(const char *name, long dflt, long lo, long hi);
+int jn_env_is_set(const char *name);
+/* A condition variable whose timed waits use CLOCK_MONOTONIC (process-private). */
+void jn_cond_init_mono(pthread_cond_t *cv);
+/* Timed wait of at most ms milliseconds (spurious wake-ups are fine: callers loop). */
+void jn_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms);
+
+/* ------------------------------------------------------ devices, errors -- */
+
+int jn_device_count(void);
+int jn_current_device(void);
+int jn_valid_device(int dev);
+/* Records e as the calling thread's last CUDA error (if not cudaSuccess) and returns it. */
+cudaError_t jn_cuda_error(cudaError_t e);
+
+/* --------------------------------------------------------------- memory -- */
+
+enum { JN_MEM_DEVICE = 1, JN_MEM_HOST = 2 };
+
+typedef struct {
+  char *base;
+  size_t size;
+  int device;
+  int kind; /* JN_MEM_DEVICE or JN_MEM_HOST */
+} jn_alloc_info;
+
+/* Finds the allocation containing p (interior pointers resolve). Returns 1 if found. */
+int jn_mem_lookup(const void *p, jn_alloc_info *out);
+/* 1 if [p, p+bytes) lies inside one registered allocation (bytes may be 0). */
+int jn_mem_range_ok(const void *p, size_t bytes, jn_alloc_info *out);
+
+/* -------------------------------------------------------------- streams -- */
+
+/*
+ * A unit of stream work. The stream's worker calls run() when the item
+ * reaches the head of the FIFO, then destroy() (which frees the item).
+ */
+typedef struct jn_item jn_item;
+struct jn_item {
+  jn_item *next;
+  void (*run)(jn_item *it);
+  void (*destroy)(jn_item *it);
+};
+
+/* Kind of stream handle the caller passed. */
+enum { JN_STREAM_INVALID = 0, JN_STREAM_LEGACY = 1, JN_STREAM_PER_THREAD = 2, JN_STREAM_USER = 3 };
+/* Classifies a handle: legacy (0 / cudaStreamLegacy), per-thread, a live user stream, or invalid.
+ * For a user stream, *device receives its device. */
+int jn_stream_classify(cudaStream_t s, int *device);
+/* Appends items[0..n) (n >= 1) to one live user stream atomically. Returns cudaSuccess or
+ * cudaErrorInvalidResourceHandle (then nothing was enqueued and the items are untouched). */
+cudaError_t jn_stream_submit(cudaStream_t s, jn_item **items, int n);
+
+/* Global lock that NCCL takes while it hands out per-communicator tickets and posts the
+ * corresponding stream items, so that the ticket order of every communicator agrees with
+ * one global order (see nccl.c, "Execution order"). */
+void jn_enqueue_lock(void);
+void jn_enqueue_unlock(void);
+
+/* Waits until all work of the device's streams enqueued before the call has completed.
+ * blocking_only: only streams created without cudaStreamNonBlocking (legacy semantics). */
+void jn_device_drain(int device, int blocking_only);
+
+/* ------------------------------------------------------ reduce / dtypes -- */
+
+/* Element size of an ncclDataType_t, or 0 if invalid. */
+size_t jn_dtype_size(int dtype);
+const char *jn_dtype_name(int dtype);
+/* out[i] = op(ins[0][i], ..., ins[n-1][i]) for i < count, with NCCL's conventions (see reduce.c).
+ * out may alias none of ins. */
+void jn_reduce(void *out, const void *const *ins, int n, size_t count, int dtype, int op);
+/* Scalar conversions (round to nearest even; fp8 saturates to the largest finite value). */
+float jn_half_to_float(uint16_t h);
+uint16_t jn_float_to_half(float f);
+float jn_bf16_to_float(uint16_t h);
+uint16_t jn_float_to_bf16(float f);
+float jn_fp8e4m3_to_float(uint8_t v);
+uint8_t jn_float_to_fp8e4m3(float f);
+float jn_fp8e5m2_to_float(uint8_t v);
+uint8_t jn_float_to_fp8e5m2(float f);
+
+/* ---------------------------------------------------------- shared memory -- */
+
+/* Every segment starts with this prefix; the creator sets ready once the rest is initialised. */
+typedef struct {
+  _Atomic uint32_t ready;
+  uint32_t pad;
+  uint64_t size;
+} jn_seg_prefix;
+
+typedef struct jn_seg jn_seg;
+struct jn_seg {
+  char name[64];
+  void *base;
+  size_t size;
+  int refs; /* process-local users of this mapping */
+  jn_seg *next;
+};
+
+/*
+ * Maps the POSIX shared-memory segment `name`, creating it (O_CREAT|O_EXCL, mode 0600,
+ * create_size bytes, init(base, arg) run before it is marked ready) if no other rank has.
+ * Ranks in one process share one mapping. Waits at most timeout_ms for a creator in another
+ * process to finish initialising. abort_flag (may be NULL) cuts the wait short.
+ * On failure returns an NCCL error with a message in err.
+ */
+ncclResult_t jn_seg_attach(const char *name, size_t create_size, void (*init)(void *base, void *arg), void *arg,
+                           long timeout_ms, _Atomic int *abort_flag, jn_seg **out, char *err, size_t errlen);
+void jn_seg_detach(jn_seg *seg);
+void jn_seg_unlink(const char *name);
+
+/* Process-shared, robust mutex and process-shared CLOCK_MONOTONIC condition variable. */
+void jn_pshared_mutex_init(pthread_mutex_t *mu);
+void jn_pshared_cond_init(pthread_cond_t *cv);
+/* Locks a robust mutex; if its previous owner died, makes it consistent and returns 1. */
+int jn_plock(pthread_mutex_t *mu);
+void jn_punlock(pthread_mutex_t *mu);
+/* Timed wait on a process-shared condvar (robust-mutex aware). */
+void jn_pcond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms);
+
+#endif /* JNCCL_INTERNAL_H */

@@ -1,0 +1,948 @@
+package dev.jnccl;
+
+import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+
+import dev.jnccl.bindings.LoadedLibraries;
+import dev.jnccl.bindings.NcclConfigs;
+import dev.jnccl.bindings.NcclFeature;
+import dev.jnccl.bindings.nccl.Nccl;
+import dev.jnccl.bindings.nccl.ncclConfig_t;
+import dev.jnccl.cuda.Cuda;
+import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.cuda.CudaException;
+import dev.jnccl.cuda.CudaStream;
+import dev.jnccl.internal.Events;
+import dev.jnccl.internal.FlightRecorder;
+import dev.jnccl.internal.Native;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Objects;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.LockSupport;
+import java.util.concurrent.locks.ReentrantLock;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * One rank's NCCL communicator, bound to one CUDA device, with its own comms stream. Work is
+ * grouped in {@linkplain #begin(CudaEvent) transactions}; convenience operations cover the common
+ * single collectives; host-side helpers ({@link #barrier()}, host gathers) are provided by the
+ * subclass that knows how ranks meet (threads in one JVM, MPI processes, or a single rank).
+ *
+ * <p><b>Threads.</b> Create and use a communicator from the thread whose current CUDA device is
+ * {@link #device()} (the factories set it). Calls are serialized internally; {@link #abort},
+ * {@link #close}, {@link #isAborted} and the watchdog may act from any thread.
+ *
+ * <p><b>Lifecycle.</b> Communicators are created non-blocking ({@code ncclConfig_t.blocking = 0}):
+ * init, finalize and the wait for pending work are polled against the deadlines of
+ * {@link CommunicatorOptions}, and past a deadline the communicator is aborted instead of hanging
+ * the caller. After an abort every use throws {@link CommunicatorAbortedException} with the reason.
+ * {@link #close()} is idempotent and bounded.
+ */
+public abstract class Communicator implements AutoCloseable {
+    private static final Logger LOG = LoggerFactory.getLogger(Communicator.class);
+    private static final int NCCL_SUCCESS = Nccl.ncclSuccess();
+    private static final int NCCL_IN_PROGRESS = Nccl.ncclInProgress();
+
+    private enum State { OPEN, ABORTED, CLOSED }
+
+    private final int rank;
+    private final int worldSize;
+    private final int device;
+    private final CommunicatorOptions options;
+    private final LoadedLibraries libraries;
+    private final CudaStream stream;
+    /** Serializes every native call that uses {@link #comm}; abort and close take it too. */
+    private final ReentrantLock nativeLock = new ReentrantLock();
+    private final Arena arena = Arena.ofShared();
+    private final MemorySegment ownerAsyncError;
+    private final MemorySegment watchdogAsyncError;
+    private final CudaEvent transactionReady;
+    private final CudaEvent operationReady;
+    private final CudaEvent commsDone;
+    private final FlightRecorder recorder;
+    private final Object lifecycle = new Object();
+    private final Thread watchdog;
+
+    private MemorySegment comm;
+    private volatile State state = State.OPEN;
+    private volatile String abortReason;
+    private Transaction openTransaction;
+    private long sequence;
+
+    /**
+     * Creates this rank's communicator on {@code device} (made the calling thread's current device)
+     * and waits, up to {@link CommunicatorOptions#initTimeout()}, for all ranks to join.
+     *
+     * @throws IllegalArgumentException     for a bad rank, world size or device, before any native call
+     * @throws NcclException                when NCCL refuses the communicator
+     * @throws CommunicatorAbortedException when the other ranks did not join before the deadline
+     */
+    protected Communicator(UniqueId id, int rank, int worldSize, int device, CommunicatorOptions options) {
+        Objects.requireNonNull(id, "Communicator: unique id is null");
+        Objects.requireNonNull(options, "Communicator: options are null");
+        if (worldSize < 1) {
+            throw new IllegalArgumentException("Communicator: world size " + worldSize + " must be at least 1");
+        }
+        if (rank < 0 || rank >= worldSize) {
+            throw new IllegalArgumentException("Communicator: rank " + rank + " out of range [0, " + worldSize + ")");
+        }
+        this.libraries = Native.libraries();
+        int devices = Cuda.deviceCount();
+        if (device < 0 || device >= devices) {
+            throw new IllegalArgumentException("Communicator: device " + device + " out of range [0, " + devices
+                    + ") on rank " + rank);
+        }
+        this.rank = rank;
+        this.worldSize = worldSize;
+        this.device = device;
+        this.options = options;
+        this.recorder = new FlightRecorder(options.flightRecorderSize());
+        this.ownerAsyncError = arena.allocate(JAVA_INT);
+        this.watchdogAsyncError = arena.allocate(JAVA_INT);
+
+        Events.CommInit initEvent = new Events.CommInit();
+        initEvent.begin();
+        long started = System.nanoTime();
+        Cuda.setDevice(device);
+        List<AutoCloseable> created = new ArrayList<>();
+        try {
+            this.stream = remember(created, CudaStream.create());
+            this.transactionReady = remember(created, CudaEvent.create());
+            this.operationReady = remember(created, CudaEvent.create());
+            this.commsDone = remember(created, CudaEvent.create());
+            this.comm = initComm(id);
+        } catch (RuntimeException e) {
+            closeAll(created, e);
+            arena.close();
+            throw e;
+        }
+        long initMillis = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
+        LOG.info("jnccl communicator ready: rank {} of {}, device {}, backend {}, NCCL {}, CUDA runtime {} (driver {}),"
+                        + " init {} ms", rank, worldSize, device, libraries.backend().id(), libraries.nccl(),
+                libraries.cudaRuntime(), libraries.cudaDriver(), initMillis);
+        if (initEvent.shouldCommit()) {
+            initEvent.rank = rank;
+            initEvent.worldSize = worldSize;
+            initEvent.device = device;
+            initEvent.backend = libraries.backend().id();
+            initEvent.ncclVersion = libraries.nccl().toString();
+            initEvent.commit();
+        }
+        if (options.watchdogEnabled()) {
+            watchdog = Thread.ofPlatform().daemon().name("jnccl-watchdog-rank-" + rank).unstarted(this::watch);
+            watchdog.start();
+        } else {
+            watchdog = null;
+        }
+    }
+
+    /**
+     * A world-1 communicator on {@code device} for single-GPU code paths: same API, no MPI, no
+     * threads. Host-side helpers are trivial.
+     */
+    public static Communicator single(int device) {
+        return single(device, CommunicatorOptions.defaults());
+    }
+
+    /** A world-1 communicator on {@code device} with {@code options}. See {@link #single(int)}. */
+    public static Communicator single(int device, CommunicatorOptions options) {
+        return new SingleRankCommunicator(device, options);
+    }
+
+    private MemorySegment initComm(UniqueId id) {
+        Duration timeout = options.initTimeout();
+        long deadline = System.nanoTime() + timeout.toNanos();
+        MemorySegment handle;
+        try (Arena call = Arena.ofConfined()) {
+            MemorySegment config = NcclConfigs.allocate(call);
+            ncclConfig_t.blocking(config, 0);
+            MemorySegment out = call.allocate(ADDRESS);
+            int result = Nccl.ncclCommInitRankConfig(out, worldSize, id.toSegment(call), rank, config);
+            handle = out.get(ADDRESS, 0);
+            if (result != NCCL_SUCCESS && result != NCCL_IN_PROGRESS) {
+                throw Native.ncclFailure(result, "ncclCommInitRankConfig", handle, rank, device);
+            }
+        }
+        while (true) {
+            int status = asyncError(handle, ownerAsyncError);
+            if (status == NCCL_SUCCESS) {
+                return handle;
+            }
+            if (status != NCCL_IN_PROGRESS) {
+                NcclException failure = Native.ncclFailure(status, "ncclCommInitRankConfig", handle, rank, device);
+                Nccl.ncclCommAbort(handle);
+                throw failure;
+            }
+            if (System.nanoTime() - deadline > 0) {
+                Nccl.ncclCommAbort(handle);
+                throw new CommunicatorAbortedException("init: rank " + rank + " of " + worldSize + " (device " + device
+                        + ") aborted after waiting " + timeout.toMillis() + " ms for the other ranks to join"
+                        + " (CommunicatorOptions.initTimeout)");
+            }
+            LockSupport.parkNanos(200_000);
+        }
+    }
+
+    private static int asyncError(MemorySegment handle, MemorySegment out) {
+        int result = Nccl.ncclCommGetAsyncError(handle, out);
+        return result != NCCL_SUCCESS ? result : out.get(JAVA_INT, 0);
+    }
+
+    // ---------------------------------------------------------------- identity
+
+    public final int rank() {
+        return rank;
+    }
+
+    public final int worldSize() {
+        return worldSize;
+    }
+
+    /** The CUDA device of this rank. */
+    public final int device() {
+        return device;
+    }
+
+    /** The comms stream: all communication of this communicator runs on it, in order. */
+    public final CudaStream stream() {
+        return stream;
+    }
+
+    /** The NCCL version in use, e.g. "2.28.3". */
+    public final String ncclVersion() {
+        return libraries.nccl().toString();
+    }
+
+    /** "cuda" (real NCCL) or "host" (the host emulation). */
+    public final String backend() {
+        return libraries.backend().id();
+    }
+
+    public final CommunicatorOptions options() {
+        return options;
+    }
+
+    public final boolean isAborted() {
+        return state == State.ABORTED;
+    }
+
+    public final boolean isClosed() {
+        return state == State.CLOSED;
+    }
+
+    /** Why the communicator was aborted, or null. */
+    public final String abortReason() {
+        return abortReason;
+    }
+
+    /** The flight recorder's dump of the most recent transactions (for diagnostics). */
+    public final String recentTransactions() {
+        return recorder.dump();
+    }
+
+    // ---------------------------------------------------------------- transactions
+
+    /** Starts a transaction whose commands run after {@code ready} (recorded on any stream, any device). */
+    public final Transaction begin(CudaEvent ready) {
+        Objects.requireNonNull(ready, "begin: ready event is null");
+        if (ready.isClosed()) {
+            throw new IllegalStateException("begin: ready event " + ready + " is closed");
+        }
+        return open("begin", ready);
+    }
+
+    /** Starts a transaction whose commands run after all work enqueued on {@code waitFor} so far. */
+    public final Transaction begin(CudaStream waitFor) {
+        requireStream("begin", waitFor);
+        nativeLock.lock();
+        try {
+            requireUsable("begin");
+            requireNoOpenTransaction("begin");
+            waitFor.record(transactionReady);
+        } finally {
+            nativeLock.unlock();
+        }
+        return open("begin", transactionReady);
+    }
+
+    private Transaction open(String operation, CudaEvent ready) {
+        nativeLock.lock();
+        try {
+            requireUsable(operation);
+            requireNoOpenTransaction(operation);
+            openTransaction = new Transaction(this, ready, ++sequence);
+            return openTransaction;
+        } finally {
+            nativeLock.unlock();
+        }
+    }
+
+    private void requireNoOpenTransaction(String operation) {
+        if (openTransaction != null) {
+            throw new IllegalStateException(operation + ": transaction #" + openTransaction.number() + " of rank " + rank
+                    + " is still open; execute or close it first");
+        }
+    }
+
+    void transactionEnded(Transaction transaction) {
+        nativeLock.lock();
+        try {
+            if (openTransaction == transaction) {
+                openTransaction = null;
+            }
+        } finally {
+            nativeLock.unlock();
+        }
+    }
+
+    void execute(Transaction transaction, CudaEvent signal) {
+        Events.Transaction event = new Events.Transaction();
+        event.begin();
+        CommandBuffer buffer = transaction.buffer();
+        List<Command> executed = List.copyOf(buffer.commands());
+        nativeLock.lock();
+        try {
+            if (openTransaction == transaction) {
+                openTransaction = null;
+            }
+            requireUsable("execute");
+            throttleLaunchQueue();
+            stream.waitFor(transaction.ready());
+            boolean enqueuing = false;
+            try {
+                onExecute(buffer);
+                enqueuing = true;
+                runCommands(executed);
+                onFinish(signal);
+                if (signal != null) {
+                    stream.record(signal);
+                }
+            } catch (RuntimeException e) {
+                if (enqueuing && !(e instanceof CommunicatorAbortedException)) {
+                    // Something may be half enqueued: the communicator cannot be trusted any more.
+                    abort("execute of transaction #" + transaction.number() + " failed: " + e.getMessage());
+                }
+                throw e;
+            } finally {
+                buffer.clear();
+            }
+            CudaEvent completion = null;
+            if (watchdog != null) {
+                completion = recorder.takeFreeEvent();
+                if (completion == null) {
+                    completion = CudaEvent.create();
+                }
+                stream.record(completion);
+            }
+            recorder.add(transaction.number(), executed, completion);
+            throttleLaunchQueue();
+        } finally {
+            nativeLock.unlock();
+        }
+        if (LOG.isDebugEnabled()) {
+            LOG.debug("rank {} transaction #{}: {} command(s), {} bytes: {}", rank, transaction.number(),
+                    executed.size(), bytes(executed), executed);
+        }
+        if (event.shouldCommit()) {
+            event.rank = rank;
+            event.sequence = transaction.number();
+            event.commands = executed.size();
+            event.bytes = bytes(executed);
+            event.operations = executed.stream().map(c -> c.getClass().getSimpleName()).toList().toString();
+            event.commit();
+        }
+    }
+
+    private static long bytes(List<Command> commands) {
+        long total = 0;
+        for (Command command : commands) {
+            total += command.bytes();
+        }
+        return total;
+    }
+
+    /** The commands as one NCCL group, then each all-to-all's rounds as ordered groups. */
+    private void runCommands(List<Command> commands) {
+        boolean grouped = false;
+        for (Command command : commands) {
+            if (!(command instanceof Command.AllToAll)) {
+                grouped = true;
+                break;
+            }
+        }
+        if (grouped) {
+            group(() -> {
+                for (Command command : commands) {
+                    switch (command) {
+                        case Command.Gather gather -> gatherWeight(gather);
+                        case Command.ScatterReduce scatter -> scatterReduce(scatter);
+                        case Command.Send send -> send(send);
+                        case Command.Recv recv -> recv(recv);
+                        case Command.AllToAll ignored -> { } // ordered rounds below
+                    }
+                }
+            });
+        }
+        for (Command command : commands) {
+            if (command instanceof Command.AllToAll allToAll) {
+                runAllToAll(allToAll.tensor());
+            }
+        }
+    }
+
+    private void runAllToAll(DeviceTensor tensor) {
+        for (AllToAllSchedule.Round round : AllToAllSchedule.rounds(rank, worldSize)) {
+            DeviceTensor sendSlot = tensor.shard(round.sendSlot(), worldSize);
+            DeviceTensor recvSlot = tensor.shard(round.recvSlot(), worldSize);
+            group(() -> {
+                send(new Command.Send(sendSlot, round.sendPeer()));
+                recv(new Command.Recv(recvSlot, round.recvPeer()));
+            });
+        }
+    }
+
+    /**
+     * Runs {@code body} between ncclGroupStart and ncclGroupEnd. The group is closed whatever
+     * happens, and an in-progress end (non-blocking communicator) is awaited.
+     */
+    private void group(Runnable body) {
+        checkNccl(Nccl.ncclGroupStart(), "ncclGroupStart");
+        boolean open = true;
+        try {
+            body.run();
+            open = false;
+            int result = Nccl.ncclGroupEnd();
+            if (result == NCCL_IN_PROGRESS) {
+                awaitNotInProgress("ncclGroupEnd");
+            } else {
+                checkNccl(result, "ncclGroupEnd");
+            }
+        } finally {
+            if (open) {
+                Nccl.ncclGroupEnd(); // close it; the original failure is the one that matters
+            }
+        }
+    }
+
+    /** Non-blocking communicators: wait until NCCL has finished the last call's asynchronous part. */
+    private void awaitNotInProgress(String function) {
+        long spins = 0;
+        while (true) {
+            MemorySegment handle = requireComm(function);
+            int status = asyncError(handle, ownerAsyncError);
+            if (status == NCCL_SUCCESS) {
+                return;
+            }
+            if (status != NCCL_IN_PROGRESS) {
+                throw Native.ncclFailure(status, function, handle, rank, device);
+            }
+            // Let abort/close (which need the lock) in while we wait.
+            nativeLock.unlock();
+            try {
+                backoff(spins++);
+            } finally {
+                nativeLock.lock();
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- transports (hooks)
+
+    /** The all-gather of a transaction. Threads mode overrides it with device-to-device copies. */
+    protected void gatherWeight(Command.Gather gather) {
+        DeviceTensor shard = gather.shard();
+        checkNccl(Nccl.ncclAllGather(segment(shard.address()), segment(gather.full().address()), shard.count(),
+                shard.dtype().ncclType(), comm, stream.handle()), "ncclAllGather");
+    }
+
+    /** A send of a transaction. Threads mode may override it with device-to-device copies. */
+    protected void send(Command.Send send) {
+        DeviceTensor tensor = send.tensor();
+        checkNccl(Nccl.ncclSend(segment(tensor.address()), tensor.count(), tensor.dtype().ncclType(), send.peer(),
+                comm, stream.handle()), "ncclSend");
+    }
+
+    /** A receive of a transaction. Threads mode may override it with device-to-device copies. */
+    protected void recv(Command.Recv recv) {
+        DeviceTensor tensor = recv.tensor();
+        checkNccl(Nccl.ncclRecv(segment(tensor.address()), tensor.count(), tensor.dtype().ncclType(), recv.peer(),
+                comm, stream.handle()), "ncclRecv");
+    }
+
+    private void scatterReduce(Command.ScatterReduce scatter) {
+        DeviceTensor tensor = scatter.tensor();
+        DeviceTensor shard = tensor.shard(rank, worldSize);
+        // In place in NCCL's sense: the receive buffer is this rank's shard of the send buffer.
+        checkNccl(Nccl.ncclReduceScatter(segment(tensor.address()), segment(shard.address()), shard.count(),
+                tensor.dtype().ncclType(), scatter.op().ncclOp(), comm, stream.handle()), "ncclReduceScatter");
+    }
+
+    /** Called with the commands before they are enqueued (threads mode matches memcpy transfers here). */
+    protected void onExecute(CommandBuffer commands) {}
+
+    /**
+     * Called after the commands were enqueued and right before {@code signal} (may be null) is
+     * recorded on the comms stream: the place to make the comms stream wait for peers (threads
+     * mode: until every peer has finished reading this rank's buffers).
+     */
+    protected void onFinish(CudaEvent signal) {}
+
+    /**
+     * Called before and after each transaction. Threads mode uses it to keep one rank's thread from
+     * queuing far ahead of the others (many GPUs driven from one process share the driver's launch
+     * queue); the default does nothing.
+     */
+    protected void throttleLaunchQueue() {}
+
+    /** Called once after the communicator was aborted, so subclasses can release waiting threads. */
+    protected void onAbort(String reason) {}
+
+    // ---------------------------------------------------------------- convenience operations
+
+    /** In-place reduce-scatter (sum) of {@code tensor}, ordered after and before work on {@code stream}. */
+    public final void reduceScatter(DeviceTensor tensor, CudaStream stream) {
+        reduceScatter(List.of(Objects.requireNonNull(tensor, "reduceScatter: tensor is null")), stream);
+    }
+
+    /** In-place reduce-scatter (sum) of each tensor, as one transaction ordered with {@code stream}. */
+    public final void reduceScatter(List<DeviceTensor> tensors, CudaStream stream) {
+        Objects.requireNonNull(tensors, "reduceScatter: tensors is null");
+        requireStream("reduceScatter", stream);
+        try (Transaction transaction = begin(stream)) {
+            for (DeviceTensor tensor : tensors) {
+                transaction.reduceScatter(tensor);
+            }
+            transaction.execute(null);
+        }
+        waitOnComms(stream);
+    }
+
+    /** In-place all-reduce of {@code tensor} with {@code op}, ordered after and before work on {@code stream}. */
+    public final void allReduce(DeviceTensor tensor, ReduceOp op, CudaStream stream) {
+        Objects.requireNonNull(tensor, "allReduce: tensor is null");
+        Objects.requireNonNull(op, "allReduce: op is null");
+        requireStream("allReduce", stream);
+        checkReducible("allReduce", tensor.dtype(), op);
+        nativeLock.lock();
+        try {
+            requireUsable("allReduce");
+            stream.record(operationReady);
+            this.stream.waitFor(operationReady);
+            try {
+                group(() -> checkNccl(Nccl.ncclAllReduce(segment(tensor.address()), segment(tensor.address()),
+                        tensor.count(), tensor.dtype().ncclType(), op.ncclOp(), comm, this.stream.handle()),
+                        "ncclAllReduce"));
+            } catch (NcclException e) {
+                abort("allReduce failed: " + e.getMessage());
+                throw e;
+            }
+            this.stream.record(commsDone);
+            stream.waitFor(commsDone);
+        } finally {
+            nativeLock.unlock();
+        }
+    }
+
+    /** In-place mean over ranks ({@link ReduceOp#AVG}). */
+    public final void reduceMean(DeviceTensor tensor, CudaStream stream) {
+        allReduce(tensor, ReduceOp.AVG, stream);
+    }
+
+    /** In-place maximum over ranks. */
+    public final void reduceMax(DeviceTensor tensor, CudaStream stream) {
+        allReduce(tensor, ReduceOp.MAX, stream);
+    }
+
+    /** Sums one FP32 value (a local squared norm) over ranks, in place. */
+    public final void reduceNormSquared(DeviceTensor value, CudaStream stream) {
+        Objects.requireNonNull(value, "reduceNormSquared: value is null");
+        if (value.dtype() != DType.FP32 || value.count() != 1) {
+            throw new IllegalArgumentException("reduceNormSquared: expected one FP32 element, got " + value.count()
+                    + " x " + value.dtype());
+        }
+        allReduce(value, ReduceOp.SUM, stream);
+    }
+
+    /** Makes {@code stream} wait for all communication enqueued on this communicator so far. */
+    public final void waitOnComms(CudaStream stream) {
+        requireStream("waitOnComms", stream);
+        nativeLock.lock();
+        try {
+            requireUsable("waitOnComms");
+            this.stream.record(commsDone);
+            stream.waitFor(commsDone);
+        } finally {
+            nativeLock.unlock();
+        }
+    }
+
+    /**
+     * Blocks until all communication enqueued so far is done. Unlike {@link CudaStream#synchronize()}
+     * it notices an abort (e.g. by the watchdog) and then throws {@link CommunicatorAbortedException}.
+     */
+    public final void synchronize() {
+        nativeLock.lock();
+        try {
+            requireUsable("synchronize");
+            stream.record(commsDone);
+        } finally {
+            nativeLock.unlock();
+        }
+        await(commsDone);
+    }
+
+    /**
+     * Blocks until {@code event} has completed, throwing {@link CommunicatorAbortedException} if this
+     * communicator is aborted meanwhile.
+     */
+    public final void await(CudaEvent event) {
+        Objects.requireNonNull(event, "await: event is null");
+        long spins = 0;
+        while (true) {
+            nativeLock.lock();
+            try {
+                requireUsable("await");
+                if (event.isComplete()) {
+                    return;
+                }
+            } finally {
+                nativeLock.unlock();
+            }
+            backoff(spins++);
+        }
+    }
+
+    private static void backoff(long spins) {
+        if (spins < 64) {
+            Thread.onSpinWait();
+        } else {
+            LockSupport.parkNanos(spins < 1024 ? 20_000 : 200_000);
+        }
+    }
+
+    // ---------------------------------------------------------------- host side
+
+    /** Blocks until every rank has called it. */
+    public final void barrier() {
+        requireUsable("barrier");
+        hostBarrier();
+    }
+
+    /** Gathers every rank's bytes on {@code root} (rank order); other ranks get an empty list. */
+    public final List<byte[]> gatherBytesHost(byte[] local, int root) {
+        Objects.requireNonNull(local, "gatherBytesHost: local is null");
+        if (root < 0 || root >= worldSize) {
+            throw new IllegalArgumentException("gatherBytesHost: root " + root + " out of range [0, " + worldSize + ")");
+        }
+        requireUsable("gatherBytesHost");
+        return hostGather(local, root);
+    }
+
+    /** Every rank's bytes, in rank order, on every rank. */
+    public final List<byte[]> allGatherBytesHost(byte[] local) {
+        Objects.requireNonNull(local, "allGatherBytesHost: local is null");
+        requireUsable("allGatherBytesHost");
+        return hostAllGather(local);
+    }
+
+    /** Every rank's {@code value}, in rank order, on every rank. */
+    public final long[] allGatherLongsHost(long value) {
+        List<byte[]> all = allGatherBytesHost(ByteBuffer.allocate(Long.BYTES).putLong(value).array());
+        long[] values = new long[all.size()];
+        for (int i = 0; i < values.length; i++) {
+            values[i] = ByteBuffer.wrap(all.get(i)).getLong();
+        }
+        return values;
+    }
+
+    /** The barrier of {@link #barrier()}, supplied by the subclass. */
+    protected abstract void hostBarrier();
+
+    /** The gather of {@link #gatherBytesHost}, supplied by the subclass (arguments already checked). */
+    protected abstract List<byte[]> hostGather(byte[] local, int root);
+
+    /** The all-gather of {@link #allGatherBytesHost}, supplied by the subclass. */
+    protected abstract List<byte[]> hostAllGather(byte[] local);
+
+    // ---------------------------------------------------------------- abort and close
+
+    /**
+     * Aborts the communicator (ncclCommAbort): pending and stuck operations end, every later use
+     * and every thread waiting through this communicator gets {@link CommunicatorAbortedException}
+     * with {@code reason}. Idempotent; callable from any thread.
+     */
+    public final void abort(String reason) {
+        Objects.requireNonNull(reason, "abort: reason is null");
+        synchronized (lifecycle) {
+            if (state != State.OPEN) {
+                return;
+            }
+            abortReason = reason;
+            state = State.ABORTED;
+        }
+        LOG.error("rank {} (device {}): aborting communicator: {}\n  flight recorder, {}", rank, device, reason,
+                recorder.dump());
+        Events.Abort event = new Events.Abort();
+        if (event.shouldCommit()) {
+            event.rank = rank;
+            event.reason = reason;
+            event.commit();
+        }
+        nativeLock.lock();
+        try {
+            if (comm != null) {
+                int result = Nccl.ncclCommAbort(comm);
+                if (result != NCCL_SUCCESS) {
+                    LOG.warn("rank {}: ncclCommAbort returned {} ({})", rank, result, Native.ncclErrorText(result));
+                }
+                comm = null;
+            }
+        } finally {
+            nativeLock.unlock();
+        }
+        try {
+            onAbort(reason);
+        } catch (RuntimeException e) {
+            LOG.warn("rank {}: onAbort hook failed", rank, e);
+        }
+    }
+
+    /**
+     * Waits for pending communication, finalizes and destroys the communicator, within
+     * {@link CommunicatorOptions#closeTimeout()}; past the deadline it aborts instead. Idempotent.
+     */
+    @Override
+    public final void close() {
+        synchronized (lifecycle) {
+            if (state == State.CLOSED) {
+                return;
+            }
+        }
+        stopWatchdog();
+        nativeLock.lock();
+        try {
+            openTransaction = null;
+            if (state == State.OPEN && comm != null) {
+                shutDownGracefully();
+            }
+            synchronized (lifecycle) {
+                state = State.CLOSED;
+            }
+            recorder.closeEvents();
+            List<AutoCloseable> resources = List.of(commsDone, operationReady, transactionReady, stream);
+            closeAll(resources, null);
+        } finally {
+            nativeLock.unlock();
+        }
+        if (watchdog == null || !watchdog.isAlive()) {
+            arena.close();
+        }
+    }
+
+    private void shutDownGracefully() {
+        long deadline = System.nanoTime() + options.closeTimeout().toNanos();
+        long spins = 0;
+        try {
+            while (!stream.isIdle()) {
+                if (System.nanoTime() - deadline > 0) {
+                    abortFromClose("close: the comms stream still had work after " + options.closeTimeout().toMillis()
+                            + " ms (CommunicatorOptions.closeTimeout)");
+                    return;
+                }
+                backoff(spins++);
+            }
+            int result = Nccl.ncclCommFinalize(comm);
+            while (result == NCCL_IN_PROGRESS) {
+                if (System.nanoTime() - deadline > 0) {
+                    abortFromClose("close: ncclCommFinalize did not finish within " + options.closeTimeout().toMillis()
+                            + " ms (CommunicatorOptions.closeTimeout)");
+                    return;
+                }
+                LockSupport.parkNanos(200_000);
+                result = asyncError(comm, ownerAsyncError);
+            }
+            if (result != NCCL_SUCCESS) {
+                abortFromClose("close: ncclCommFinalize failed: " + Native.ncclFailure(result, "ncclCommFinalize", comm,
+                        rank, device).getMessage());
+                return;
+            }
+            result = Nccl.ncclCommDestroy(comm);
+            comm = null;
+            if (result != NCCL_SUCCESS) {
+                LOG.warn("rank {}: ncclCommDestroy returned {} ({})", rank, result, Native.ncclErrorText(result));
+            }
+        } catch (CudaException e) {
+            abortFromClose("close: " + e.getMessage());
+        }
+    }
+
+    private void abortFromClose(String reason) {
+        LOG.warn("rank {}: {}; aborting instead", rank, reason);
+        abort(reason);
+    }
+
+    private void stopWatchdog() {
+        if (watchdog == null) {
+            return;
+        }
+        watchdog.interrupt();
+        try {
+            watchdog.join(options.watchdogInterval().toMillis() * 2 + 1000);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        if (watchdog.isAlive()) {
+            LOG.warn("rank {}: watchdog thread did not stop in time; its native buffers are left to the GC", rank);
+        }
+    }
+
+    private void watch() {
+        long timeoutNanos = options.watchdogTimeout().toNanos();
+        while (state == State.OPEN) {
+            try {
+                Thread.sleep(options.watchdogInterval());
+            } catch (InterruptedException e) {
+                return;
+            }
+            try {
+                int status;
+                MemorySegment handle;
+                nativeLock.lock();
+                try {
+                    if (state != State.OPEN || comm == null) {
+                        return;
+                    }
+                    handle = comm;
+                    status = asyncError(handle, watchdogAsyncError);
+                    if (status != NCCL_SUCCESS && status != NCCL_IN_PROGRESS) {
+                        String text = Native.ncclErrorText(status);
+                        String last = Native.ncclLastError(handle);
+                        nativeLock.unlock();
+                        try {
+                            abort("watchdog: NCCL reports asynchronous error " + status + " (" + text + ")"
+                                    + (last.isBlank() ? "" : ": " + last));
+                        } finally {
+                            nativeLock.lock();
+                        }
+                        return;
+                    }
+                } finally {
+                    nativeLock.unlock();
+                }
+                FlightRecorder.Entry pending = recorder.pollOldestPending();
+                if (pending != null && pending.ageNanos(System.nanoTime()) > timeoutNanos) {
+                    abort("watchdog: transaction #" + pending.sequence() + " not complete after "
+                            + TimeUnit.NANOSECONDS.toMillis(pending.ageNanos(System.nanoTime())) + " ms (timeout "
+                            + options.watchdogTimeout().toMillis() + " ms)");
+                    return;
+                }
+            } catch (RuntimeException e) {
+                if (state == State.OPEN) {
+                    abort("watchdog: polling failed: " + e);
+                }
+                return;
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- checks
+
+    final void requireUsable(String operation) {
+        State current = state;
+        if (current == State.OPEN) {
+            return;
+        }
+        if (current == State.ABORTED) {
+            throw new CommunicatorAbortedException(operation + ": communicator of rank " + rank + " was aborted: "
+                    + abortReason);
+        }
+        throw new IllegalStateException(operation + ": communicator of rank " + rank + " is closed");
+    }
+
+    private MemorySegment requireComm(String operation) {
+        requireUsable(operation);
+        MemorySegment handle = comm;
+        if (handle == null) {
+            throw new CommunicatorAbortedException(operation + ": communicator of rank " + rank + " was aborted: "
+                    + abortReason);
+        }
+        return handle;
+    }
+
+    final void checkPeer(String operation, int peer) {
+        if (peer < 0 || peer >= worldSize) {
+            throw new IllegalArgumentException(operation + ": peer " + peer + " out of range [0, " + worldSize + ")");
+        }
+        if (peer == rank) {
+            throw new IllegalArgumentException(operation + ": peer " + peer + " is this rank");
+        }
+    }
+
+    final void checkSupported(String operation, DType dtype) {
+        NcclFeature feature = dtype.requiredFeature();
+        if (feature != null && !libraries.supports(feature)) {
+            throw new IllegalArgumentException(operation + ": " + dtype + " needs NCCL " + feature.since()
+                    + " or newer; this is NCCL " + libraries.nccl());
+        }
+    }
+
+    final void checkReducible(String operation, DType dtype, ReduceOp op) {
+        if (!dtype.isReducible()) {
+            throw new IllegalArgumentException(operation + ": " + dtype + " tensors cannot be reduced (" + op
+                    + "); use a numeric type");
+        }
+        checkSupported(operation, dtype);
+    }
+
+    private void requireStream(String operation, CudaStream stream) {
+        Objects.requireNonNull(stream, operation + ": stream is null");
+        if (stream.isClosed()) {
+            throw new IllegalStateException(operation + ": stream " + stream + " is closed");
+        }
+        if (stream.device() != device) {
+            throw new IllegalArgumentException(operation + ": stream is on device " + stream.device()
+                    + ", the communicator of rank " + rank + " on device " + device);
+        }
+    }
+
+    private void checkNccl(int result, String function) {
+        if (result != NCCL_SUCCESS && result != NCCL_IN_PROGRESS) {
+            throw Native.ncclFailure(result, function, comm, rank, device);
+        }
+    }
+
+    private static MemorySegment segment(long address) {
+        return MemorySegment.ofAddress(address);
+    }
+
+    private static <T extends AutoCloseable> T remember(List<AutoCloseable> created, T resource) {
+        created.add(resource);
+        return resource;
+    }
+
+    private static void closeAll(List<AutoCloseable> resources, RuntimeException primary) {
+        for (AutoCloseable resource : resources) {
+            try {
+                resource.close();
+            } catch (Exception e) {
+                if (primary != null) {
+                    primary.addSuppressed(e);
+                } else {
+                    LOG.warn("closing {} failed", resource, e);
+                }
+            }
+        }
+    }
+
+    @Override
+    public String toString() {
+        return getClass().getSimpleName() + "[rank " + rank + " of " + worldSize + ", device " + device + ", " + state
+                + "]";
+    }
+}

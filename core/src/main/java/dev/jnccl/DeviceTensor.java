@@ -1,0 +1,65 @@
+package dev.jnccl;
+
+import java.util.Objects;
+
+/**
+ * A typed view of device memory: where it starts, what its elements are, how many there are. A
+ * tensor does not own memory; it is a value that can be split into shards without copying.
+ *
+ * @param address device address of the first element (not 0 unless {@code count} is 0)
+ * @param dtype   element type
+ * @param count   number of elements (0 or more)
+ */
+public record DeviceTensor(long address, DType dtype, long count) {
+
+    public DeviceTensor {
+        Objects.requireNonNull(dtype, "DeviceTensor: dtype is null");
+        if (count < 0) {
+            throw new IllegalArgumentException("DeviceTensor: count " + count + " is negative");
+        }
+        if (address == 0 && count > 0) {
+            throw new IllegalArgumentException("DeviceTensor: address is 0 for " + count + " elements");
+        }
+        if (count > Long.MAX_VALUE / dtype.size()) {
+            throw new IllegalArgumentException("DeviceTensor: " + count + " elements of " + dtype + " overflow a long");
+        }
+    }
+
+    /** Size in bytes. */
+    public long bytes() {
+        return count * dtype.size();
+    }
+
+    /**
+     * Shard {@code index} of {@code shards} equal shards.
+     *
+     * @throws IllegalArgumentException when the count is not divisible or the index is out of range
+     */
+    public DeviceTensor shard(int index, int shards) {
+        if (shards <= 0) {
+            throw new IllegalArgumentException("shard: shards " + shards + " must be positive");
+        }
+        if (count % shards != 0) {
+            throw new IllegalArgumentException("shard: " + count + " elements not divisible into " + shards + " shards");
+        }
+        if (index < 0 || index >= shards) {
+            throw new IllegalArgumentException("shard: index " + index + " out of range [0, " + shards + ")");
+        }
+        long shardCount = count / shards;
+        return new DeviceTensor(address + index * shardCount * dtype.size(), dtype, shardCount);
+    }
+
+    /** Elements {@code [offset, offset + length)} of this tensor. */
+    public DeviceTensor slice(long offset, long length) {
+        if (offset < 0 || length < 0 || offset > count || length > count - offset) {
+            throw new IllegalArgumentException("slice: [" + offset + ", " + offset + " + " + length
+                    + ") out of range for " + count + " elements");
+        }
+        return new DeviceTensor(address + offset * dtype.size(), dtype, length);
+    }
+
+    @Override
+    public String toString() {
+        return "DeviceTensor[0x" + Long.toHexString(address) + ", " + dtype + " x " + count + "]";
+    }
+}

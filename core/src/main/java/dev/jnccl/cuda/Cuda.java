@@ -1,0 +1,69 @@
+package dev.jnccl.cuda;
+
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+
+import dev.jnccl.bindings.cuda.CudaRuntime;
+import dev.jnccl.internal.Native;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+
+/** Process-wide CUDA runtime queries: devices, the calling thread's current device, synchronization. */
+public final class Cuda {
+    private Cuda() {}
+
+    /** Number of CUDA devices visible to this process (virtual devices on the host emulation). */
+    public static int deviceCount() {
+        Native.libraries();
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment count = arena.allocate(JAVA_INT);
+            Native.checkCuda(CudaRuntime.cudaGetDeviceCount(count), "cudaGetDeviceCount", -1, -1);
+            return count.get(JAVA_INT, 0);
+        }
+    }
+
+    /** The calling thread's current device. */
+    public static int currentDevice() {
+        return Native.currentDevice();
+    }
+
+    /** Makes {@code device} the calling thread's current device. */
+    public static void setDevice(int device) {
+        int count = deviceCount();
+        if (device < 0 || device >= count) {
+            throw new IllegalArgumentException("setDevice: device " + device + " out of range [0, " + count + ")");
+        }
+        Native.checkCuda(CudaRuntime.cudaSetDevice(device), "cudaSetDevice", device, -1);
+    }
+
+    /** Waits until all work on the current device is done. */
+    public static void synchronize() {
+        Native.libraries();
+        Native.checkCuda(CudaRuntime.cudaDeviceSynchronize(), "cudaDeviceSynchronize", currentDevice(), -1);
+    }
+
+    /** Whether {@code device} can access {@code peer}'s memory directly. */
+    public static boolean canAccessPeer(int device, int peer) {
+        Native.libraries();
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment can = arena.allocate(JAVA_INT);
+            Native.checkCuda(CudaRuntime.cudaDeviceCanAccessPeer(can, device, peer), "cudaDeviceCanAccessPeer",
+                    device, -1);
+            return can.get(JAVA_INT, 0) != 0;
+        }
+    }
+
+    /**
+     * Enables access from the current device to {@code peer}'s memory. Returns false when it was
+     * already enabled (not an error).
+     */
+    public static boolean enablePeerAccess(int peer) {
+        Native.libraries();
+        int code = CudaRuntime.cudaDeviceEnablePeerAccess(peer, 0);
+        if (code == CudaRuntime.cudaErrorPeerAccessAlreadyEnabled()) {
+            CudaRuntime.cudaGetLastError(); // the runtime also records it as the thread's last error
+            return false;
+        }
+        Native.checkCuda(code, "cudaDeviceEnablePeerAccess", currentDevice(), -1);
+        return true;
+    }
+}

@@ -1,0 +1,49 @@
+package dev.jnccl.cuda;
+
+import dev.jnccl.JncclException;
+
+/** A CUDA runtime call failed. Carries the function, the cudaError_t code and CUDA's text, and the device. */
+public final class CudaException extends JncclException {
+    private static final long serialVersionUID = 1L;
+
+    private final String function;
+    private final int code;
+    private final String text;
+    private final int device;
+    private final int rank;
+
+    public CudaException(String function, int code, String text, int device, int rank) {
+        super(function + " failed" + (rank >= 0 ? " on rank " + rank : "") + " (device " + device + "): CUDA error "
+                + code + " (" + text + ")");
+        this.function = function;
+        this.code = code;
+        this.text = text;
+        this.device = device;
+        this.rank = rank;
+    }
+
+    /** The CUDA runtime function that failed, e.g. {@code cudaMemcpyAsync}. */
+    public String function() {
+        return function;
+    }
+
+    /** The cudaError_t value. */
+    public int code() {
+        return code;
+    }
+
+    /** cudaGetErrorString of {@link #code()}. */
+    public String text() {
+        return text;
+    }
+
+    /** The current CUDA device of the calling thread, or the device the call was about. */
+    public int device() {
+        return device;
+    }
+
+    /** The rank of the communicator that made the call, -1 when none did. */
+    public int rank() {
+        return rank;
+    }
+}

@@ -1,0 +1,84 @@
+package dev.jnccl.internal;
+
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+
+import dev.jnccl.NativeLibraryException;
+import dev.jnccl.NcclException;
+import dev.jnccl.bindings.LoadedLibraries;
+import dev.jnccl.bindings.NativeLibraries;
+import dev.jnccl.bindings.NativeLoadException;
+import dev.jnccl.bindings.cuda.CudaRuntime;
+import dev.jnccl.bindings.nccl.Nccl;
+import dev.jnccl.cuda.CudaException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+
+/**
+ * The one place where core turns native results into exceptions, and where it makes sure the
+ * libraries are loaded before the first generated binding class is touched. Not API.
+ */
+public final class Native {
+    private static volatile LoadedLibraries libraries;
+
+    private Native() {}
+
+    /** Loads the native libraries once (see {@link NativeLibraries}); later calls are a volatile read. */
+    public static LoadedLibraries libraries() {
+        LoadedLibraries loaded = libraries;
+        if (loaded == null) {
+            try {
+                loaded = NativeLibraries.load();
+            } catch (NativeLoadException e) {
+                throw new NativeLibraryException(e.getMessage(), e);
+            }
+            libraries = loaded;
+        }
+        return loaded;
+    }
+
+    public static void checkCuda(int code, String function, int device, int rank) {
+        if (code != 0) {
+            throw new CudaException(function, code, cudaErrorText(code), device, rank);
+        }
+    }
+
+    public static void checkNccl(int result, String function, MemorySegment comm, int rank, int device) {
+        if (result != 0) {
+            throw ncclFailure(result, function, comm, rank, device);
+        }
+    }
+
+    public static NcclException ncclFailure(int result, String function, MemorySegment comm, int rank, int device) {
+        return new NcclException(function, result, ncclErrorText(result), ncclLastError(comm), rank, device);
+    }
+
+    public static String cudaErrorText(int code) {
+        return string(CudaRuntime.cudaGetErrorString(code));
+    }
+
+    public static String ncclErrorText(int result) {
+        return string(Nccl.ncclGetErrorString(result));
+    }
+
+    public static String ncclLastError(MemorySegment comm) {
+        return string(Nccl.ncclGetLastError(comm == null ? MemorySegment.NULL : comm));
+    }
+
+    /** The calling thread's current CUDA device. */
+    public static int currentDevice() {
+        libraries();
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment device = arena.allocate(JAVA_INT);
+            checkCuda(CudaRuntime.cudaGetDevice(device), "cudaGetDevice", -1, -1);
+            return device.get(JAVA_INT, 0);
+        }
+    }
+
+    /** A C string returned by a native call (a zero-length segment) as a Java string. */
+    public static String string(MemorySegment cString) {
+        if (cString == null || cString.equals(MemorySegment.NULL)) {
+            return "";
+        }
+        return cString.reinterpret(Integer.MAX_VALUE).getString(0);
+    }
+}
