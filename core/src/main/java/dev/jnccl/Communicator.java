@@ -84,6 +84,18 @@ public abstract class Communicator implements AutoCloseable {
      * @throws CommunicatorAbortedException when the other ranks did not join before the deadline
      */
     protected Communicator(UniqueId id, int rank, int worldSize, int device, CommunicatorOptions options) {
+        this(id, rank, worldSize, device, options, () -> null);
+    }
+
+    /**
+     * As {@link #Communicator(UniqueId, int, int, int, CommunicatorOptions)}, and the wait for the
+     * other ranks also ends (with {@link CommunicatorAbortedException}) as soon as
+     * {@code initCancellation} returns a reason: a launcher uses it when another rank has already
+     * failed, so nobody waits for the full init timeout.
+     */
+    protected Communicator(UniqueId id, int rank, int worldSize, int device, CommunicatorOptions options,
+                           java.util.function.Supplier<String> initCancellation) {
+        Objects.requireNonNull(initCancellation, "Communicator: initCancellation is null");
         Objects.requireNonNull(id, "Communicator: unique id is null");
         Objects.requireNonNull(options, "Communicator: options are null");
         if (worldSize < 1) {
@@ -116,7 +128,7 @@ public abstract class Communicator implements AutoCloseable {
             this.transactionReady = remember(created, CudaEvent.create());
             this.operationReady = remember(created, CudaEvent.create());
             this.commsDone = remember(created, CudaEvent.create());
-            this.comm = initComm(id);
+            this.comm = initComm(id, initCancellation);
         } catch (RuntimeException e) {
             closeAll(created, e);
             arena.close();
@@ -155,7 +167,7 @@ public abstract class Communicator implements AutoCloseable {
         return new SingleRankCommunicator(device, options);
     }
 
-    private MemorySegment initComm(UniqueId id) {
+    private MemorySegment initComm(UniqueId id, java.util.function.Supplier<String> cancellation) {
         Duration timeout = options.initTimeout();
         long deadline = System.nanoTime() + timeout.toNanos();
         MemorySegment handle;
@@ -178,6 +190,12 @@ public abstract class Communicator implements AutoCloseable {
                 NcclException failure = Native.ncclFailure(status, "ncclCommInitRankConfig", handle, rank, device);
                 Nccl.ncclCommAbort(handle);
                 throw failure;
+            }
+            String cancelled = cancellation.get();
+            if (cancelled != null) {
+                Nccl.ncclCommAbort(handle);
+                throw new CommunicatorAbortedException("init: rank " + rank + " of " + worldSize + " aborted: "
+                        + cancelled);
             }
             if (System.nanoTime() - deadline > 0) {
                 Nccl.ncclCommAbort(handle);
@@ -400,9 +418,10 @@ public abstract class Communicator implements AutoCloseable {
         for (AllToAllSchedule.Round round : AllToAllSchedule.rounds(rank, worldSize)) {
             DeviceTensor sendSlot = tensor.shard(round.sendSlot(), worldSize);
             DeviceTensor recvSlot = tensor.shard(round.recvSlot(), worldSize);
+            // Always NCCL (never an overridden transport): the rounds' order is what makes it safe.
             group(() -> {
-                send(new Command.Send(sendSlot, round.sendPeer()));
-                recv(new Command.Recv(recvSlot, round.recvPeer()));
+                ncclSend(sendSlot, round.sendPeer());
+                ncclRecv(recvSlot, round.recvPeer());
             });
         }
     }
@@ -463,16 +482,22 @@ public abstract class Communicator implements AutoCloseable {
 
     /** A send of a transaction. Threads mode may override it with device-to-device copies. */
     protected void send(Command.Send send) {
-        DeviceTensor tensor = send.tensor();
-        checkNccl(Nccl.ncclSend(segment(tensor.address()), tensor.count(), tensor.dtype().ncclType(), send.peer(),
-                comm, stream.handle()), "ncclSend");
+        ncclSend(send.tensor(), send.peer());
+    }
+
+    private void ncclSend(DeviceTensor tensor, int peer) {
+        checkNccl(Nccl.ncclSend(segment(tensor.address()), tensor.count(), tensor.dtype().ncclType(), peer, comm,
+                stream.handle()), "ncclSend");
     }
 
     /** A receive of a transaction. Threads mode may override it with device-to-device copies. */
     protected void recv(Command.Recv recv) {
-        DeviceTensor tensor = recv.tensor();
-        checkNccl(Nccl.ncclRecv(segment(tensor.address()), tensor.count(), tensor.dtype().ncclType(), recv.peer(),
-                comm, stream.handle()), "ncclRecv");
+        ncclRecv(recv.tensor(), recv.peer());
+    }
+
+    private void ncclRecv(DeviceTensor tensor, int peer) {
+        checkNccl(Nccl.ncclRecv(segment(tensor.address()), tensor.count(), tensor.dtype().ncclType(), peer, comm,
+                stream.handle()), "ncclRecv");
     }
 
     private void scatterReduce(Command.ScatterReduce scatter) {
@@ -502,6 +527,9 @@ public abstract class Communicator implements AutoCloseable {
 
     /** Called once after the communicator was aborted, so subclasses can release waiting threads. */
     protected void onAbort(String reason) {}
+
+    /** Called once by {@link #close()} after NCCL is done with the comms stream: free subclass resources. */
+    protected void onClose() {}
 
     // ---------------------------------------------------------------- convenience operations
 
@@ -735,6 +763,11 @@ public abstract class Communicator implements AutoCloseable {
                 state = State.CLOSED;
             }
             recorder.closeEvents();
+            try {
+                onClose();
+            } catch (RuntimeException e) {
+                LOG.warn("rank {}: onClose hook failed", rank, e);
+            }
             List<AutoCloseable> resources = List.of(commsDone, operationReady, transactionReady, stream);
             closeAll(resources, null);
         } finally {

@@ -569,8 +569,8 @@ final class EmulationSupport {
      * The emulation's arithmetic (and NCCL's, where NCCL defines it): values combined in rank order
      * 0..n-1; integers wrap in the type's width, avg = wrapped sum / n (truncating); fp32 and the
      * low-precision types accumulate in float (low precision rounded to nearest even once at the end,
-     * fp8 saturating), fp64 in double; float avg multiplies every contribution by 1/n (in the
-     * accumulation type) before summing.
+     * fp8 saturating, infinity included), fp64 in double; float avg multiplies every contribution by
+     * 1/n (in the accumulation type) before summing; float max / min ignore a NaN operand (fmaxf).
      */
     static long reduce(DType type, Op op, long[] values, int n) {
         switch (type.kind) {
@@ -627,8 +627,9 @@ final class EmulationSupport {
         return switch (op) {
             case SUM, AVG -> acc + v;
             case PROD -> acc * v;
-            case MAX -> v > acc ? v : acc;
-            case MIN -> v < acc ? v : acc;
+            // fmax / fmin: a NaN operand loses; on a tie (+0 / -0) the later contribution wins.
+            case MAX -> Double.isNaN(acc) ? v : Double.isNaN(v) ? acc : acc > v ? acc : v;
+            case MIN -> Double.isNaN(acc) ? v : Double.isNaN(v) ? acc : acc < v ? acc : v;
         };
     }
 
@@ -636,8 +637,8 @@ final class EmulationSupport {
         return switch (op) {
             case SUM, AVG -> acc + v;
             case PROD -> acc * v;
-            case MAX -> v > acc ? v : acc;
-            case MIN -> v < acc ? v : acc;
+            case MAX -> Float.isNaN(acc) ? v : Float.isNaN(v) ? acc : acc > v ? acc : v;
+            case MIN -> Float.isNaN(acc) ? v : Float.isNaN(v) ? acc : acc < v ? acc : v;
         };
     }
 }

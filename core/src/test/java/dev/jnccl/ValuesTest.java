@@ -1,0 +1,63 @@
+package dev.jnccl;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.time.Duration;
+import org.junit.jupiter.api.Test;
+
+/** Value types of the API: no native code involved. */
+class ValuesTest {
+
+    @Test
+    void tensorShardsAndSlices() {
+        DeviceTensor t = new DeviceTensor(0x1000, DType.BF16, 12);
+        assertEquals(24, t.bytes());
+        assertEquals(new DeviceTensor(0x1000 + 2 * 4 * 2, DType.BF16, 4), t.shard(2, 3));
+        assertEquals(new DeviceTensor(0x1000 + 5 * 2, DType.BF16, 3), t.slice(5, 3));
+    }
+
+    @Test
+    void tensorRejectsBadShapesWithTheValues() {
+        DeviceTensor t = new DeviceTensor(0x1000, DType.FP32, 1000);
+        assertEquals("shard: 1000 elements not divisible into 3 shards",
+                assertThrows(IllegalArgumentException.class, () -> t.shard(0, 3)).getMessage());
+        assertEquals("shard: index 4 out of range [0, 4)",
+                assertThrows(IllegalArgumentException.class, () -> t.shard(4, 4)).getMessage());
+        assertEquals("slice: [990, 990 + 20) out of range for 1000 elements",
+                assertThrows(IllegalArgumentException.class, () -> t.slice(990, 20)).getMessage());
+        assertEquals("DeviceTensor: address is 0 for 5 elements",
+                assertThrows(IllegalArgumentException.class, () -> new DeviceTensor(0, DType.FP32, 5)).getMessage());
+        assertEquals("DeviceTensor: count -1 is negative",
+                assertThrows(IllegalArgumentException.class, () -> new DeviceTensor(8, DType.FP32, -1)).getMessage());
+        assertThrows(NullPointerException.class, () -> new DeviceTensor(8, null, 1));
+    }
+
+    @Test
+    void dtypesMapToNcclAndKnowTheirSizes() {
+        assertEquals(4, DType.FP32.size());
+        assertEquals(2, DType.BF16.size());
+        assertEquals(1, DType.FP8_E4M3.size());
+        assertEquals(8, DType.UINT64.size());
+        assertTrue(DType.FP8_E5M2.isFloatingPoint());
+        assertFalse(DType.INT32.isFloatingPoint());
+        assertFalse(DType.BYTE.isReducible());
+        assertEquals(9, DType.BF16.ncclType());      // ncclBfloat16
+        assertEquals(10, DType.FP8_E4M3.ncclType()); // ncclFloat8e4m3
+        assertEquals(4, ReduceOp.AVG.ncclOp());      // ncclAvg
+    }
+
+    @Test
+    void optionsValidateAndDefault() {
+        CommunicatorOptions defaults = CommunicatorOptions.defaults();
+        assertFalse(defaults.watchdogEnabled());
+        assertTrue(defaults.withWatchdog(Duration.ofSeconds(3)).watchdogEnabled());
+        assertEquals("CommunicatorOptions: initTimeout PT0S must be positive", assertThrows(
+                IllegalArgumentException.class, () -> defaults.withInitTimeout(Duration.ZERO)).getMessage());
+        assertEquals("CommunicatorOptions: watchdogTimeout PT-1S is negative", assertThrows(
+                IllegalArgumentException.class, () -> defaults.withWatchdog(Duration.ofSeconds(-1))).getMessage());
+        assertThrows(IllegalArgumentException.class, () -> defaults.withFlightRecorderSize(0));
+    }
+}

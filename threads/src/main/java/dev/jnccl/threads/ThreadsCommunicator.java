@@ -1,0 +1,254 @@
+package dev.jnccl.threads;
+
+import dev.jnccl.Command;
+import dev.jnccl.CommandBuffer;
+import dev.jnccl.Communicator;
+import dev.jnccl.DeviceTensor;
+import dev.jnccl.UniqueId;
+import dev.jnccl.bindings.cuda.CudaRuntime;
+import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.internal.Native;
+import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * One rank of a threads-mode pack: host-side collectives through the pack's shared state, the
+ * launch-queue throttle, and the memcpy transports.
+ *
+ * <p>Memcpy transports are pulls: each rank copies what it receives from the peers' buffers on its
+ * own comms stream. Order: (1) each rank's comms stream has waited for its ready event; it records
+ * {@code readyForPeers} and publishes its commands; (2) after a barrier, each rank's comms stream
+ * waits for every peer's {@code readyForPeers}, then enqueues its copies; (3) each rank records
+ * {@code doneReading}; after a barrier, each comms stream waits for every peer's
+ * {@code doneReading} before the signal is recorded. So a signal means: my receives are complete
+ * AND every peer has finished reading my buffers. With memcpy transports every transaction is
+ * collective over the pack: every rank executes the same number of transactions.
+ */
+final class ThreadsCommunicator extends Communicator {
+
+    /** What a rank shows its peers for one transaction. */
+    private record Published(int rank, List<Command> commands, CudaEvent readyForPeers, CudaEvent doneReading) {
+        List<Command.Send> sendsTo(int peer) {
+            List<Command.Send> sends = new ArrayList<>();
+            for (Command command : commands) {
+                if (command instanceof Command.Send send && send.peer() == peer) {
+                    sends.add(send);
+                }
+            }
+            return sends;
+        }
+
+        List<Command.Recv> recvsFrom(int peer) {
+            List<Command.Recv> recvs = new ArrayList<>();
+            for (Command command : commands) {
+                if (command instanceof Command.Recv recv && recv.peer() == peer) {
+                    recvs.add(recv);
+                }
+            }
+            return recvs;
+        }
+
+        List<Command.Gather> gathers() {
+            List<Command.Gather> gathers = new ArrayList<>();
+            for (Command command : commands) {
+                if (command instanceof Command.Gather gather) {
+                    gathers.add(gather);
+                }
+            }
+            return gathers;
+        }
+    }
+
+    private final PackState pack;
+    private final ThreadsOptions options;
+    private final CudaEvent readyForPeers;
+    private final CudaEvent doneReading;
+    private long transactions;
+    private boolean insideTransaction;
+    private List<Published> published;
+    private int gatherIndex;
+    private int[] recvIndex;
+
+    ThreadsCommunicator(UniqueId id, int rank, int worldSize, int device, ThreadsOptions options, PackState pack) {
+        super(id, rank, worldSize, device, options.communicator(), pack::cancellation);
+        this.pack = pack;
+        this.options = options;
+        if (options.usesMemcpy()) {
+            readyForPeers = CudaEvent.create();
+            doneReading = CudaEvent.create();
+        } else {
+            readyForPeers = null;
+            doneReading = null;
+        }
+    }
+
+    @Override
+    protected void hostBarrier() {
+        pack.barrier("barrier", rank());
+    }
+
+    @Override
+    protected List<byte[]> hostGather(byte[] local, int root) {
+        List<byte[]> all = pack.exchange("gatherBytesHost", rank(), local.clone());
+        return rank() == root ? all : List.of();
+    }
+
+    @Override
+    protected List<byte[]> hostAllGather(byte[] local) {
+        return pack.exchange("allGatherBytesHost", rank(), local.clone());
+    }
+
+    /**
+     * Called before and after each transaction. Before: wait while this rank is more than
+     * {@link ThreadsOptions#maxLead()} transactions ahead of the slowest rank. One process drives
+     * all GPUs here; a thread that runs far ahead fills its device's launch queue, and once that is
+     * full the CUDA launch blocks inside the driver, which can stall the launches the other ranks'
+     * threads need to make the collectives it is waiting for complete.
+     */
+    @Override
+    protected void throttleLaunchQueue() {
+        insideTransaction = !insideTransaction;
+        if (insideTransaction) {
+            pack.throttle(rank(), ++transactions, options.maxLead());
+        }
+    }
+
+    @Override
+    protected void onExecute(CommandBuffer commands) {
+        if (!options.usesMemcpy()) {
+            return;
+        }
+        stream().record(readyForPeers);
+        published = pack.exchange("execute", rank(),
+                new Published(rank(), List.copyOf(commands.commands()), readyForPeers, doneReading));
+        checkMatching(published, worldSize(), options);
+        for (Published peer : published) {
+            if (peer.rank() != rank()) {
+                stream().waitFor(peer.readyForPeers());
+            }
+        }
+        gatherIndex = 0;
+        recvIndex = new int[worldSize()];
+    }
+
+    @Override
+    protected void onFinish(CudaEvent signal) {
+        if (!options.usesMemcpy()) {
+            return;
+        }
+        stream().record(doneReading);
+        pack.barrier("execute", rank());
+        for (Published peer : published) {
+            if (peer.rank() != rank()) {
+                stream().waitFor(peer.doneReading());
+            }
+        }
+        published = null;
+    }
+
+    @Override
+    protected void gatherWeight(Command.Gather gather) {
+        if (!options.memcpyAllGather()) {
+            super.gatherWeight(gather);
+            return;
+        }
+        int index = gatherIndex++;
+        for (Published peer : published) {
+            DeviceTensor source = peer.rank() == rank() ? gather.shard() : peer.gathers().get(index).shard();
+            DeviceTensor target = gather.full().shard(peer.rank(), worldSize());
+            if (source.address() != target.address()) {
+                copy(target, source);
+            }
+        }
+    }
+
+    @Override
+    protected void send(Command.Send send) {
+        if (!options.memcpySendRecv()) {
+            super.send(send);
+        }
+        // memcpy: the receiver pulls; this rank's signal waits until it has (see onFinish).
+    }
+
+    @Override
+    protected void recv(Command.Recv recv) {
+        if (!options.memcpySendRecv()) {
+            super.recv(recv);
+            return;
+        }
+        int peer = recv.peer();
+        Command.Send matching = published.get(peer).sendsTo(rank()).get(recvIndex[peer]++);
+        copy(recv.tensor(), matching.tensor());
+    }
+
+    private void copy(DeviceTensor target, DeviceTensor source) {
+        Native.checkCuda(CudaRuntime.cudaMemcpyAsync(MemorySegment.ofAddress(target.address()),
+                MemorySegment.ofAddress(source.address()), source.bytes(), CudaRuntime.cudaMemcpyDefault(),
+                stream().handle()), "cudaMemcpyAsync", device(), rank());
+    }
+
+    /**
+     * Checks the whole pack's transaction (every rank runs the same check on the same data, so all
+     * ranks fail together with the same message): sends and receives matched per pair and order
+     * with equal sizes, and the same all-gathers everywhere.
+     */
+    private static void checkMatching(List<Published> all, int world, ThreadsOptions options) {
+        if (options.memcpySendRecv()) {
+            for (int from = 0; from < world; from++) {
+                for (int to = 0; to < world; to++) {
+                    if (from == to) {
+                        continue;
+                    }
+                    List<Command.Send> sends = all.get(from).sendsTo(to);
+                    List<Command.Recv> recvs = all.get(to).recvsFrom(from);
+                    if (sends.size() != recvs.size()) {
+                        throw new IllegalStateException("execute: rank " + from + " sends " + sends.size()
+                                + " message(s) to rank " + to + " but rank " + to + " receives " + recvs.size()
+                                + " from rank " + from + " (unmatched send/recv in memcpy mode)");
+                    }
+                    for (int i = 0; i < sends.size(); i++) {
+                        long sent = sends.get(i).tensor().bytes();
+                        long received = recvs.get(i).tensor().bytes();
+                        if (sent != received) {
+                            throw new IllegalStateException("execute: send #" + (i + 1) + " from rank " + from
+                                    + " to rank " + to + " has " + sent + " bytes but the matching recv on rank " + to
+                                    + " has " + received + " bytes");
+                        }
+                    }
+                }
+            }
+        }
+        if (options.memcpyAllGather()) {
+            List<Command.Gather> reference = all.get(0).gathers();
+            for (Published peer : all) {
+                List<Command.Gather> gathers = peer.gathers();
+                if (gathers.size() != reference.size()) {
+                    throw new IllegalStateException("execute: rank " + peer.rank() + " has " + gathers.size()
+                            + " all-gather(s), rank 0 has " + reference.size());
+                }
+                for (int i = 0; i < gathers.size(); i++) {
+                    if (gathers.get(i).shard().bytes() != reference.get(i).shard().bytes()) {
+                        throw new IllegalStateException("execute: all-gather #" + (i + 1) + " has a shard of "
+                                + gathers.get(i).shard().bytes() + " bytes on rank " + peer.rank() + " but "
+                                + reference.get(i).shard().bytes() + " bytes on rank 0");
+                    }
+                }
+            }
+        }
+    }
+
+    @Override
+    protected void onClose() {
+        if (readyForPeers != null) {
+            readyForPeers.close();
+            doneReading.close();
+        }
+    }
+
+    @Override
+    protected void onAbort(String reason) {
+        pack.fail(rank(), new dev.jnccl.CommunicatorAbortedException("communicator of rank " + rank()
+                + " aborted: " + reason));
+    }
+}

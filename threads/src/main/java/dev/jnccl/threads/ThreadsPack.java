@@ -1,0 +1,121 @@
+package dev.jnccl.threads;
+
+import dev.jnccl.JncclException;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The running ranks of {@link ThreadsCommunicators#launch}: one platform thread per GPU.
+ * {@link #join()} waits for them and rethrows the first failure (the others attached as
+ * suppressed exceptions); {@link #close()} aborts whatever still runs and waits, bounded.
+ */
+public final class ThreadsPack implements AutoCloseable {
+    private static final Logger LOG = LoggerFactory.getLogger(ThreadsPack.class);
+
+    private final List<Thread> threads;
+    private final PackState state;
+    private final Throwable[] errors;
+    private boolean reported;
+
+    ThreadsPack(List<Thread> threads, PackState state, Throwable[] errors) {
+        this.threads = threads;
+        this.state = state;
+        this.errors = errors;
+    }
+
+    /** Number of ranks. */
+    public int size() {
+        return threads.size();
+    }
+
+    /** Whether any rank has failed so far. */
+    public boolean hasException() {
+        return state.failure() != null;
+    }
+
+    /**
+     * Waits for every rank to finish; if any failed, throws the first failure with the other ranks'
+     * failures attached as suppressed exceptions.
+     */
+    public void join() {
+        for (Thread thread : threads) {
+            boolean interrupted = false;
+            while (true) {
+                try {
+                    thread.join();
+                    break;
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                    state.fail(-1, new JncclException("join interrupted"));
+                }
+            }
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+        rethrow();
+    }
+
+    /** As {@link #join()}, but gives up after {@code timeout}; returns whether all ranks finished. */
+    public boolean join(Duration timeout) throws InterruptedException {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        for (Thread thread : threads) {
+            long left = deadline - System.nanoTime();
+            if (left <= 0 || !thread.join(Duration.ofNanos(left))) {
+                return false;
+            }
+        }
+        rethrow();
+        return true;
+    }
+
+    private synchronized void rethrow() {
+        PackState.Failure first = state.failure();
+        if (first == null || reported) {
+            return;
+        }
+        reported = true;
+        Throwable primary = first.error();
+        for (Throwable error : errors) {
+            if (error != null && error != primary) {
+                primary.addSuppressed(error);
+            }
+        }
+        if (primary instanceof RuntimeException runtime) {
+            throw runtime;
+        }
+        if (primary instanceof Error error) {
+            throw error;
+        }
+        throw new JncclException("rank " + first.rank() + " failed: " + primary, primary);
+    }
+
+    /**
+     * Aborts ranks still running (they see {@code CommunicatorAbortedException}) and waits for the
+     * threads, at most the communicators' close timeout plus a few seconds. Never throws.
+     */
+    @Override
+    public void close() {
+        boolean running = threads.stream().anyMatch(Thread::isAlive);
+        if (running) {
+            state.fail(-1, new JncclException("ThreadsPack closed while ranks were still running"));
+        }
+        long waitMillis = 5_000;
+        for (Thread thread : threads) {
+            try {
+                if (!thread.join(Duration.ofMillis(waitMillis))) {
+                    LOG.error("ThreadsPack.close: thread {} did not finish within {} ms", thread.getName(), waitMillis);
+                }
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return;
+            }
+        }
+        if (running) {
+            LOG.debug("ThreadsPack closed after aborting running ranks ({} ms budget)", TimeUnit.MILLISECONDS.toMillis(waitMillis));
+        }
+    }
+}
