@@ -722,6 +722,12 @@ public abstract class Communicator implements AutoCloseable {
             event.reason = reason;
             event.commit();
         }
+        // First release threads the subclass keeps waiting (barriers): one of them may hold the lock.
+        try {
+            onAbort(reason);
+        } catch (RuntimeException e) {
+            LOG.warn("rank {}: onAbort hook failed", rank, e);
+        }
         nativeLock.lock();
         try {
             if (comm != null) {
@@ -733,11 +739,6 @@ public abstract class Communicator implements AutoCloseable {
             }
         } finally {
             nativeLock.unlock();
-        }
-        try {
-            onAbort(reason);
-        } catch (RuntimeException e) {
-            LOG.warn("rank {}: onAbort hook failed", rank, e);
         }
     }
 

@@ -1,0 +1,276 @@
+package dev.jnccl;
+
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+import dev.jnccl.bindings.cuda.CudaRuntime;
+import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.cuda.CudaException;
+import dev.jnccl.cuda.CudaStream;
+import dev.jnccl.cuda.DeviceMemory;
+import dev.jnccl.internal.Native;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.Random;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The C++ original's lifecycle and ordering bugs, each with a test that fails on the old
+ * behaviour, and the deadlines that keep jnccl from hanging. Uses the host emulation's fault
+ * injection and delays, so it runs on the host backend only.
+ */
+class ReliabilityTest {
+
+    @BeforeEach
+    void hostOnly() {
+        assumeTrue(Native.libraries().backend().id().equals("host"),
+                "needs the host emulation's fault injection (backend is " + Native.libraries().backend().id() + ")");
+    }
+
+    @Test
+    void emptyTransactionOrdersSignalAfterReady() {
+        try (Communicator comm = Communicator.single(0)) {
+            CudaStream slow;
+            try (NativeEnv env = NativeEnv.set(Map.of("JNCCL_HOST_DELAY_US", "300000"))) {
+                slow = CudaStream.create(); // every operation of this stream takes 300 ms
+            }
+            try (slow; DeviceMemory memory = DeviceMemory.allocate(64); CudaEvent ready = CudaEvent.create();
+                 CudaEvent signal = CudaEvent.create()) {
+                memory.fill((byte) 1, slow);
+                slow.record(ready);
+                try (Transaction tx = comm.begin(ready)) {
+                    tx.execute(signal);
+                }
+                // The original recorded the signal without waiting for ready when nothing was enqueued.
+                assertFalse(signal.isComplete(), "signal fired before the ready event");
+                comm.await(signal);
+                assertTrue(ready.isComplete(), "signal completed while ready was still pending");
+            }
+        }
+    }
+
+    @Test
+    void waitOnCommsWaitsForTheCommsStreamNotTheCallersStream() {
+        CommunicatorOptions options = CommunicatorOptions.defaults();
+        Random random = new Random();
+        int count = 4096;
+        try (Arena arena = Arena.ofConfined()) {
+            Communicator comm;
+            try (NativeEnv env = NativeEnv.set(Map.of("JNCCL_HOST_DELAY_US", "200000"))) {
+                comm = Communicator.single(0, options); // its comms stream is slow
+            }
+            try (comm; CudaStream user = CudaStream.create();
+                 DeviceMemory shard = DeviceMemory.allocate(DType.INT32, count);
+                 DeviceMemory full = DeviceMemory.allocate(DType.INT32, count);
+                 DeviceMemory copy = DeviceMemory.allocate(DType.INT32, count)) {
+                MemorySegment data = TestData.random(arena, DType.INT32, count, random);
+                shard.copyFromHost(data);
+                full.fill((byte) 0x5a, user);
+                user.synchronize();
+                try (Transaction tx = comm.begin(user)) {
+                    tx.allGather(shard.tensor(DType.INT32), full.tensor(DType.INT32));
+                    tx.execute(null);
+                }
+                comm.waitOnComms(user);
+                Native.checkCuda(CudaRuntime.cudaMemcpyAsync(MemorySegment.ofAddress(copy.address()),
+                        MemorySegment.ofAddress(full.address()), full.bytes(), CudaRuntime.cudaMemcpyDefault(),
+                        user.handle()), "cudaMemcpyAsync", 0, -1);
+                user.synchronize();
+                MemorySegment result = arena.allocate(copy.bytes());
+                copy.copyToHost(result);
+                assertArrayEquals(data.toArray(JAVA_INT), result.toArray(JAVA_INT),
+                        "the user stream read the gather's target before the comms stream wrote it");
+            }
+        }
+    }
+
+    /** A world-1 communicator whose all-gather transport fails after NCCL calls were made in the group. */
+    static final class FailingGather extends Communicator {
+        FailingGather() {
+            super(UniqueId.generate(), 0, 1, 0, CommunicatorOptions.defaults());
+        }
+
+        @Override
+        protected void gatherWeight(Command.Gather gather) {
+            super.gatherWeight(gather);
+            throw new IllegalStateException("transport failed");
+        }
+
+        @Override
+        protected void hostBarrier() {}
+
+        @Override
+        protected List<byte[]> hostGather(byte[] local, int root) {
+            return List.of(local);
+        }
+
+        @Override
+        protected List<byte[]> hostAllGather(byte[] local) {
+            return List.of(local);
+        }
+    }
+
+    @Test
+    void failureInsideExecuteClosesTheGroupClearsTheBufferAndAborts() {
+        try (FailingGather failing = new FailingGather(); Communicator healthy = Communicator.single(0);
+             CudaStream stream = CudaStream.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 64)) {
+            Transaction tx = failing.begin(stream);
+            tx.allGather(memory.tensor(DType.FP32), memory.tensor(DType.FP32));
+            IllegalStateException e = assertThrows(IllegalStateException.class, () -> tx.execute(null));
+            assertEquals("transport failed", e.getMessage());
+            assertEquals(0, tx.commands().size(), "the command buffer was left full");
+            assertTrue(failing.isAborted());
+            assertTrue(failing.abortReason().contains("execute of transaction #1 failed: transport failed"));
+            // Had the NCCL group been left open on this thread, this all-reduce would be deferred
+            // forever instead of running.
+            healthy.allReduce(memory.tensor(DType.FP32), ReduceOp.SUM, stream);
+            long deadline = System.nanoTime() + Duration.ofSeconds(10).toNanos();
+            while (!healthy.stream().isIdle()) {
+                assertTrue(System.nanoTime() < deadline, "all-reduce never ran: the NCCL group was left open");
+                Thread.onSpinWait();
+            }
+        }
+    }
+
+    @Test
+    void initGivesUpAtTheDeadlineWhenPeersNeverJoin() {
+        CommunicatorOptions options = CommunicatorOptions.defaults().withInitTimeout(Duration.ofSeconds(1));
+        CommunicatorAbortedException e = assertTimeoutPreemptively(Duration.ofSeconds(20), () -> assertThrows(
+                CommunicatorAbortedException.class, () -> new LocalRanks.TestCommunicator(UniqueId.generate(), 0, 2, 0,
+                        options, new java.util.concurrent.CyclicBarrier(2), new byte[2][])));
+        assertEquals("init: rank 0 of 2 (device 0) aborted after waiting 1000 ms for the other ranks to join"
+                + " (CommunicatorOptions.initTimeout)", e.getMessage());
+    }
+
+    @Test
+    void duplicateDeviceIsAnNcclExceptionWithNcclsText() throws Exception {
+        List<Object> results = LocalRanksOnOneDevice.run(2);
+        for (Object result : results) {
+            NcclException e = assertInstanceOf(NcclException.class, result);
+            assertEquals("ncclCommInitRankConfig", e.function());
+            assertEquals(5, e.result()); // ncclInvalidUsage
+            assertEquals(0, e.device());
+            assertFalse(e.resultText().isBlank());
+        }
+    }
+
+    /** Two ranks that both (wrongly) use device 0. */
+    static final class LocalRanksOnOneDevice {
+        static List<Object> run(int world) throws Exception {
+            UniqueId id = UniqueId.generate();
+            java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(world);
+            try {
+                List<java.util.concurrent.Future<Object>> futures = new java.util.ArrayList<>();
+                for (int rank = 0; rank < world; rank++) {
+                    int r = rank;
+                    futures.add(pool.submit(() -> {
+                        try (Communicator ignored = new LocalRanks.TestCommunicator(id, r, world, 0,
+                                CommunicatorOptions.defaults().withInitTimeout(Duration.ofSeconds(10)),
+                                new java.util.concurrent.CyclicBarrier(world), new byte[world][])) {
+                            return (Object) "created";
+                        } catch (Throwable t) {
+                            return t;
+                        }
+                    }));
+                }
+                List<Object> results = new java.util.ArrayList<>();
+                for (var f : futures) {
+                    results.add(f.get(30, java.util.concurrent.TimeUnit.SECONDS));
+                }
+                return results;
+            } finally {
+                pool.shutdownNow();
+            }
+        }
+    }
+
+    @Test
+    void cudaErrorsCarryFunctionCodeAndText() {
+        CudaException e = assertThrows(CudaException.class, () -> DeviceMemory.allocate(1L << 60));
+        assertEquals(2, e.code()); // cudaErrorMemoryAllocation
+        assertTrue(e.function().startsWith("cudaMalloc"), e.function());
+        assertFalse(e.text().isBlank());
+    }
+
+    @Test
+    void watchdogAbortsAHungCollectiveAndEveryWaiterGetsAbortedException() throws Throwable {
+        CommunicatorOptions options = CommunicatorOptions.defaults().withWatchdog(Duration.ofSeconds(1))
+                .withWatchdogInterval(Duration.ofMillis(50)).withCloseTimeout(Duration.ofSeconds(2));
+        List<Object> results;
+        long started = System.nanoTime();
+        try (NativeEnv env = NativeEnv.set(Map.of("JNCCL_HOST_FAULT", "hang", "JNCCL_HOST_FAULT_RANK", "1",
+                "JNCCL_HOST_FAULT_AT", "2"))) {
+            results = LocalRanks.run(2, options, comm -> {
+                try (CudaStream stream = CudaStream.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 1024);
+                     CudaEvent signal = CudaEvent.create()) {
+                    for (int i = 0; i < 3; i++) {
+                        try (Transaction tx = comm.begin(stream)) {
+                            tx.reduceScatter(memory.tensor(DType.FP32));
+                            tx.execute(signal);
+                        }
+                        comm.await(signal);
+                    }
+                    return "completed";
+                }
+            });
+        }
+        long seconds = Duration.ofNanos(System.nanoTime() - started).toSeconds();
+        assertTrue(seconds < 10, "took " + seconds + " s");
+        for (Object result : results) {
+            CommunicatorAbortedException e = assertInstanceOf(CommunicatorAbortedException.class, result);
+            assertTrue(e.getMessage().contains("watchdog"), e.getMessage());
+        }
+    }
+
+    @Test
+    void watchdogReportsAsynchronousErrors() throws Throwable {
+        CommunicatorOptions options = CommunicatorOptions.defaults().withWatchdog(Duration.ofSeconds(5))
+                .withWatchdogInterval(Duration.ofMillis(50));
+        List<Object> results;
+        try (NativeEnv env = NativeEnv.set(Map.of("JNCCL_HOST_FAULT", "fail", "JNCCL_HOST_FAULT_RANK", "0",
+                "JNCCL_HOST_FAULT_AT", "1"))) {
+            results = LocalRanks.run(1, options, comm -> {
+                try (CudaStream stream = CudaStream.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 64)) {
+                    comm.allReduce(memory.tensor(DType.FP32), ReduceOp.SUM, stream);
+                    long deadline = System.nanoTime() + Duration.ofSeconds(5).toNanos();
+                    while (!comm.isAborted() && System.nanoTime() < deadline) {
+                        Thread.onSpinWait();
+                    }
+                    return comm.abortReason();
+                }
+            });
+        }
+        String reason = (String) results.getFirst();
+        assertTrue(reason != null && reason.contains("asynchronous error"), String.valueOf(reason));
+    }
+
+    @Test
+    void closeIsBoundedWhenTheCommsStreamIsStuck() throws Throwable {
+        CommunicatorOptions options = CommunicatorOptions.defaults().withCloseTimeout(Duration.ofSeconds(1));
+        try (NativeEnv env = NativeEnv.set(Map.of("JNCCL_HOST_FAULT", "hang", "JNCCL_HOST_FAULT_RANK", "0",
+                "JNCCL_HOST_FAULT_AT", "1"))) {
+            List<Object> results = LocalRanks.run(1, options, comm -> {
+                try (CudaStream stream = CudaStream.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 64)) {
+                    comm.allReduce(memory.tensor(DType.FP32), ReduceOp.SUM, stream);
+                    long started = System.nanoTime();
+                    comm.close();
+                    return Duration.ofNanos(System.nanoTime() - started);
+                }
+            });
+            LocalRanks.rethrowAny(results);
+            Duration took = (Duration) results.getFirst();
+            assertTrue(took.toMillis() < 5000, "close took " + took);
+        }
+    }
+}
