@@ -96,7 +96,9 @@ fi
   echo "java: $java_bin"
   "$java_bin" -version 2>&1 | sed 's/^/  /'
   echo "jar: $jar ($(stat -c %s "$jar") bytes)"
-  echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet HEAD -- 2>/dev/null || echo ' (+ local changes)')"
+  if command -v git >/dev/null && git -C "$root" rev-parse HEAD >/dev/null 2>&1; then
+    echo "commit: $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD -- || echo ' (+ local changes)')"
+  fi
   if [ "$mode" = gpu ] && command -v nvidia-smi >/dev/null; then
     echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader -i 0 2>/dev/null)"
   fi
@@ -134,18 +136,30 @@ else
 fi
 log "building the C program: ${build[*]}"
 "${build[@]}"
+{
+  echo "C program: ${build[*]}"
+  ldd "$c_bin" 2>/dev/null | grep -E 'nccl|cudart|jnccl' | sed 's/^[[:space:]]*/  /' || true
+} | tee -a "$out/environment.txt"
 log "running the C program (${C_ARGS:-defaults})"
+status=0
 # shellcheck disable=SC2086
-"$c_bin" ${C_ARGS:-} | tee "$out/c.txt"
+"$c_bin" ${C_ARGS:-} | tee "$out/c.txt" || { log "the C program failed"; status=1; }
 
 # ---------------------------------------------------------------- JMH
 jmh_args=("$@")
 log "running JMH (backend $backend): HostCostBenchmark ${jmh_args[*]:-}"
 (cd "$work" && "$java_bin" --enable-native-access=ALL-UNNAMED -jar "$jar" HostCostBenchmark \
-    -jvmArgsAppend "-Djnccl.backend=$backend" -rf csv -rff "$out/jmh.csv" "${jmh_args[@]}") 2>&1 | tee "$out/jmh.txt"
+    -jvmArgsAppend "-Djnccl.backend=$backend" -rf csv -rff "$out/jmh.csv" "${jmh_args[@]}") 2>&1 | tee "$out/jmh.txt" \
+  || { log "JMH failed"; status=1; }
 if ! grep -q "backend $backend" "$out/jmh.txt"; then
   log "JMH did not report backend $backend: see $out/jmh.txt"
-  exit 1
+  status=1
+fi
+[ -f "$out/jmh.csv" ] || : > "$out/jmh.csv"
+results=$(grep -c HostCostBenchmark "$out/jmh.csv" || true)
+if [ "$results" -lt 6 ]; then
+  log "JMH produced $results of 6 results (a benchmark failed? see $out/jmh.txt)"
+  status=1
 fi
 
 # ---------------------------------------------------------------- summary
@@ -155,7 +169,8 @@ label=$([ "$mode" = gpu ] && echo "CUDA + NCCL" || echo "host emulation")
   # Host-only (synchronizations left out) figures of the Java benchmarks: the mean of the
   # measurement iterations' "# host-only <benchmark>[<comm>] measurement: X us/op" lines.
   grep -o '# host-only [^ ]* measurement: [0-9.]* us/op' "$out/jmh.txt" \
-    | awk '{ n[$3]++; sum[$3] += $5 } END { for (k in n) printf "%s,%.3f\n", k, sum[k] / n[k] }' > "$out/host-only.csv"
+    | awk '{ n[$3]++; sum[$3] += $5 } END { for (k in n) printf "%s,%.3f\n", k, sum[k] / n[k] }' > "$out/host-only.csv" \
+    || true
   awk -F, '
     FILENAME ~ /c\.txt$/ {
       if ($0 !~ /^RESULT /) next
@@ -217,3 +232,4 @@ label=$([ "$mode" = gpu ] && echo "CUDA + NCCL" || echo "host emulation")
   ' "$out/c.txt" "$out/host-only.csv" "$out/jmh.csv"
 } | tee "$out/summary.txt"
 log "logs in $out"
+exit $status

@@ -13,7 +13,7 @@
  *    __NV_SATFINITE: fp8 overflow (and infinity) saturates to the largest
  *    finite value, NaN stays NaN (canonical 0x7fff / 0x7f, as CUDA's host code).
  *  - max/min on floating types return the non-NaN operand when one is NaN
- *    (fmaxf/fminf, __hmax/__hmin semantics).
+ *    (fmaxf/fminf semantics, as NCCL) and order -0 below +0.
  *  - ncclAvg: floating types multiply each contribution by 1/n computed in the
  *    accumulation type, then sum (NCCL's pre-multiplied sum); integer types
  *    sum, then divide by n (truncating towards zero, like NCCL's SumPostDiv).
@@ -152,10 +152,18 @@ uint8_t jn_float_to_fp8e5m2(float f) {
 
 /* ============================================================== reduction */
 
-static inline float fmax_nan(float a, float b) { return a != a ? b : b != b ? a : (a > b ? a : b); }
-static inline float fmin_nan(float a, float b) { return a != a ? b : b != b ? a : (a < b ? a : b); }
-static inline double dmax_nan(double a, double b) { return a != a ? b : b != b ? a : (a > b ? a : b); }
-static inline double dmin_nan(double a, double b) { return a != a ? b : b != b ? a : (a < b ? a : b); }
+/* max/min ignore a NaN operand (fmaxf/fminf) and order -0 below +0. */
+#define MAXMIN(NAME, T, CMP, ZERO_PICK_A)                      \
+  static inline T NAME(T a, T b) {                             \
+    if (a != a) return b;                                      \
+    if (b != b) return a;                                      \
+    if (a == b) return (ZERO_PICK_A) ? a : b; /* +0 vs -0 */   \
+    return a CMP b ? a : b;                                    \
+  }
+MAXMIN(fmax_nan, float, >, !__builtin_signbit(a))
+MAXMIN(fmin_nan, float, <, __builtin_signbit(a))
+MAXMIN(dmax_nan, double, >, !__builtin_signbit(a))
+MAXMIN(dmin_nan, double, <, __builtin_signbit(a))
 
 /* Integers: T is the type, U its unsigned counterpart (wrap-around arithmetic), W a 64-bit
  * type of the same signedness for the average's division. */

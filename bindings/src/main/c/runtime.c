@@ -175,7 +175,8 @@ cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevi
 cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags) {
   if (flags != JN_cudaPeerAccessDefault) FAIL(cudaErrorInvalidValue);
   int me = tl_device;
-  if (!jn_valid_device(peerDevice) || peerDevice == me) FAIL(cudaErrorInvalidDevice);
+  if (!jn_valid_device(peerDevice)) FAIL(cudaErrorInvalidDevice);
+  if (peerDevice == me) FAIL(cudaErrorPeerAccessUnsupported); /* what CUDA 13 answers */
   pthread_mutex_lock(&g_peer_mu);
   uint64_t bit = 1ull << (peerDevice % 64);
   int already = (g_peer_enabled[me][peerDevice / 64] & bit) != 0;
@@ -188,8 +189,10 @@ cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags) {
 cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device) {
   if (pciBusId == NULL || len <= 0) FAIL(cudaErrorInvalidValue);
   if (!jn_valid_device(device)) FAIL(cudaErrorInvalidDevice);
-  /* Stable fake id "0000:BB:00.0", bus = device + 1; truncated to len like the driver. */
-  snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", (unsigned)(device + 1));
+  /* Stable fake id "0000:BB:00.0", bus = device + 1. Like CUDA 13, a buffer too small for
+   * the id and its NUL (13 bytes) is cudaErrorInvalidValue. */
+  int n = snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", (unsigned)(device + 1));
+  if (len < n + 1) FAIL(cudaErrorInvalidValue); /* (the truncated id is written, as by CUDA) */
   return cudaSuccess;
 }
 
@@ -351,10 +354,10 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, c
     }
   } else {
     /* CUDA >= 11: unregistered host memory is a success with type Unregistered. */
-    attributes->type = cudaMemoryTypeUnregistered;
+    attributes->type = cudaMemoryTypeUnregistered; /* as CUDA 13 answers (checked on an H200) */
     attributes->device = -2;
     attributes->devicePointer = NULL;
-    attributes->hostPointer = NULL;
+    attributes->hostPointer = (void *)ptr;
   }
   return cudaSuccess;
 }

@@ -330,7 +330,30 @@ public abstract class Communicator implements AutoCloseable {
                 openTransaction = null;
             }
             requireUsable("execute");
-            throttleLaunchQueue();
+            throttleLaunchQueue(true);
+            try {
+                enqueue(transaction, signal, buffer, executed);
+            } finally {
+                throttleLaunchQueue(false);
+            }
+        } finally {
+            nativeLock.unlock();
+        }
+        if (LOG.isDebugEnabled()) {
+            LOG.debug("rank {} transaction #{}: {} command(s), {} bytes: {}", rank, transaction.number(),
+                    executed.size(), bytes(executed), executed);
+        }
+        if (event.shouldCommit()) {
+            event.rank = rank;
+            event.sequence = transaction.number();
+            event.commands = executed.size();
+            event.bytes = bytes(executed);
+            event.operations = executed.stream().map(c -> c.getClass().getSimpleName()).toList().toString();
+            event.commit();
+        }
+    }
+
+    private void enqueue(Transaction transaction, CudaEvent signal, CommandBuffer buffer, List<Command> executed) {
             stream.waitFor(transaction.ready());
             boolean enqueuing = false;
             try {
@@ -359,22 +382,6 @@ public abstract class Communicator implements AutoCloseable {
                 stream.record(completion);
             }
             recorder.add(transaction.number(), executed, completion);
-            throttleLaunchQueue();
-        } finally {
-            nativeLock.unlock();
-        }
-        if (LOG.isDebugEnabled()) {
-            LOG.debug("rank {} transaction #{}: {} command(s), {} bytes: {}", rank, transaction.number(),
-                    executed.size(), bytes(executed), executed);
-        }
-        if (event.shouldCommit()) {
-            event.rank = rank;
-            event.sequence = transaction.number();
-            event.commands = executed.size();
-            event.bytes = bytes(executed);
-            event.operations = executed.stream().map(c -> c.getClass().getSimpleName()).toList().toString();
-            event.commit();
-        }
     }
 
     private static long bytes(List<Command> commands) {
@@ -519,11 +526,12 @@ public abstract class Communicator implements AutoCloseable {
     protected void onFinish(CudaEvent signal) {}
 
     /**
-     * Called before and after each transaction. Threads mode uses it to keep one rank's thread from
-     * queuing far ahead of the others (many GPUs driven from one process share the driver's launch
-     * queue); the default does nothing.
+     * Called before ({@code beforeTransaction} true) and after (false, also when the transaction
+     * failed) each transaction. Threads mode uses it to keep one rank's thread from queuing far
+     * ahead of the others (many GPUs driven from one process share the driver's launch queue); the
+     * default does nothing.
      */
-    protected void throttleLaunchQueue() {}
+    protected void throttleLaunchQueue(boolean beforeTransaction) {}
 
     /** Called once after the communicator was aborted, so subclasses can release waiting threads. */
     protected void onAbort(String reason) {}
@@ -635,8 +643,26 @@ public abstract class Communicator implements AutoCloseable {
         while (true) {
             nativeLock.lock();
             try {
-                requireUsable("await");
-                if (event.isComplete()) {
+                MemorySegment handle = requireComm("await");
+                boolean complete = event.isComplete();
+                // A failed collective can still let the event complete (or never): NCCL reports it
+                // only through the asynchronous error, so look at it before saying "done" and
+                // every so often while waiting.
+                if (complete || (spins & 1023) == 1023) {
+                    int status = asyncError(handle, ownerAsyncError);
+                    if (status != NCCL_SUCCESS && status != NCCL_IN_PROGRESS) {
+                        String reason = "await: NCCL reports asynchronous error " + status + " ("
+                                + Native.ncclErrorText(status) + ")" + lastErrorSuffix(handle);
+                        nativeLock.unlock();
+                        try {
+                            abort(reason);
+                        } finally {
+                            nativeLock.lock();
+                        }
+                        requireUsable("await");
+                    }
+                }
+                if (complete) {
                     return;
                 }
             } finally {
@@ -644,6 +670,11 @@ public abstract class Communicator implements AutoCloseable {
             }
             backoff(spins++);
         }
+    }
+
+    private static String lastErrorSuffix(MemorySegment handle) {
+        String last = Native.ncclLastError(handle);
+        return last.isBlank() ? "" : ": " + last;
     }
 
     private static void backoff(long spins) {

@@ -121,22 +121,14 @@ final class EmulationCollectives {
         MemorySegment[] input = new MemorySegment[n];
         for (int r = 0; r < n; r++) {
             input[r] = arena.allocate(sendElems * t.size, 16);
-            for (long i = 0; i < sendElems; i++) {
-                t.set(input[r], i, draw(c, t, random));
-            }
+            fill(c, input[r], sendElems, random);
         }
         Prepared p = new Prepared(c, n);
         // The reduced vector (all-reduce, reduce: count; reduce-scatter: n * count).
         MemorySegment reduced = null;
         if (c.op != null) {
             reduced = arena.allocate(sendElems * t.size, 16);
-            long[] values = new long[n];
-            for (long i = 0; i < sendElems; i++) {
-                for (int r = 0; r < n; r++) {
-                    values[r] = t.get(input[r], i);
-                }
-                t.set(reduced, i, EmulationSupport.reduce(t, c.op, values, n));
-            }
+            reduceInto(t, c.op, input, reduced, sendElems);
         }
         for (int r = 0; r < n; r++) {
             long bufferElems = c.inPlace ? Math.max(sendElems, recvElems) : recvElems;
@@ -200,6 +192,25 @@ final class EmulationCollectives {
         return p;
     }
 
+    // The hot loops live in small methods of their own so that the JIT compiles them whole.
+    private static void fill(Case c, MemorySegment segment, long count, Random random) {
+        DType t = c.type;
+        for (long i = 0; i < count; i++) {
+            t.set(segment, i, draw(c, t, random));
+        }
+    }
+
+    private static void reduceInto(DType t, Op op, MemorySegment[] input, MemorySegment reduced, long count) {
+        int n = input.length;
+        long[] values = new long[n];
+        for (long i = 0; i < count; i++) {
+            for (int r = 0; r < n; r++) {
+                values[r] = t.get(input[r], i);
+            }
+            t.set(reduced, i, EmulationSupport.reduce(t, op, values, n));
+        }
+    }
+
     private static long draw(Case c, DType t, Random random) {
         if (c.data == Data.EXTREMES && t.isFloat()) {
             int pick = random.nextInt(16);
@@ -236,8 +247,9 @@ final class EmulationCollectives {
             if (send != null) {
                 EmulationSupport.toDevice(send, p.send[rank]);
             }
-            MemorySegment sendPtr = c.inPlace ? recv.asSlice(p.sendOffset[rank] * size) : send;
-            MemorySegment recvPtr = recv.asSlice(p.recvOffset[rank] * size);
+            // Device pointers are zero-length segments: offsets are address arithmetic.
+            MemorySegment sendPtr = c.inPlace ? MemorySegment.ofAddress(recv.address() + p.sendOffset[rank] * size) : send;
+            MemorySegment recvPtr = MemorySegment.ofAddress(recv.address() + p.recvOffset[rank] * size);
             String what = "rank " + rank + " " + c;
             switch (c.coll) {
                 case ALL_REDUCE -> nccl(Nccl.ncclAllReduce(sendPtr, recvPtr, c.count, t.id, c.op.id, comm, stream), what);

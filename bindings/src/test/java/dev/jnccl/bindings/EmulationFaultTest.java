@@ -44,7 +44,7 @@ class EmulationFaultTest {
     /** Communicators and streams of a world, created while the given variables are set. */
     private static void create(World world, MemorySegment[] comms, MemorySegment[] streams, String... env)
             throws Exception {
-        try (Env ignored = Env.set(env)) {
+        try (Env _ = Env.set(env)) {
             world.run(Duration.ofSeconds(30), rank -> {
                 comms[rank] = world.init(rank);
                 return null;
@@ -113,15 +113,18 @@ class EmulationFaultTest {
                 EmulationSupport.withinTime(BOUND, "cudaStreamSynchronize(rank " + r + ")", () ->
                         CudaRuntime.cudaStreamSynchronize(streams[rank]));
             }
-            // ...and can be aborted (rank 0) or destroyed (rank 2).
+            // ...and can be aborted (rank 0). Like real NCCL, ncclCommDestroy refuses a communicator
+            // with an asynchronous error (returns it, frees nothing); ncclCommAbort releases it.
             assertNccl(Nccl.ncclSuccess(), EmulationSupport.withinTime(BOUND, "ncclCommAbort(rank 0)",
                     () -> Nccl.ncclCommAbort(comms[0])), "ncclCommAbort(rank 0)");
             world.forget(0);
             comms[0] = null;
             int destroyed = EmulationSupport.withinTime(BOUND, "ncclCommDestroy(rank 2)", () -> Nccl.ncclCommDestroy(comms[2]));
+            assertNccl(Nccl.ncclRemoteError(), destroyed, "ncclCommDestroy(rank 2) after the remote error");
+            assertNccl(Nccl.ncclSuccess(), EmulationSupport.withinTime(BOUND, "ncclCommAbort(rank 2)",
+                    () -> Nccl.ncclCommAbort(comms[2])), "ncclCommAbort(rank 2)");
             world.forget(2);
             comms[2] = null;
-            assertNccl(Nccl.ncclSuccess(), destroyed, "ncclCommDestroy(rank 2) after the remote error");
         } finally {
             world.abortAll();
             for (int r = 0; r < n; r++) {
@@ -160,6 +163,16 @@ class EmulationFaultTest {
                     + EmulationSupport.ncclText(EmulationSupport.asyncError(comms[1])));
             String text = EmulationSupport.lastError(comms[1]);
             assertTrue(text.contains("injected failure at operation 3 of rank 1"), "ncclGetLastError: " + text);
+            // Rank 0, waiting for rank 1 inside the broadcast, stops with a remote error that says why.
+            boolean remote = EmulationSupport.await(BOUND,
+                    () -> EmulationSupport.asyncError(comms[0]) == Nccl.ncclRemoteError());
+            assertTrue(remote, "rank 0's async error after rank 1 failed: "
+                    + EmulationSupport.ncclText(EmulationSupport.asyncError(comms[0])));
+            String peerText = EmulationSupport.lastError(comms[0]);
+            assertTrue(peerText.contains("rank 1") && peerText.contains("injected failure"), "rank 0's error text: " + peerText);
+            // A failed communicator answers new operations with its error (NCCL's ncclCommEnsureReady).
+            assertNccl(Nccl.ncclSystemError(), Nccl.ncclAllReduce(buffers[1], buffers[1], 256, Nccl.ncclFloat32(),
+                    Nccl.ncclSum(), comms[1], streams[1]), "ncclAllReduce on the failed communicator");
             // The failed operation ends: rank 1's stream drains.
             EmulationSupport.withinTime(BOUND, "cudaStreamSynchronize(rank 1)", () ->
                     CudaRuntime.cudaStreamSynchronize(streams[1]));
@@ -184,7 +197,7 @@ class EmulationFaultTest {
     @Test
     void aDelayedRankSlowsItsCollectivesButNotItsStreams() throws Exception {
         int n = 2;
-        int delayMs = 250;
+        int delayMs = 400;
         World world = new World(n);
         MemorySegment[] comms = new MemorySegment[n];
         MemorySegment[] streams = new MemorySegment[n];

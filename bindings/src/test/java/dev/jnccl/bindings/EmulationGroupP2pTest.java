@@ -148,8 +148,14 @@ class EmulationGroupP2pTest {
             assertTrue(reported, "async errors after a 1000-element send met a 500-element receive: rank 0 "
                     + EmulationSupport.ncclText(EmulationSupport.asyncError(comms[0])) + ", rank 1 "
                     + EmulationSupport.ncclText(EmulationSupport.asyncError(comms[1])));
-            String text = EmulationSupport.lastError(comms[1]);
-            assertTrue(text.contains("1000") && text.contains("500"), "ncclGetLastError should name both sizes: " + text);
+            // The async error's text (ncclGetLastError of the thread that read the async error) names
+            // both ranks and both byte counts.
+            for (int r = 0; r < 2; r++) {
+                assertEquals(Nccl.ncclInvalidUsage(), EmulationSupport.asyncError(comms[r]));
+                String text = EmulationSupport.lastError(comms[r]);
+                assertTrue(text.contains("4000") && text.contains("2000") && text.contains("rank 0")
+                        && text.contains("rank 1"), "ncclGetLastError after rank " + r + "'s async error: " + text);
+            }
             for (int r = 0; r < 2; r++) {
                 int rank = r;
                 EmulationSupport.withinTime(Duration.ofSeconds(10), "cudaStreamSynchronize", () ->

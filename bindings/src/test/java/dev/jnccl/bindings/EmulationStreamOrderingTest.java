@@ -26,7 +26,7 @@ import org.junit.jupiter.api.Timeout;
  */
 @Timeout(value = 60, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
 class EmulationStreamOrderingTest {
-    private static final int DELAY_MS = 300;
+    private static final int DELAY_MS = 500;
     private static final int BYTES = 1 << 16;
 
     @BeforeAll
@@ -36,7 +36,7 @@ class EmulationStreamOrderingTest {
 
     /** A stream created while JNCCL_HOST_DELAY_US is set (and nothing narrows it). */
     static MemorySegment delayedStream(int delayMs, int flags, String device) {
-        try (Env env = Env.set("JNCCL_HOST_DELAY_US", Integer.toString(delayMs * 1000),
+        try (Env _ = Env.set("JNCCL_HOST_DELAY_US", Integer.toString(delayMs * 1000),
                 "JNCCL_HOST_DELAY_RANK", null, "JNCCL_HOST_DELAY_DEVICE", device)) {
             try (Arena arena = Arena.ofConfined()) {
                 MemorySegment out = arena.allocate(java.lang.foreign.ValueLayout.ADDRESS);

@@ -540,7 +540,8 @@ final class EmulationSupport {
                     }
                     return bits;
                 }
-                double magnitude = 0.25 * Math.pow(16, random.nextDouble());
+                // 2^e * [1, 2) for e in -2..1: a random exponent and a random full mantissa.
+                double magnitude = Math.scalb(1.0 + random.nextDouble(), random.nextInt(4) - 2);
                 double value = random.nextBoolean() ? -magnitude : magnitude;
                 bits = switch (kind) {
                     case F64 -> Double.doubleToRawLongBits(value);

@@ -16,6 +16,7 @@ import dev.jnccl.bindings.EmulationCollectives.Coll;
 import dev.jnccl.bindings.EmulationSupport.DType;
 import dev.jnccl.bindings.EmulationSupport.Op;
 import dev.jnccl.bindings.cuda.CudaRuntime;
+import dev.jnccl.bindings.cuda.cudaPointerAttributes;
 import dev.jnccl.bindings.nccl.Nccl;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -69,15 +70,26 @@ class EmulationWorldOneConformanceTest {
         }
         List<Case> cases = EmulationCollectives.matrix(1, List.of(type), 0x5eed0000L + type.ordinal());
         List<String> problems = new ArrayList<>();
+        int run = 0;
         for (Case c : cases) {
+            if (type.isFp8() && c.op() == Op.AVG && libraries.backend() == Backend.CUDA) {
+                // Real NCCL (seen with 2.28.9 on an H200) answers ncclInvalidArgument here: on one rank
+                // ncclAvg becomes a pre-multiplied sum run by ncclLaunchOneRank, whose host-side switch
+                // only has the fp8 kernels under "__CUDA_ARCH__ >= 900", which is never true in host
+                // code. With more ranks fp8 avg works, and the emulation computes it here too. Not
+                // asserted either way: it is NCCL's quirk, not a contract.
+                continue;
+            }
             try (Arena arena = Arena.ofConfined()) {
                 EmulationCollectives.Prepared p = EmulationCollectives.prepare(c, 1, arena);
                 problems.addAll(EmulationCollectives.execute(p, 0, comm, stream));
+                run++;
             }
         }
         assertTrue(problems.isEmpty(), () -> String.join("\n", problems));
         // Count the cases so a silently shrunken matrix cannot pass: 3 reductions x 5 ops x 2 + 3 x 2 + send/recv.
         assertEquals(3 * Op.values().length * 2 + 3 * 2 + 1, cases.size());
+        assertTrue(run >= cases.size() - 6, "cases run: " + run);
     }
 
     @Test
@@ -161,6 +173,32 @@ class EmulationWorldOneConformanceTest {
     }
 
     @Test
+    void aRejectedCallInsideAGroupFailsTheGroupEndAndNothingElse() {
+        MemorySegment a = EmulationSupport.deviceMalloc(64);
+        MemorySegment b = EmulationSupport.deviceMalloc(64);
+        try (Arena arena = Arena.ofConfined()) {
+            nccl(Nccl.ncclGroupStart(), "ncclGroupStart");
+            // (Whether this valid call still runs differs: real NCCL launches one-rank collectives at
+            // once, the emulation drops the whole group. Only the return codes are the contract.)
+            nccl(Nccl.ncclAllReduce(a, b, 4, Nccl.ncclFloat32(), Nccl.ncclSum(), comm, stream), "ncclAllReduce in the group");
+            assertNccl(Nccl.ncclInvalidArgument(), Nccl.ncclAllReduce(a, b, 4, 77, Nccl.ncclSum(), comm, stream),
+                    "ncclAllReduce with a bad type in the group");
+            assertNccl(Nccl.ncclInvalidArgument(), Nccl.ncclGroupEnd(), "ncclGroupEnd of a group with a rejected call");
+            cuda(CudaRuntime.cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+            assertNccl(Nccl.ncclSuccess(), EmulationSupport.asyncError(comm), "ncclCommGetAsyncError after the failed group");
+            // The thread's group state was reset: a new group works.
+            Case c = new Case(Coll.ALL_GATHER, DType.UINT64, null, 9, true, 0, 3);
+            EmulationCollectives.Prepared p = EmulationCollectives.prepare(c, 1, arena);
+            List<String> problems = EmulationCollectives.execute(p, 0, comm, stream);
+            assertTrue(problems.isEmpty(), () -> String.join("\n", problems));
+            assertNccl(Nccl.ncclInvalidUsage(), Nccl.ncclGroupEnd(), "a second ncclGroupEnd");
+        } finally {
+            EmulationSupport.free(a);
+            EmulationSupport.free(b);
+        }
+    }
+
+    @Test
     void zeroCountCollectivesAreDiscardedEvenWithNullBuffers() {
         // NCCL drops empty collectives after its argument checks (taskAppend: "Empty collectives can be
         // discarded"); pointers are only checked with NCCL_CHECK_POINTERS=1, which is off by default.
@@ -205,6 +243,96 @@ class EmulationWorldOneConformanceTest {
                 EmulationSupport.free(a);
                 EmulationSupport.free(b);
                 EmulationSupport.free(d);
+            }
+        }
+    }
+
+    @Test
+    void pointerAttributesAndEventsAnswerLikeCuda() {
+        cuda(CudaRuntime.cudaSetDevice(0), "cudaSetDevice(0)");
+        MemorySegment device = EmulationSupport.deviceMalloc(4096);
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment attributes = cudaPointerAttributes.allocate(arena);
+            cuda(CudaRuntime.cudaPointerGetAttributes(attributes, device), "cudaPointerGetAttributes(device)");
+            assertEquals(CudaRuntime.cudaMemoryTypeDevice(), cudaPointerAttributes.type(attributes));
+            assertEquals(0, cudaPointerAttributes.device(attributes));
+            assertEquals(device.address(), cudaPointerAttributes.devicePointer(attributes).address());
+            assertEquals(0L, cudaPointerAttributes.hostPointer(attributes).address(), "device memory has no host pointer");
+            MemorySegment interior = MemorySegment.ofAddress(device.address() + 1000);
+            cuda(CudaRuntime.cudaPointerGetAttributes(attributes, interior), "cudaPointerGetAttributes(interior)");
+            assertEquals(CudaRuntime.cudaMemoryTypeDevice(), cudaPointerAttributes.type(attributes));
+            assertEquals(interior.address(), cudaPointerAttributes.devicePointer(attributes).address());
+
+            MemorySegment out = arena.allocate(ADDRESS);
+            cuda(CudaRuntime.cudaMallocHost(out, 4096), "cudaMallocHost");
+            MemorySegment pinned = out.get(ADDRESS, 0);
+            try {
+                cuda(CudaRuntime.cudaPointerGetAttributes(attributes, pinned), "cudaPointerGetAttributes(pinned)");
+                assertEquals(CudaRuntime.cudaMemoryTypeHost(), cudaPointerAttributes.type(attributes));
+                assertEquals(pinned.address(), cudaPointerAttributes.hostPointer(attributes).address());
+            } finally {
+                cuda(CudaRuntime.cudaFreeHost(pinned), "cudaFreeHost");
+            }
+            MemorySegment pageable = arena.allocate(4096);
+            cuda(CudaRuntime.cudaPointerGetAttributes(attributes, pageable), "cudaPointerGetAttributes(pageable)");
+            assertEquals(CudaRuntime.cudaMemoryTypeUnregistered(), cudaPointerAttributes.type(attributes));
+
+            assertCuda(CudaRuntime.cudaErrorInvalidValue(), CudaRuntime.cudaMalloc(MemorySegment.NULL, 64), "cudaMalloc(NULL)");
+            CudaRuntime.cudaGetLastError();
+
+            MemorySegment timed = EmulationSupport.newEvent(CudaRuntime.cudaEventDefault());
+            MemorySegment untimed = EmulationSupport.newEvent(CudaRuntime.cudaEventDisableTiming());
+            try {
+                MemorySegment ms = arena.allocate(java.lang.foreign.ValueLayout.JAVA_FLOAT);
+                assertCuda(CudaRuntime.cudaSuccess(), CudaRuntime.cudaEventQuery(timed), "cudaEventQuery(never recorded)");
+                assertCuda(CudaRuntime.cudaErrorInvalidResourceHandle(), CudaRuntime.cudaEventElapsedTime(ms, timed, timed),
+                        "cudaEventElapsedTime(never recorded)");
+                cuda(CudaRuntime.cudaEventRecord(timed, stream), "cudaEventRecord");
+                cuda(CudaRuntime.cudaEventRecord(untimed, stream), "cudaEventRecord");
+                cuda(CudaRuntime.cudaEventSynchronize(untimed), "cudaEventSynchronize");
+                assertCuda(CudaRuntime.cudaSuccess(), CudaRuntime.cudaEventQuery(timed), "cudaEventQuery(recorded, done)");
+                assertCuda(CudaRuntime.cudaErrorInvalidResourceHandle(), CudaRuntime.cudaEventElapsedTime(ms, timed, untimed),
+                        "cudaEventElapsedTime with a cudaEventDisableTiming event");
+                cuda(CudaRuntime.cudaEventElapsedTime(ms, timed, timed), "cudaEventElapsedTime(e, e)");
+                assertEquals(0f, ms.get(java.lang.foreign.ValueLayout.JAVA_FLOAT, 0));
+                CudaRuntime.cudaGetLastError();
+            } finally {
+                cuda(CudaRuntime.cudaEventDestroy(timed), "cudaEventDestroy");
+                cuda(CudaRuntime.cudaEventDestroy(untimed), "cudaEventDestroy");
+            }
+        } finally {
+            EmulationSupport.free(device);
+        }
+    }
+
+    @Test
+    void ncclMemAllocBuffersRegisterAndCarryCollectives() {
+        assumeTrue(libraries.supports(NcclFeature.MEM_ALLOC_AND_REGISTER), "NCCL " + libraries.nccl());
+        try (Arena arena = Arena.ofConfined()) {
+            Case c = new Case(Coll.ALL_REDUCE, DType.FLOAT64, Op.MIN, 2049, false, 0, 17);
+            EmulationCollectives.Prepared p = EmulationCollectives.prepare(c, 1, arena);
+            long bytes = p.send[0].byteSize();
+            MemorySegment out = arena.allocate(ADDRESS);
+            nccl(Nccl.ncclMemAlloc(out, bytes), "ncclMemAlloc");
+            MemorySegment send = out.get(ADDRESS, 0);
+            nccl(Nccl.ncclMemAlloc(out, bytes), "ncclMemAlloc");
+            MemorySegment recv = out.get(ADDRESS, 0);
+            MemorySegment handle = arena.allocate(ADDRESS);
+            nccl(Nccl.ncclCommRegister(comm, send, bytes, handle), "ncclCommRegister");
+            try {
+                EmulationSupport.toDevice(send, p.send[0]);
+                EmulationSupport.toDevice(recv, p.recvInit[0]);
+                nccl(Nccl.ncclAllReduce(send, recv, c.count(), c.type().id, c.op().id, comm, stream), "ncclAllReduce");
+                cuda(CudaRuntime.cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+                MemorySegment actual = arena.allocate(bytes);
+                EmulationSupport.toHost(actual, recv);
+                List<String> problems = EmulationCollectives.compare("ncclMemAlloc buffers", c.type(), p.expected[0],
+                        actual, 0, c.count());
+                assertTrue(problems.isEmpty(), () -> String.join("\n", problems));
+            } finally {
+                nccl(Nccl.ncclCommDeregister(comm, handle.get(ADDRESS, 0)), "ncclCommDeregister");
+                nccl(Nccl.ncclMemFree(send), "ncclMemFree");
+                nccl(Nccl.ncclMemFree(recv), "ncclMemFree");
             }
         }
     }

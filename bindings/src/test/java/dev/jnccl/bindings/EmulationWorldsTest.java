@@ -13,6 +13,7 @@ import dev.jnccl.bindings.EmulationCollectives.Coll;
 import dev.jnccl.bindings.EmulationCollectives.Data;
 import dev.jnccl.bindings.EmulationCollectives.Prepared;
 import dev.jnccl.bindings.EmulationSupport.DType;
+import dev.jnccl.bindings.EmulationSupport.Env;
 import dev.jnccl.bindings.EmulationSupport.Op;
 import dev.jnccl.bindings.EmulationSupport.World;
 import dev.jnccl.bindings.cuda.CudaRuntime;
@@ -27,6 +28,7 @@ import java.util.concurrent.CyclicBarrier;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -36,10 +38,12 @@ import org.junit.jupiter.params.provider.ValueSource;
  * 3, 4 and 8 against the Java reference, in place and out of place, odd counts and sizes above the
  * emulation's staging chunk; low-precision extremes (saturation, infinity, NaN); the legacy stream.
  */
+@Timeout(value = 240, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
 class EmulationWorldsTest {
     /**
-     * The emulation's staging chunk in bytes (README.md of bindings/src/main/c). Large cases move
-     * 2.5 chunks per rank buffer so that every collective runs through several chunks.
+     * The emulation's default staging chunk in bytes (JNCCL_HOST_CHUNK_BYTES, README.md of
+     * bindings/src/main/c). Large cases move
+     * 1.5 chunks per rank buffer so that every collective runs through several chunks.
      */
     static final long STAGING_CHUNK_BYTES = 1L << 20;
 
@@ -58,13 +62,42 @@ class EmulationWorldsTest {
                 + String.join("\n", problems.subList(0, Math.min(40, problems.size()))));
     }
 
+    @ParameterizedTest(name = "world {0}")
+    @ValueSource(ints = {3, 4})
+    void everyCollectiveStillMatchesWithATinyStagingChunk(int n) throws Exception {
+        // JNCCL_HOST_CHUNK_BYTES (read at communicator creation) at its minimum: most cases of the
+        // matrix then take many rounds, with a partial last one.
+        List<Case> cases = EmulationCollectives.matrix(n, List.of(DType.values()), 5000L * n);
+        List<String> problems;
+        try (Env _ = Env.set("JNCCL_HOST_CHUNK_BYTES", "4096")) {
+            problems = runCases(n, cases, Duration.ofSeconds(120));
+        }
+        assertTrue(problems.isEmpty(), () -> problems.size() + " problems, first ones:\n"
+                + String.join("\n", problems.subList(0, Math.min(40, problems.size()))));
+    }
+
+    @Test
+    void twoWorldsOnTheSameDevicesRunAtTheSameTime() throws Exception {
+        // Two independent worlds of 4 ranks on devices 0..3, each with its own threads, communicators
+        // and streams, run their matrices concurrently: no cross-talk through devices or segments.
+        List<DType> types = List.of(DType.FLOAT32, DType.BFLOAT16, DType.INT8, DType.UINT64);
+        List<Case> first = EmulationCollectives.matrix(4, types, 11);
+        List<Case> second = EmulationCollectives.matrix(4, types, 22);
+        java.util.concurrent.FutureTask<List<String>> other = new java.util.concurrent.FutureTask<>(
+                () -> runCases(4, second, Duration.ofSeconds(100)));
+        Thread.ofPlatform().daemon().name("second-world").start(other);
+        List<String> problems = new ArrayList<>(runCases(4, first, Duration.ofSeconds(100)));
+        problems.addAll(other.get(100, TimeUnit.SECONDS));
+        assertTrue(problems.isEmpty(), () -> String.join("\n", problems.subList(0, Math.min(40, problems.size()))));
+    }
+
     /** Cases whose buffers exceed the staging chunk, with an odd element count. */
     static List<Case> largeCases(int n, long seed) {
         Random random = new Random(seed);
         List<Case> cases = new ArrayList<>();
-        // A per-rank buffer of ~2.5 chunks (for all-gather / all-to-all / reduce-scatter the
-        // n-fold buffer is larger still).
-        long floats = (STAGING_CHUNK_BYTES * 5 / 2) / 4 + 1;
+        // A per-rank buffer of ~1.5 chunks (for all-gather / all-to-all / reduce-scatter the
+        // n-fold buffer is larger still): two rounds, the second one partial.
+        long floats = (STAGING_CHUNK_BYTES * 3 / 2) / 4 + 1;
         long perPeer = Math.max(1, floats / n) | 1;
         for (boolean inPlace : new boolean[] {false, true}) {
             int root = n - 1;
@@ -145,7 +178,10 @@ class EmulationWorldsTest {
         Prepared[] current = new Prepared[1];
         Arena[] arena = new Arena[1];
         int[] next = {0};
+        long[] prepareNanos = {0};
+        long start = System.nanoTime();
         CyclicBarrier barrier = new CyclicBarrier(n, () -> {
+            long t0 = System.nanoTime();
             if (arena[0] != null) {
                 arena[0].close();
                 arena[0] = null;
@@ -155,6 +191,7 @@ class EmulationWorldsTest {
                 arena[0] = Arena.ofShared();
                 current[0] = EmulationCollectives.prepare(cases.get(next[0]++), n, arena[0]);
             }
+            prepareNanos[0] += System.nanoTime() - t0;
         });
         List<List<String>> perRank = world.run(limit, rank -> {
             MemorySegment comm = world.init(rank);
@@ -174,6 +211,9 @@ class EmulationWorldsTest {
             cuda(CudaRuntime.cudaStreamDestroy(stream), "cudaStreamDestroy");
             return problems;
         });
+        System.out.printf("world %d: %d cases in %d ms (%d ms of it computing inputs and references in Java)%n", n,
+                cases.size(), TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start),
+                TimeUnit.NANOSECONDS.toMillis(prepareNanos[0]));
         List<String> all = new ArrayList<>();
         perRank.forEach(all::addAll);
         return all;

@@ -24,6 +24,8 @@ final class PackState {
     private final long[] started;
     private int arrived;
     private long generation;
+    private String generationOperation;
+    private int generationRank;
 
     PackState(int size) {
         this.size = size;
@@ -88,8 +90,32 @@ final class PackState {
                 failed.error());
     }
 
-    /** Blocks until all ranks arrive; throws when a rank of the pack has failed. */
+    /**
+     * Blocks until all ranks arrive; throws when a rank of the pack has failed. Every arrival names
+     * its operation: ranks that meet in different host-side calls (one in a transaction, another
+     * done with its work or in a barrier) would otherwise pair up wrongly and hang, so that fails
+     * the pack with a message naming both ranks.
+     */
     void barrier(String operation, int rank) {
+        IllegalStateException mismatch = null;
+        synchronized (lock) {
+            if (failure.get() != null) {
+                throw released(operation, rank);
+            }
+            if (arrived == 0) {
+                generationOperation = operation;
+                generationRank = rank;
+            } else if (!generationOperation.equals(operation)) {
+                mismatch = new IllegalStateException("rank " + rank + " is in " + operation + " while rank "
+                        + generationRank + " is in " + generationOperation + ": in threads mode every rank must make"
+                        + " the same host-side calls (barrier, host gathers, memcpy-mode transactions) in the same"
+                        + " order");
+            }
+        }
+        if (mismatch != null) {
+            fail(rank, mismatch);
+            throw mismatch;
+        }
         synchronized (lock) {
             if (failure.get() != null) {
                 throw released(operation, rank);

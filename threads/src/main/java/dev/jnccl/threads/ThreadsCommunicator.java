@@ -65,7 +65,6 @@ final class ThreadsCommunicator extends Communicator {
     private final CudaEvent readyForPeers;
     private final CudaEvent doneReading;
     private long transactions;
-    private boolean insideTransaction;
     private List<Published> published;
     private int gatherIndex;
     private int[] recvIndex;
@@ -107,9 +106,8 @@ final class ThreadsCommunicator extends Communicator {
      * threads need to make the collectives it is waiting for complete.
      */
     @Override
-    protected void throttleLaunchQueue() {
-        insideTransaction = !insideTransaction;
-        if (insideTransaction) {
+    protected void throttleLaunchQueue(boolean beforeTransaction) {
+        if (beforeTransaction) {
             pack.throttle(rank(), ++transactions, options.maxLead());
         }
     }
@@ -205,7 +203,9 @@ final class ThreadsCommunicator extends Communicator {
                     if (sends.size() != recvs.size()) {
                         throw new IllegalStateException("execute: rank " + from + " sends " + sends.size()
                                 + " message(s) to rank " + to + " but rank " + to + " receives " + recvs.size()
-                                + " from rank " + from + " (unmatched send/recv in memcpy mode)");
+                                + " from rank " + from + " (bytes sent " + sends.stream().map(s -> s.tensor().bytes()).toList()
+                                + ", received " + recvs.stream().map(r -> r.tensor().bytes()).toList()
+                                + "; unmatched send/recv in memcpy mode)");
                     }
                     for (int i = 0; i < sends.size(); i++) {
                         long sent = sends.get(i).tensor().bytes();

@@ -1,0 +1,312 @@
+/*
+ * transaction_overhead.c - host cost of jnccl's native calls, made from C: the baseline of
+ * dev.jnccl.examples.bench.HostCostBenchmark (JMH). World size 1 on device 0, small tensors.
+ *
+ * Cases (each with a blocking and a non-blocking communicator; jnccl's are non-blocking):
+ *   transaction        cudaStreamWaitEvent(comms, ready) + ncclGroupStart + ncclReduceScatter (in
+ *                      place) + ncclAllGather (in place) + ncclGroupEnd + cudaEventRecord(signal, comms)
+ *   allreduce          ncclAllReduce (in place) alone on the comms stream
+ *   allreduce_ordered  the native calls of jnccl's comm.allReduce(t, SUM, compute):
+ *                      cudaEventRecord(e1, compute) + cudaStreamWaitEvent(comms, e1) + ncclGroupStart
+ *                      + ncclAllReduce + ncclGroupEnd + cudaEventRecord(e2, comms)
+ *                      + cudaStreamWaitEvent(compute, e2)
+ * On a non-blocking communicator ncclGroupEnd / an ungrouped collective may return ncclInProgress
+ * (at world size > 1 NCCL 2.28 launches the group from a thread it creates per group; at world
+ * size 1 it issues the collectives at once and returns ncclSuccess); the program then busy-polls
+ * ncclCommGetAsyncError until ncclSuccess, as jnccl does, before going on.
+ * Every call's result is checked. The comms stream is synchronized after every 256th operation,
+ * inside the timed loop, exactly as in the JMH benchmark, so the device queue stays bounded.
+ *
+ * Timing: clock_gettime(CLOCK_MONOTONIC) around REPS repetitions of ITERS operations after a
+ * warmup; the median of the repetitions is reported, one parseable line per case:
+ *   RESULT case=transaction comm=nonblocking median_us=5.912 min_us=5.870 max_us=6.101
+ *          enqueue_median_us=5.801 iters=100000 reps=5 warmup_us=6.020 samples_us=5.912,...
+ * (one line). median_us includes the synchronizations, as the JMH figures do; enqueue_median_us
+ * leaves out the time spent in them: when the two differ much, the device (or the emulation's
+ * stream threads), not the host, set the pace. ITERS is lowered, in multiples of 256, when one
+ * repetition would take longer than -t seconds.
+ *
+ * Build on a GPU machine (same shared libcudart that jnccl loads):
+ *   nvcc -O2 -cudart shared -o /tmp/transaction_overhead examples/src/main/c/transaction_overhead.c -lnccl
+ * or: gcc -O2 -I/usr/local/cuda/include -o /tmp/transaction_overhead transaction_overhead.c \
+ *       -L/usr/local/cuda/lib64 -lcudart -lnccl
+ * Against jnccl's host emulation (no GPU; nccl.h from e.g. /opt/headers):
+ *   gcc -O2 -I/opt/headers -I/usr/local/cuda/include -o /tmp/transaction_overhead_host \
+ *       transaction_overhead.c -L<dir of libjnccl_host.so> -l:libjnccl_host.so -Wl,-rpath,<that dir>
+ *
+ * Usage: transaction_overhead [-n ITERS] [-r REPS] [-w WARMUP] [-t MAX_SECONDS_PER_REP]
+ *                             [-c COUNT] [-m both|blocking|nonblocking] [-d DEVICE]
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SYNC_EVERY 256 /* a power of two, as HostCostBenchmark.SYNC_EVERY */
+
+#if defined(__x86_64__) || defined(__i386__)
+#define CPU_RELAX() __builtin_ia32_pause() /* what Thread.onSpinWait() emits on x86 */
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ __volatile__("yield")
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+#define CUDA_CHECK(call)                                                                    \
+  do {                                                                                      \
+    cudaError_t e_ = (call);                                                                \
+    if (e_ != cudaSuccess) {                                                                \
+      fprintf(stderr, "%s:%d: %s failed: %s (%d)\n", __FILE__, __LINE__, #call,             \
+              cudaGetErrorString(e_), (int)e_);                                             \
+      exit(1);                                                                              \
+    }                                                                                       \
+  } while (0)
+
+#define NCCL_CHECK(call)                                                                    \
+  do {                                                                                      \
+    ncclResult_t r_ = (call);                                                               \
+    if (r_ != ncclSuccess) {                                                                \
+      fprintf(stderr, "%s:%d: %s failed: %s (%d)\n", __FILE__, __LINE__, #call,             \
+              ncclGetErrorString(r_), (int)r_);                                             \
+      exit(1);                                                                              \
+    }                                                                                       \
+  } while (0)
+
+typedef struct {
+  int blocking;
+  ncclComm_t comm;
+  cudaStream_t comms;   /* the communicator's comms stream */
+  cudaStream_t compute; /* the "training" stream the ready event was recorded on */
+  cudaEvent_t ready;
+  cudaEvent_t signal;
+  cudaEvent_t ready2; /* allreduce_ordered: recorded on compute, waited for by comms */
+  cudaEvent_t done;   /* allreduce_ordered: recorded on comms, waited for by compute */
+  float *buffer;
+  float *shard; /* this rank's shard of buffer: all of it at world size 1 */
+  size_t count;
+  size_t shardCount;
+  unsigned long operations;
+  double syncSeconds; /* time spent in the every-256th synchronization */
+} bench_t;
+
+typedef void (*op_fn)(bench_t *);
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Non-blocking communicator: wait until the last call's asynchronous part has finished. */
+static void await_comm(bench_t *b, const char *what) {
+  ncclResult_t state;
+  for (;;) {
+    NCCL_CHECK(ncclCommGetAsyncError(b->comm, &state));
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) {
+      fprintf(stderr, "%s failed asynchronously: %s (%d)\n", what, ncclGetErrorString(state), (int)state);
+      exit(1);
+    }
+    CPU_RELAX();
+  }
+}
+
+/* The result of ncclGroupEnd or of an ungrouped collective. */
+static inline void ended(bench_t *b, ncclResult_t result, const char *what) {
+  if (result == ncclInProgress) {
+    await_comm(b, what);
+  } else if (result != ncclSuccess) {
+    fprintf(stderr, "%s failed: %s (%d)\n", what, ncclGetErrorString(result), (int)result);
+    exit(1);
+  }
+}
+
+static inline void bound(bench_t *b) {
+  if ((++b->operations & (SYNC_EVERY - 1)) == 0) {
+    double start = now_seconds();
+    CUDA_CHECK(cudaStreamSynchronize(b->comms));
+    b->syncSeconds += now_seconds() - start;
+  }
+}
+
+static void transaction(bench_t *b) {
+  CUDA_CHECK(cudaStreamWaitEvent(b->comms, b->ready, 0));
+  NCCL_CHECK(ncclGroupStart());
+  NCCL_CHECK(ncclReduceScatter(b->buffer, b->shard, b->shardCount, ncclFloat32, ncclSum, b->comm, b->comms));
+  NCCL_CHECK(ncclAllGather(b->shard, b->buffer, b->shardCount, ncclFloat32, b->comm, b->comms));
+  ended(b, ncclGroupEnd(), "ncclGroupEnd");
+  CUDA_CHECK(cudaEventRecord(b->signal, b->comms));
+  bound(b);
+}
+
+static void allreduce(bench_t *b) {
+  ended(b, ncclAllReduce(b->buffer, b->buffer, b->count, ncclFloat32, ncclSum, b->comm, b->comms), "ncclAllReduce");
+  bound(b);
+}
+
+/* jnccl's comm.allReduce(tensor, SUM, compute): the same native calls, ordering included. */
+static void allreduce_ordered(bench_t *b) {
+  CUDA_CHECK(cudaEventRecord(b->ready2, b->compute));
+  CUDA_CHECK(cudaStreamWaitEvent(b->comms, b->ready2, 0));
+  NCCL_CHECK(ncclGroupStart());
+  NCCL_CHECK(ncclAllReduce(b->buffer, b->buffer, b->count, ncclFloat32, ncclSum, b->comm, b->comms));
+  ended(b, ncclGroupEnd(), "ncclGroupEnd");
+  CUDA_CHECK(cudaEventRecord(b->done, b->comms));
+  CUDA_CHECK(cudaStreamWaitEvent(b->compute, b->done, 0));
+  bound(b);
+}
+
+static void setup(bench_t *b, int device, size_t count, int blocking) {
+  memset(b, 0, sizeof *b);
+  b->blocking = blocking;
+  b->count = count;
+  b->shardCount = count; /* world size 1 */
+  CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&b->comms, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&b->compute, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&b->ready, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&b->signal, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&b->ready2, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming));
+  CUDA_CHECK(cudaMalloc((void **)&b->buffer, count * sizeof(float)));
+  b->shard = b->buffer;
+  CUDA_CHECK(cudaMemsetAsync(b->buffer, 0, count * sizeof(float), b->compute));
+  CUDA_CHECK(cudaEventRecord(b->ready, b->compute));
+  CUDA_CHECK(cudaStreamSynchronize(b->compute));
+
+  ncclUniqueId id;
+  NCCL_CHECK(ncclGetUniqueId(&id));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = blocking;
+  ended(b, ncclCommInitRankConfig(&b->comm, 1, id, 0, &config), "ncclCommInitRankConfig");
+}
+
+static void teardown(bench_t *b) {
+  CUDA_CHECK(cudaStreamSynchronize(b->comms));
+  ended(b, ncclCommFinalize(b->comm), "ncclCommFinalize");
+  NCCL_CHECK(ncclCommDestroy(b->comm));
+  CUDA_CHECK(cudaFree(b->buffer));
+  CUDA_CHECK(cudaStreamSynchronize(b->compute));
+  CUDA_CHECK(cudaEventDestroy(b->done));
+  CUDA_CHECK(cudaEventDestroy(b->ready2));
+  CUDA_CHECK(cudaEventDestroy(b->signal));
+  CUDA_CHECK(cudaEventDestroy(b->ready));
+  CUDA_CHECK(cudaStreamDestroy(b->compute));
+  CUDA_CHECK(cudaStreamDestroy(b->comms));
+}
+
+static int compare_doubles(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+/* us per operation, all included; *enqueueUs: the same without the time spent synchronizing. */
+static double run(bench_t *b, op_fn op, long iterations, double *enqueueUs) {
+  CUDA_CHECK(cudaStreamSynchronize(b->comms)); /* every repetition starts with an empty queue */
+  b->syncSeconds = 0;
+  double start = now_seconds();
+  for (long i = 0; i < iterations; i++) op(b);
+  double elapsed = now_seconds() - start;
+  if (enqueueUs) *enqueueUs = (elapsed - b->syncSeconds) * 1e6 / (double)iterations;
+  return elapsed * 1e6 / (double)iterations;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof(double), compare_doubles);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void measure(const char *name, op_fn op, int device, size_t count, int blocking, long iterations, int reps,
+                    long warmup, double maxSeconds) {
+  bench_t b;
+  setup(&b, device, count, blocking);
+  double warm = run(&b, op, warmup, NULL);
+  long iters = iterations;
+  double perRep = warm * 1e-6 * (double)iters;
+  if (perRep > maxSeconds) {
+    iters = (long)(maxSeconds / (warm * 1e-6)) / SYNC_EVERY * SYNC_EVERY;
+    if (iters < 4 * SYNC_EVERY) iters = 4 * SYNC_EVERY;
+  }
+  double *samples = calloc((size_t)reps, sizeof(double));
+  double *enqueue = calloc((size_t)reps, sizeof(double));
+  if (samples == NULL || enqueue == NULL) {
+    perror("calloc");
+    exit(1);
+  }
+  char all[1024] = "";
+  for (int r = 0; r < reps; r++) {
+    samples[r] = run(&b, op, iters, &enqueue[r]);
+    size_t used = strlen(all);
+    snprintf(all + used, sizeof all - used, "%s%.3f", r == 0 ? "" : ",", samples[r]);
+  }
+  teardown(&b);
+  double enqueueMedian = median(enqueue, reps);
+  double allMedian = median(samples, reps);
+  printf("RESULT case=%s comm=%s median_us=%.3f min_us=%.3f max_us=%.3f enqueue_median_us=%.3f iters=%ld reps=%d"
+         " warmup_us=%.3f samples_us=%s\n",
+         name, blocking ? "blocking" : "nonblocking", allMedian, samples[0], samples[reps - 1], enqueueMedian, iters,
+         reps, warm, all);
+  fflush(stdout);
+  free(enqueue);
+  free(samples);
+}
+
+static void usage(const char *argv0) {
+  fprintf(stderr,
+          "usage: %s [-n ITERS] [-r REPS] [-w WARMUP] [-t MAX_SECONDS_PER_REP] [-c COUNT]"
+          " [-m both|blocking|nonblocking] [-d DEVICE]\n",
+          argv0);
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  long iterations = 100000, warmup = 20000;
+  int reps = 5, device = 0;
+  size_t count = 1024;
+  double maxSeconds = 2.0;
+  const char *mode = "both";
+  int opt;
+  while ((opt = getopt(argc, argv, "n:r:w:t:c:m:d:h")) != -1) {
+    switch (opt) {
+      case 'n': iterations = atol(optarg); break;
+      case 'r': reps = atoi(optarg); break;
+      case 'w': warmup = atol(optarg); break;
+      case 't': maxSeconds = atof(optarg); break;
+      case 'c': count = (size_t)atol(optarg); break;
+      case 'm': mode = optarg; break;
+      case 'd': device = atoi(optarg); break;
+      default: usage(argv[0]);
+    }
+  }
+  if (iterations < 1 || reps < 1 || warmup < 1 || count < 1 || maxSeconds <= 0) usage(argv[0]);
+  int modes[2], nmodes = 0;
+  if (strcmp(mode, "both") == 0) {
+    modes[nmodes++] = 0;
+    modes[nmodes++] = 1;
+  } else if (strcmp(mode, "nonblocking") == 0) {
+    modes[nmodes++] = 0;
+  } else if (strcmp(mode, "blocking") == 0) {
+    modes[nmodes++] = 1;
+  } else {
+    usage(argv[0]);
+  }
+
+  int ncclVersion = 0, runtime = 0, driver = 0;
+  NCCL_CHECK(ncclGetVersion(&ncclVersion));
+  CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  CUDA_CHECK(cudaDriverGetVersion(&driver));
+  printf("# transaction_overhead: NCCL %d, CUDA runtime %d, driver %d, device %d, %zu x float32,"
+         " sync every %d, %d reps of up to %ld iterations (max %.1f s each) after %ld warmup\n",
+         ncclVersion, runtime, driver, device, count, SYNC_EVERY, reps, iterations, maxSeconds, warmup);
+  fflush(stdout);
+  for (int m = 0; m < nmodes; m++) {
+    measure("transaction", transaction, device, count, modes[m], iterations, reps, warmup, maxSeconds);
+    measure("allreduce", allreduce, device, count, modes[m], iterations, reps, warmup, maxSeconds);
+    measure("allreduce_ordered", allreduce_ordered, device, count, modes[m], iterations, reps, warmup, maxSeconds);
+  }
+  return 0;
+}

@@ -1,0 +1,319 @@
+package dev.jnccl.examples.bench;
+
+import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+
+import dev.jnccl.Communicator;
+import dev.jnccl.DType;
+import dev.jnccl.DeviceTensor;
+import dev.jnccl.ReduceOp;
+import dev.jnccl.bindings.LoadedLibraries;
+import dev.jnccl.bindings.NativeLibraries;
+import dev.jnccl.bindings.NcclConfigs;
+import dev.jnccl.bindings.cuda.CudaRuntime;
+import dev.jnccl.bindings.nccl.Nccl;
+import dev.jnccl.bindings.nccl.ncclConfig_t;
+import dev.jnccl.bindings.nccl.ncclUniqueId;
+import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.cuda.CudaStream;
+import dev.jnccl.cuda.DeviceMemory;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.concurrent.TimeUnit;
+import org.openjdk.jmh.annotations.Benchmark;
+import org.openjdk.jmh.annotations.BenchmarkMode;
+import org.openjdk.jmh.annotations.Fork;
+import org.openjdk.jmh.annotations.Level;
+import org.openjdk.jmh.annotations.Measurement;
+import org.openjdk.jmh.annotations.Mode;
+import org.openjdk.jmh.annotations.OutputTimeUnit;
+import org.openjdk.jmh.annotations.Param;
+import org.openjdk.jmh.annotations.Scope;
+import org.openjdk.jmh.annotations.Setup;
+import org.openjdk.jmh.annotations.State;
+import org.openjdk.jmh.annotations.TearDown;
+import org.openjdk.jmh.annotations.Warmup;
+import org.openjdk.jmh.infra.BenchmarkParams;
+import org.openjdk.jmh.infra.IterationParams;
+
+/**
+ * Host cost of enqueuing communication, world size 1 on device 0, small tensors: what a training
+ * step pays on the CPU per transaction, through jnccl and through the raw generated bindings. The
+ * C program {@code examples/src/main/c/transaction_overhead.c} makes the same native calls from C.
+ *
+ * <ul>
+ *   <li>{@code transaction}: {@code comm.begin(ready).reduceScatter(t).allGather(shard, t).execute(signal)}
+ *       — natively cudaStreamWaitEvent, ncclGroupStart, ncclReduceScatter, ncclAllGather,
+ *       ncclGroupEnd (then, should it return ncclInProgress on jnccl's non-blocking communicator,
+ *       polling ncclCommGetAsyncError until the group is launched) and cudaEventRecord. {@code ready} was recorded once, in setup.</li>
+ *   <li>{@code transactionRawBindings}: the same native calls through {@code dev.jnccl.bindings}
+ *       directly, on a communicator created with the bindings ({@code comm} = blocking or
+ *       nonblocking; jnccl's own communicators are always non-blocking).</li>
+ *   <li>{@code allReduceEnqueue}: {@code comm.allReduce(t, SUM, compute)} — an ncclAllReduce in a
+ *       group plus the ordering with the caller's stream (2 event records, 2 stream waits).</li>
+ *   <li>{@code allReduceEnqueueRaw}: ncclAllReduce alone on the comms stream, through the bindings.</li>
+ * </ul>
+ *
+ * <p>Every variant synchronizes the comms stream after every 256th operation
+ * ({@link QueueBound#SYNC_EVERY}), inside the measured method, so the device queue stays bounded;
+ * the cost of that synchronization is amortized into every variant in the same way (the C program
+ * does the same). After each iteration a line "# host-only ...: N us/op without the
+ * synchronizations" gives the host-only cost: when it is far below JMH's score, the device (or, on
+ * the host emulation, its stream threads) set the pace, not the host.
+ *
+ * <p>Only {@code allReduceEnqueue} enqueues work on the caller's (compute) stream: an event record
+ * and a wait for the comms stream per operation, which can all complete once the comms stream is
+ * synchronized, so that synchronization bounds the compute stream's queue too. Teardown
+ * synchronizes the compute stream.
+ *
+ * <p>The backend is chosen like everywhere in jnccl, by the system property {@code jnccl.backend}
+ * (auto, cuda, host) of the forked JVM: pass it with {@code -jvmArgsAppend -Djnccl.backend=cuda}.
+ * The forks get {@code --enable-native-access=ALL-UNNAMED} through {@code jvmArgsPrepend}, so a
+ * {@code -jvmArgsAppend} on the command line does not replace it.
+ */
+@BenchmarkMode(Mode.AverageTime)
+@OutputTimeUnit(TimeUnit.MICROSECONDS)
+@Warmup(iterations = 3, time = 1, timeUnit = TimeUnit.SECONDS)
+@Measurement(iterations = 5, time = 1, timeUnit = TimeUnit.SECONDS)
+@Fork(value = 1, jvmArgsPrepend = {"--enable-native-access=ALL-UNNAMED", "-Xss2m"})
+public class HostCostBenchmark {
+    private static final int DEVICE = 0;
+
+    /** jnccl: a world-1 communicator, a compute stream with a ready event, a signal event, one FP32 tensor. */
+    @State(Scope.Thread)
+    public static class JncclState {
+        /** Elements (FP32) of the tensor. */
+        @Param("1024")
+        public int count;
+
+        Communicator comm;
+        CudaStream commsStream;
+        CudaStream compute;
+        CudaEvent ready;
+        CudaEvent signal;
+        DeviceMemory memory;
+        DeviceTensor tensor;
+        DeviceTensor shard;
+        QueueBound queue;
+
+        @Setup(Level.Trial)
+        public void setUp() {
+            comm = Communicator.single(DEVICE);
+            commsStream = comm.stream();
+            compute = CudaStream.create();
+            ready = CudaEvent.create();
+            signal = CudaEvent.create();
+            memory = DeviceMemory.allocate(DType.FP32, count);
+            memory.fill((byte) 0, compute);
+            tensor = memory.tensor(DType.FP32);
+            shard = tensor.shard(comm.rank(), comm.worldSize());
+            compute.record(ready);
+            compute.synchronize();
+            queue = new QueueBound(commsStream::synchronize);
+            System.out.println("# jnccl backend " + comm.backend() + ", NCCL " + comm.ncclVersion() + ", "
+                    + count + " x FP32, non-blocking communicator");
+        }
+
+        @Setup(Level.Iteration)
+        public void startIteration() {
+            queue.startIteration();
+        }
+
+        @TearDown(Level.Iteration)
+        public void endIteration(BenchmarkParams benchmark, IterationParams iteration) {
+            queue.endIteration(benchmark, iteration);
+        }
+
+        @TearDown(Level.Trial)
+        public void tearDown() {
+            compute.synchronize();
+            comm.close();
+            memory.close();
+            signal.close();
+            ready.close();
+            compute.close();
+        }
+    }
+
+    /** Raw bindings: a communicator, streams, events and memory made directly with the generated bindings. */
+    @State(Scope.Thread)
+    public static class RawState {
+        private static final int CUDA_SUCCESS = 0;
+
+        /** "nonblocking" (ncclConfig_t.blocking = 0, as jnccl's communicators) or "blocking" (NCCL's default). */
+        @Param({"nonblocking", "blocking"})
+        public String comm;
+
+        /** Elements (FP32) of the tensor. */
+        @Param("1024")
+        public int count;
+
+        int ncclSuccess;
+        int ncclInProgress;
+        int ncclFloat;
+        int ncclSum;
+        Arena arena;
+        MemorySegment ncclComm;
+        MemorySegment commsStream;
+        MemorySegment compute;
+        MemorySegment ready;
+        MemorySegment signal;
+        MemorySegment buffer;
+        MemorySegment shard;
+        MemorySegment asyncError;
+        long shardCount;
+        QueueBound queue;
+
+        @Setup(Level.Trial)
+        public void setUp() {
+            boolean blocking = switch (comm) {
+                case "blocking" -> true;
+                case "nonblocking" -> false;
+                default -> throw new IllegalArgumentException("comm must be blocking or nonblocking, not " + comm);
+            };
+            LoadedLibraries libraries = NativeLibraries.load();
+            ncclSuccess = Nccl.ncclSuccess();
+            ncclInProgress = Nccl.ncclInProgress();
+            ncclFloat = Nccl.ncclFloat32();
+            ncclSum = Nccl.ncclSum();
+            arena = Arena.ofShared();
+            asyncError = arena.allocate(JAVA_INT);
+            cuda(CudaRuntime.cudaSetDevice(DEVICE), "cudaSetDevice");
+            MemorySegment out = arena.allocate(ADDRESS);
+            int streamFlags = CudaRuntime.cudaStreamNonBlocking();
+            cuda(CudaRuntime.cudaStreamCreateWithFlags(out, streamFlags), "cudaStreamCreateWithFlags");
+            commsStream = out.get(ADDRESS, 0);
+            cuda(CudaRuntime.cudaStreamCreateWithFlags(out, streamFlags), "cudaStreamCreateWithFlags");
+            compute = out.get(ADDRESS, 0);
+            int eventFlags = CudaRuntime.cudaEventDisableTiming();
+            cuda(CudaRuntime.cudaEventCreateWithFlags(out, eventFlags), "cudaEventCreateWithFlags");
+            ready = out.get(ADDRESS, 0);
+            cuda(CudaRuntime.cudaEventCreateWithFlags(out, eventFlags), "cudaEventCreateWithFlags");
+            signal = out.get(ADDRESS, 0);
+            long bytes = (long) count * Float.BYTES;
+            cuda(CudaRuntime.cudaMalloc(out, bytes), "cudaMalloc");
+            buffer = out.get(ADDRESS, 0);
+            cuda(CudaRuntime.cudaMemsetAsync(buffer, 0, bytes, compute), "cudaMemsetAsync");
+            cuda(CudaRuntime.cudaEventRecord(ready, compute), "cudaEventRecord");
+            cuda(CudaRuntime.cudaStreamSynchronize(compute), "cudaStreamSynchronize");
+            // World 1: this rank's shard is the whole buffer.
+            shardCount = count;
+            shard = buffer;
+
+            MemorySegment id = ncclUniqueId.allocate(arena);
+            nccl(Nccl.ncclGetUniqueId(id), "ncclGetUniqueId");
+            MemorySegment config = NcclConfigs.allocate(arena);
+            ncclConfig_t.blocking(config, blocking ? 1 : 0);
+            int result = Nccl.ncclCommInitRankConfig(out, 1, id, 0, config);
+            ncclComm = out.get(ADDRESS, 0);
+            if (result == ncclInProgress) {
+                awaitComm("ncclCommInitRankConfig");
+            } else {
+                nccl(result, "ncclCommInitRankConfig");
+            }
+            queue = new QueueBound(() -> cuda(CudaRuntime.cudaStreamSynchronize(commsStream), "cudaStreamSynchronize"));
+            System.out.println("# raw bindings: backend " + libraries.backend().id() + ", NCCL " + libraries.nccl()
+                    + ", " + count + " x FP32, " + comm + " communicator");
+        }
+
+        @Setup(Level.Iteration)
+        public void startIteration() {
+            queue.startIteration();
+        }
+
+        @TearDown(Level.Iteration)
+        public void endIteration(BenchmarkParams benchmark, IterationParams iteration) {
+            queue.endIteration(benchmark, iteration);
+        }
+
+        /** A group end (or an ungrouped collective): on a non-blocking communicator, waits until it is launched. */
+        void ended(int result, String function) {
+            if (result == ncclInProgress) {
+                awaitComm(function);
+            } else if (result != ncclSuccess) {
+                throw new IllegalStateException(function + " failed: NCCL error " + result);
+            }
+        }
+
+        /** Busy-polls ncclCommGetAsyncError until the communicator's last call has finished (non-blocking mode). */
+        void awaitComm(String function) {
+            while (true) {
+                nccl(Nccl.ncclCommGetAsyncError(ncclComm, asyncError), "ncclCommGetAsyncError");
+                int state = asyncError.get(JAVA_INT, 0);
+                if (state == ncclSuccess) {
+                    return;
+                }
+                if (state != ncclInProgress) {
+                    throw new IllegalStateException(function + " failed asynchronously: NCCL error " + state);
+                }
+                Thread.onSpinWait();
+            }
+        }
+
+        void nccl(int result, String function) {
+            if (result != ncclSuccess) {
+                throw new IllegalStateException(function + " failed: NCCL error " + result);
+            }
+        }
+
+        static void cuda(int code, String function) {
+            if (code != CUDA_SUCCESS) {
+                throw new IllegalStateException(function + " failed: CUDA error " + code);
+            }
+        }
+
+        @TearDown(Level.Trial)
+        public void tearDown() {
+            cuda(CudaRuntime.cudaStreamSynchronize(commsStream), "cudaStreamSynchronize");
+            int result = Nccl.ncclCommFinalize(ncclComm);
+            if (result == ncclInProgress) {
+                awaitComm("ncclCommFinalize");
+            } else {
+                nccl(result, "ncclCommFinalize");
+            }
+            nccl(Nccl.ncclCommDestroy(ncclComm), "ncclCommDestroy");
+            cuda(CudaRuntime.cudaFree(buffer), "cudaFree");
+            cuda(CudaRuntime.cudaEventDestroy(signal), "cudaEventDestroy");
+            cuda(CudaRuntime.cudaEventDestroy(ready), "cudaEventDestroy");
+            cuda(CudaRuntime.cudaStreamDestroy(compute), "cudaStreamDestroy");
+            cuda(CudaRuntime.cudaStreamDestroy(commsStream), "cudaStreamDestroy");
+            arena.close();
+        }
+    }
+
+    /** One jnccl transaction: ready wait + reduce-scatter + all-gather + signal. */
+    @Benchmark
+    public void transaction(JncclState s) {
+        s.comm.begin(s.ready).reduceScatter(s.tensor).allGather(s.shard, s.tensor).execute(s.signal);
+        s.queue.tick();
+    }
+
+    /** The native calls of {@link #transaction} through the generated bindings. */
+    @Benchmark
+    public void transactionRawBindings(RawState s) {
+        RawState.cuda(CudaRuntime.cudaStreamWaitEvent(s.commsStream, s.ready, 0), "cudaStreamWaitEvent");
+        s.nccl(Nccl.ncclGroupStart(), "ncclGroupStart");
+        s.nccl(Nccl.ncclReduceScatter(s.buffer, s.shard, s.shardCount, s.ncclFloat, s.ncclSum, s.ncclComm,
+                s.commsStream), "ncclReduceScatter");
+        s.nccl(Nccl.ncclAllGather(s.shard, s.buffer, s.shardCount, s.ncclFloat, s.ncclComm, s.commsStream),
+                "ncclAllGather");
+        s.ended(Nccl.ncclGroupEnd(), "ncclGroupEnd");
+        RawState.cuda(CudaRuntime.cudaEventRecord(s.signal, s.commsStream), "cudaEventRecord");
+        s.queue.tick();
+    }
+
+    /** jnccl's all-reduce on a caller stream (ordering with that stream included). */
+    @Benchmark
+    public void allReduceEnqueue(JncclState s) {
+        s.comm.allReduce(s.tensor, ReduceOp.SUM, s.compute);
+        s.queue.tick();
+    }
+
+    /** ncclAllReduce alone on the comms stream, through the generated bindings. */
+    @Benchmark
+    public void allReduceEnqueueRaw(RawState s) {
+        s.ended(Nccl.ncclAllReduce(s.buffer, s.buffer, s.count, s.ncclFloat, s.ncclSum, s.ncclComm, s.commsStream),
+                "ncclAllReduce");
+        s.queue.tick();
+    }
+}

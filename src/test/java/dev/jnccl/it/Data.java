@@ -1,0 +1,194 @@
+package dev.jnccl.it;
+
+import dev.jnccl.ReduceOp;
+import java.util.List;
+import java.util.SplittableRandom;
+
+/**
+ * Random test data from per-rank seeds, and the Java references the results are checked against.
+ *
+ * <p>Values are never zero (magnitudes in [0.5, 2)), so a missing or skipped operation cannot
+ * pass by accident. References follow the host emulation's documented arithmetic: contributions
+ * combined in rank order 0..n-1, FP32 in float, BF16 decoded to float, accumulated in float and
+ * rounded once to nearest even; AVG on floating types is NCCL's pre-multiplied sum (each
+ * contribution times 1/n, then summed). On the host backend the results must match bit for bit;
+ * on real NCCL (other orders, other rounding) {@link Verify} applies a tolerance.
+ */
+final class Data {
+    private Data() {}
+
+    /** A seed for {@code rank}'s data named {@code tag} in a run with {@code base}. */
+    static long seed(long base, int rank, String tag) {
+        return mix(base ^ mix(0x9E3779B97F4A7C15L * (rank + 1) + tag.hashCode()));
+    }
+
+    private static long mix(long z) {
+        z = (z ^ (z >>> 30)) * 0xBF58476D1CE4E5B9L;
+        z = (z ^ (z >>> 27)) * 0x94D049BB133111EBL;
+        return z ^ (z >>> 31);
+    }
+
+    /** Nonzero floats, magnitude in [0.5, 2), random sign. */
+    static float[] fp32(long seed, int count) {
+        SplittableRandom random = new SplittableRandom(seed);
+        float[] values = new float[count];
+        for (int i = 0; i < count; i++) {
+            float magnitude = 0.5f + 1.5f * (float) random.nextDouble();
+            values[i] = random.nextBoolean() ? magnitude : -magnitude;
+        }
+        return values;
+    }
+
+    /** Nonzero bf16 values (raw bits), magnitude in [0.5, 2), random sign. */
+    static short[] bf16(long seed, int count) {
+        float[] floats = fp32(seed, count);
+        short[] values = new short[count];
+        for (int i = 0; i < count; i++) {
+            values[i] = (short) (Float.floatToRawIntBits(floats[i]) >>> 16); // truncation: still in range, nonzero
+        }
+        return values;
+    }
+
+    /** Nonzero random ints over the whole range. */
+    static int[] int32(long seed, int count) {
+        SplittableRandom random = new SplittableRandom(seed);
+        int[] values = new int[count];
+        for (int i = 0; i < count; i++) {
+            int v;
+            do {
+                v = random.nextInt();
+            } while (v == 0);
+            values[i] = v;
+        }
+        return values;
+    }
+
+    /** Nonzero random bytes. */
+    static byte[] bytes(long seed, int count) {
+        SplittableRandom random = new SplittableRandom(seed);
+        byte[] values = new byte[count];
+        for (int i = 0; i < count; i++) {
+            values[i] = (byte) (1 + random.nextInt(255));
+        }
+        return values;
+    }
+
+    static float bf16ToFloat(short bits) {
+        return Float.intBitsToFloat((bits & 0xffff) << 16);
+    }
+
+    /** Round to nearest even, as CUDA's __float2bfloat16_rn (and the emulation). */
+    static short floatToBf16(float value) {
+        int bits = Float.floatToRawIntBits(value);
+        if ((bits & 0x7fffffff) > 0x7f800000) {
+            return (short) 0x7fff;
+        }
+        bits += 0x7fff + ((bits >>> 16) & 1);
+        return (short) (bits >>> 16);
+    }
+
+    // ------------------------------------------------------------------ references
+
+    /** {@code op} over {@code inputs} (one array per rank, rank order) for elements [from, from + count). */
+    static float[] reduce(List<float[]> inputs, ReduceOp op, int from, int count) {
+        int n = inputs.size();
+        float scale = 1.0f / n;
+        float[] out = new float[count];
+        for (int i = 0; i < count; i++) {
+            float acc = inputs.get(0)[from + i];
+            if (op == ReduceOp.AVG) {
+                acc = acc * scale;
+            }
+            for (int j = 1; j < n; j++) {
+                float x = inputs.get(j)[from + i];
+                acc = switch (op) {
+                    case SUM -> acc + x;
+                    case AVG -> acc + x * scale;
+                    case PROD -> acc * x;
+                    case MAX -> Math.max(acc, x);
+                    case MIN -> Math.min(acc, x);
+                };
+            }
+            out[i] = acc;
+        }
+        return out;
+    }
+
+    /** BF16 {@code op}: decode, accumulate in float in rank order, round once. */
+    static short[] reduceBf16(List<short[]> inputs, ReduceOp op, int from, int count) {
+        int n = inputs.size();
+        float scale = 1.0f / n;
+        short[] out = new short[count];
+        for (int i = 0; i < count; i++) {
+            float acc = bf16ToFloat(inputs.get(0)[from + i]);
+            if (op == ReduceOp.AVG) {
+                acc = acc * scale;
+            }
+            for (int j = 1; j < n; j++) {
+                float x = bf16ToFloat(inputs.get(j)[from + i]);
+                acc = switch (op) {
+                    case SUM -> acc + x;
+                    case AVG -> acc + x * scale;
+                    case PROD -> acc * x;
+                    case MAX -> Math.max(acc, x);
+                    case MIN -> Math.min(acc, x);
+                };
+            }
+            out[i] = floatToBf16(acc);
+        }
+        return out;
+    }
+
+    /** INT32 {@code op} with wrap-around (AVG: wrapped sum divided by n, truncating). */
+    static int[] reduceInt(List<int[]> inputs, ReduceOp op, int from, int count) {
+        int n = inputs.size();
+        int[] out = new int[count];
+        for (int i = 0; i < count; i++) {
+            int acc = inputs.get(0)[from + i];
+            for (int j = 1; j < n; j++) {
+                int x = inputs.get(j)[from + i];
+                acc = switch (op) {
+                    case SUM, AVG -> acc + x;
+                    case PROD -> acc * x;
+                    case MAX -> Math.max(acc, x);
+                    case MIN -> Math.min(acc, x);
+                };
+            }
+            out[i] = op == ReduceOp.AVG ? (int) ((long) acc / n) : acc;
+        }
+        return out;
+    }
+
+    /** Per element, the sum of the contributions' magnitudes: the scale of a sum's rounding error. */
+    static double[] magnitude(List<float[]> inputs, int from, int count) {
+        double[] out = new double[count];
+        for (float[] input : inputs) {
+            for (int i = 0; i < count; i++) {
+                out[i] += Math.abs(input[from + i]);
+            }
+        }
+        return out;
+    }
+
+    static double[] magnitudeBf16(List<short[]> inputs, int from, int count) {
+        double[] out = new double[count];
+        for (short[] input : inputs) {
+            for (int i = 0; i < count; i++) {
+                out[i] += Math.abs(bf16ToFloat(input[from + i]));
+            }
+        }
+        return out;
+    }
+
+    static float[] slice(float[] values, int from, int count) {
+        return java.util.Arrays.copyOfRange(values, from, from + count);
+    }
+
+    static short[] slice(short[] values, int from, int count) {
+        return java.util.Arrays.copyOfRange(values, from, from + count);
+    }
+
+    static int[] slice(int[] values, int from, int count) {
+        return java.util.Arrays.copyOfRange(values, from, from + count);
+    }
+}

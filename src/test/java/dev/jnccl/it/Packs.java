@@ -1,0 +1,110 @@
+package dev.jnccl.it;
+
+import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+import dev.jnccl.cuda.Cuda;
+import dev.jnccl.internal.Native;
+import dev.jnccl.threads.ThreadsCommunicators;
+import dev.jnccl.threads.ThreadsOptions;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.function.Consumer;
+
+/** Running packs in tests: the memcpy modes, a bounded run, seeds, and the thread-leak check. */
+final class Packs {
+    /** A run's base seed: {@code -Djnccl.it.seed=...} reproduces a failure (every message prints it). */
+    private static final Long FIXED_SEED = Long.getLong("jnccl.it.seed");
+
+    private Packs() {}
+
+    /** The two transport switches of threads mode. */
+    record Mode(boolean memcpyAllGather, boolean memcpySendRecv) {
+        static List<Mode> all() {
+            return List.of(new Mode(false, false), new Mode(true, false), new Mode(false, true), new Mode(true, true));
+        }
+
+        ThreadsOptions options() {
+            return ThreadsOptions.defaults().withMemcpyAllGather(memcpyAllGather).withMemcpySendRecv(memcpySendRecv);
+        }
+
+        @Override
+        public String toString() {
+            return "allGather " + (memcpyAllGather ? "memcpy" : "nccl") + ", send/recv " + (memcpySendRecv ? "memcpy" : "nccl");
+        }
+    }
+
+    static long newSeed() {
+        return FIXED_SEED != null ? FIXED_SEED : System.nanoTime() ^ 0x5DEECE66DL;
+    }
+
+    static String backend() {
+        return Native.libraries().backend().id();
+    }
+
+    static boolean onHost() {
+        return backend().equals("host");
+    }
+
+    /** Skips (visibly) a world larger than the visible devices, e.g. world 8 on a one-GPU machine. */
+    static void assumeDevices(int world) {
+        int devices = Cuda.deviceCount();
+        assumeTrue(world <= devices, "world " + world + " needs " + world + " devices; backend " + backend()
+                + " has " + devices);
+    }
+
+    static void assumeHost(String why) {
+        assumeTrue(onHost(), "needs the host emulation (" + why + "); backend is " + backend());
+    }
+
+    /**
+     * Runs {@code work} on every rank of a {@code world}-rank pack (each rank with its own
+     * {@link RankContext}), bounded by {@code timeout}; then checks that no pack thread survived.
+     */
+    static void run(int world, ThreadsOptions options, Duration timeout, Consumer<RankContext> work) {
+        assumeDevices(world);
+        long seed = newSeed();
+        assertTimeoutPreemptively(timeout, () -> ThreadsCommunicators.run(world, options, comm -> {
+            try (RankContext context = new RankContext(comm, seed)) {
+                work.accept(context);
+            }
+        }), () -> "pack of " + world + " ranks (" + options + ", seed " + seed + ") did not finish within " + timeout);
+        assertNoPackThreads();
+    }
+
+    static void run(int world, ThreadsOptions options, Consumer<RankContext> work) {
+        run(world, options, Duration.ofSeconds(60), work);
+    }
+
+    /** Names of live threads of packs (ranks and watchdogs). */
+    static List<String> packThreads() {
+        List<String> alive = new ArrayList<>();
+        for (Map.Entry<Thread, StackTraceElement[]> entry : Thread.getAllStackTraces().entrySet()) {
+            Thread thread = entry.getKey();
+            String name = thread.getName();
+            if (thread.isAlive() && (name.startsWith("jnccl-rank-") || name.startsWith("jnccl-watchdog-"))) {
+                StringBuilder where = new StringBuilder(name).append(" (").append(thread.getState()).append(")");
+                StackTraceElement[] stack = entry.getValue();
+                int shown = 0;
+                for (int i = 0; i < stack.length && shown < 12; i++) {
+                    // the top frame, then jnccl's own frames (skip JDK and FFM plumbing)
+                    if (i == 0 || stack[i].getClassName().startsWith("dev.jnccl")) {
+                        where.append("\n      at ").append(stack[i]);
+                        shown++;
+                    }
+                }
+                alive.add(where.toString());
+            }
+        }
+        return alive;
+    }
+
+    /** Fails when a thread named jnccl-rank-* or jnccl-watchdog-* is still alive. */
+    static void assertNoPackThreads() {
+        List<String> alive = packThreads();
+        assertTrue(alive.isEmpty(), () -> "pack threads survived: " + String.join("\n  ", alive));
+    }
+}
