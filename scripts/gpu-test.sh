@@ -14,7 +14,7 @@ status=0
 run() { # name, extra launcher args...
   local name=$1; shift
   echo "=== $name"
-  "$java" --enable-native-access=ALL-UNNAMED -Djnccl.backend=cuda -jar .gpu/junit-console.jar execute \
+  "$java" --enable-native-access=ALL-UNNAMED -Djnccl.backend=${JNCCL_TEST_BACKEND:-cuda} -jar .gpu/junit-console.jar execute \
     -cp "$cp" --details=summary --disable-banner --reports-dir="$out/$name" "$@" 2>&1 | tee "$out/$name.log" \
     | grep -E "tests (successful|failed|skipped|aborted)|MethodSource|=>|Exception" | head -60
   [ "${PIPESTATUS[0]}" = 0 ] || status=1

@@ -512,7 +512,7 @@ public abstract class Communicator implements AutoCloseable {
         DeviceTensor shard = tensor.shard(rank, worldSize);
         // In place in NCCL's sense: the receive buffer is this rank's shard of the send buffer.
         checkNccl(Nccl.ncclReduceScatter(segment(tensor.address()), segment(shard.address()), shard.count(),
-                tensor.dtype().ncclType(), scatter.op().ncclOp(), comm, stream.handle()), "ncclReduceScatter");
+                tensor.dtype().ncclType(), ncclOp(scatter.op()), comm, stream.handle()), "ncclReduceScatter");
     }
 
     /** Called with the commands before they are enqueued (threads mode matches memcpy transfers here). */
@@ -572,7 +572,7 @@ public abstract class Communicator implements AutoCloseable {
             this.stream.waitFor(operationReady);
             try {
                 group(() -> checkNccl(Nccl.ncclAllReduce(segment(tensor.address()), segment(tensor.address()),
-                        tensor.count(), tensor.dtype().ncclType(), op.ncclOp(), comm, this.stream.handle()),
+                        tensor.count(), tensor.dtype().ncclType(), ncclOp(op), comm, this.stream.handle()),
                         "ncclAllReduce"));
             } catch (NcclException e) {
                 abort("allReduce failed: " + e.getMessage());
@@ -980,6 +980,14 @@ public abstract class Communicator implements AutoCloseable {
         if (result != NCCL_SUCCESS && result != NCCL_IN_PROGRESS) {
             throw Native.ncclFailure(result, function, comm, rank, device);
         }
+    }
+
+    /**
+     * The ncclRedOp_t for {@code op}. With one rank the average is the sum (bit for bit: NCCL
+     * multiplies by 1/1), and NCCL 2.28 refuses ncclAvg on FP8 for a single rank, so SUM is issued.
+     */
+    private int ncclOp(ReduceOp op) {
+        return op == ReduceOp.AVG && worldSize == 1 ? ReduceOp.SUM.ncclOp() : op.ncclOp();
     }
 
     private static MemorySegment segment(long address) {

@@ -17,12 +17,12 @@ public final class FlightRecorder {
     /** One executed transaction. {@code done} is tracked only when {@code completion} is set. */
     public static final class Entry {
         final long sequence;
-        final Command[] commands;
+        final List<Command> commands;
         final long executedNanos;
         CudaEvent completion;
         volatile long completedNanos;
 
-        Entry(long sequence, Command[] commands, long executedNanos, CudaEvent completion) {
+        Entry(long sequence, List<Command> commands, long executedNanos, CudaEvent completion) {
             this.sequence = sequence;
             this.commands = commands;
             this.executedNanos = executedNanos;
@@ -51,7 +51,7 @@ public final class FlightRecorder {
             } else {
                 sb.append("NOT COMPLETED");
             }
-            sb.append(", ").append(commands.length).append(" command(s)");
+            sb.append(", ").append(commands.size()).append(" command(s)");
             for (Command command : commands) {
                 sb.append("\n      ").append(describe(command));
             }
@@ -83,7 +83,10 @@ public final class FlightRecorder {
         this.entries = new ArrayDeque<>(capacity);
     }
 
-    /** Adds an executed transaction; {@code completion} (nullable) was recorded after it on the comms stream. */
+    /**
+     * Adds an executed transaction; {@code commands} must be immutable; {@code completion} (nullable)
+     * was recorded after it on the comms stream.
+     */
     public synchronized void add(long sequence, List<Command> commands, CudaEvent completion) {
         if (entries.size() == capacity) {
             Entry dropped = entries.removeFirst();
@@ -94,7 +97,7 @@ public final class FlightRecorder {
                 dropped.completion = null;
             }
         }
-        entries.addLast(new Entry(sequence, commands.toArray(Command[]::new), System.nanoTime(), completion));
+        entries.addLast(new Entry(sequence, commands, System.nanoTime(), completion));
     }
 
     private final List<CudaEvent> retired = new ArrayList<>();
