@@ -354,34 +354,34 @@ public abstract class Communicator implements AutoCloseable {
     }
 
     private void enqueue(Transaction transaction, CudaEvent signal, CommandBuffer buffer, List<Command> executed) {
-            stream.waitFor(transaction.ready());
-            boolean enqueuing = false;
-            try {
-                onExecute(buffer);
-                enqueuing = true;
-                runCommands(executed);
-                onFinish(signal);
-                if (signal != null) {
-                    stream.record(signal);
-                }
-            } catch (RuntimeException e) {
-                if (enqueuing && !(e instanceof CommunicatorAbortedException)) {
-                    // Something may be half enqueued: the communicator cannot be trusted any more.
-                    abort("execute of transaction #" + transaction.number() + " failed: " + e.getMessage());
-                }
-                throw e;
-            } finally {
-                buffer.clear();
+        stream.waitFor(transaction.ready());
+        boolean enqueuing = false;
+        try {
+            onExecute(buffer);
+            enqueuing = true;
+            runCommands(executed);
+            onFinish(signal);
+            if (signal != null) {
+                stream.record(signal);
             }
-            CudaEvent completion = null;
-            if (watchdog != null) {
-                completion = recorder.takeFreeEvent();
-                if (completion == null) {
-                    completion = CudaEvent.create();
-                }
-                stream.record(completion);
+        } catch (RuntimeException e) {
+            if (enqueuing && !(e instanceof CommunicatorAbortedException)) {
+                // Something may be half enqueued: the communicator cannot be trusted any more.
+                abort("execute of transaction #" + transaction.number() + " failed: " + e.getMessage());
             }
-            recorder.add(transaction.number(), executed, completion);
+            throw e;
+        } finally {
+            buffer.clear();
+        }
+        CudaEvent completion = null;
+        if (watchdog != null) {
+            completion = recorder.takeFreeEvent();
+            if (completion == null) {
+                completion = CudaEvent.create();
+            }
+            stream.record(completion);
+        }
+        recorder.add(transaction.number(), executed, completion);
     }
 
     private static long bytes(List<Command> commands) {

@@ -2,6 +2,7 @@ package dev.jnccl.bindings;
 
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -23,15 +24,22 @@ final class ChildJvm {
         command.add(System.getProperty("java.class.path"));
         command.add(main.getName());
         command.addAll(List.of(args));
-        ProcessBuilder builder = new ProcessBuilder(command).redirectErrorStream(true);
-        builder.environment().putAll(environment);
-        Process process = builder.start();
-        // Read on this thread: the probes print little, and the wait below bounds a hang.
-        byte[] output = process.getInputStream().readAllBytes();
-        if (!process.waitFor(60, TimeUnit.SECONDS)) {
-            process.destroyForcibly();
-            throw new AssertionError("child JVM did not finish in 60 s: " + command);
+        // Output goes to a file, so a child that hangs cannot block this thread on a pipe read:
+        // the wait below is what bounds it.
+        Path log = Files.createTempFile("jnccl-child-", ".log");
+        try {
+            ProcessBuilder builder = new ProcessBuilder(command).redirectErrorStream(true)
+                    .redirectOutput(log.toFile());
+            builder.environment().putAll(environment);
+            Process process = builder.start();
+            if (!process.waitFor(60, TimeUnit.SECONDS)) {
+                process.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
+                throw new AssertionError("child JVM did not finish in 60 s: " + command + "\n"
+                        + Files.readString(log, StandardCharsets.UTF_8));
+            }
+            return new Result(process.exitValue(), Files.readString(log, StandardCharsets.UTF_8));
+        } finally {
+            Files.deleteIfExists(log);
         }
-        return new Result(process.exitValue(), new String(output, StandardCharsets.UTF_8));
     }
 }

@@ -48,37 +48,41 @@ final class CpuAffinity {
     }
 
     /**
-     * Pins the calling thread to {@code device}'s local CPUs; returns a line saying what was done.
-     * Never throws: affinity is an optimisation.
+     * Pins the calling thread to {@code device}'s local CPUs; returns a line saying what was done
+     * (it names the device and its PCI bus id). Never throws: affinity is an optimisation.
      */
     static String pin(int rank, int device, boolean realGpu) {
-        if (!realGpu) {
-            return "no CPU pinning on the host emulation";
-        }
-        if (NVML.unavailable() != null) {
-            LOG.debug("rank {}: no CPU pinning: {}", rank, NVML.unavailable());
-            return "no CPU pinning: " + NVML.unavailable();
-        }
+        String busId;
         try (Arena arena = Arena.ofConfined()) {
-            MemorySegment busId = arena.allocate(64);
-            int status = CudaRuntime.cudaDeviceGetPCIBusId(busId, 64, device);
+            MemorySegment buffer = arena.allocate(64);
+            int status = CudaRuntime.cudaDeviceGetPCIBusId(buffer, 64, device);
             if (status != 0) {
                 return "no CPU pinning: cudaDeviceGetPCIBusId(" + device + ") returned " + status;
             }
+            busId = buffer.getString(0);
+        }
+        String gpu = "GPU " + device + " (PCI " + busId + ")";
+        if (!realGpu) {
+            return "no CPU pinning for " + gpu + ": host emulation";
+        }
+        if (NVML.unavailable() != null) {
+            LOG.debug("rank {}: no CPU pinning for {}: {}", rank, gpu, NVML.unavailable());
+            return "no CPU pinning for " + gpu + ": " + NVML.unavailable();
+        }
+        try (Arena arena = Arena.ofConfined()) {
             MemorySegment handle = arena.allocate(ADDRESS);
-            status = (int) NVML.handleByPciBusId().invokeExact(busId, handle);
+            int status = (int) NVML.handleByPciBusId().invokeExact(arena.allocateFrom(busId), handle);
             if (status != 0) {
-                return "no CPU pinning: nvmlDeviceGetHandleByPciBusId_v2(" + busId.getString(0) + ") returned " + status;
+                return "no CPU pinning for " + gpu + ": nvmlDeviceGetHandleByPciBusId_v2 returned " + status;
             }
             status = (int) NVML.setCpuAffinity().invokeExact(handle.get(ADDRESS, 0));
-            String message = status == 0
-                    ? "pinned to the CPUs local to GPU " + device + " (PCI " + busId.getString(0) + ")"
-                    : "no CPU pinning: nvmlDeviceSetCpuAffinity returned " + status;
+            String message = status == 0 ? "pinned to the CPUs local to " + gpu
+                    : "no CPU pinning for " + gpu + ": nvmlDeviceSetCpuAffinity returned " + status;
             LOG.info("rank {}: {}", rank, message);
             return message;
         } catch (Throwable t) {
             LOG.debug("rank {}: CPU pinning failed", rank, t);
-            return "no CPU pinning: " + t;
+            return "no CPU pinning for " + gpu + ": " + t;
         }
     }
 }

@@ -22,6 +22,7 @@ final class PackState {
     private final Communicator[] communicators;
     private final Object[] slots;
     private final long[] started;
+    private final String[] affinity;
     private int arrived;
     private long generation;
     private String generationOperation;
@@ -32,6 +33,20 @@ final class PackState {
         this.communicators = new Communicator[size];
         this.slots = new Object[size];
         this.started = new long[size];
+        this.affinity = new String[size];
+    }
+
+    void reportAffinity(int rank, String report) {
+        synchronized (lock) {
+            affinity[rank] = report;
+        }
+    }
+
+    /** What each rank's thread did about CPU affinity (null where pinning was off). */
+    List<String> affinityReports() {
+        synchronized (lock) {
+            return Arrays.asList(affinity.clone());
+        }
     }
 
     int size() {

@@ -75,7 +75,7 @@ public final class ThreadsCommunicators {
         try {
             Cuda.setDevice(rank);
             if (options.pinCpus()) {
-                CpuAffinity.pin(rank, rank, realGpu);
+                state.reportAffinity(rank, CpuAffinity.pin(rank, rank, realGpu));
             }
             if (options.usesMemcpy()) {
                 enablePeerAccess(rank, size);

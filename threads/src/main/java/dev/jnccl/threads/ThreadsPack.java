@@ -31,6 +31,11 @@ public final class ThreadsPack implements AutoCloseable {
         return threads.size();
     }
 
+    /** What each rank's thread did about CPU affinity, in rank order (for logs and tests). */
+    public List<String> affinityReports() {
+        return state.affinityReports();
+    }
+
     /** Whether any rank has failed so far. */
     public boolean hasException() {
         return state.failure() != null;
