@@ -7,6 +7,7 @@ module dev.jnccl.examples {
     requires dev.jnccl.threads;
     requires dev.jnccl.mpi;
     requires jmh.core;
+    requires org.slf4j;
 
     // JMH instantiates the benchmark and state classes reflectively.
     opens dev.jnccl.examples.bench to jmh.core;
