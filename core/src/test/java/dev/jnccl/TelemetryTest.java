@@ -1,0 +1,61 @@
+package dev.jnccl;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.cuda.CudaStream;
+import dev.jnccl.cuda.DeviceMemory;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+import jdk.jfr.Recording;
+import jdk.jfr.consumer.RecordedEvent;
+import jdk.jfr.consumer.RecordingFile;
+import org.junit.jupiter.api.Test;
+
+/** The JFR events of a communicator's life: init, transactions (with sizes), abort. */
+class TelemetryTest {
+
+    @Test
+    void initTransactionAndAbortAreRecorded() throws Exception {
+        Path file = Files.createTempFile("jnccl-telemetry-", ".jfr");
+        try (Recording recording = new Recording()) {
+            recording.enable("jnccl.CommInit");
+            recording.enable("jnccl.Transaction");
+            recording.enable("jnccl.Abort");
+            recording.start();
+            try (Communicator comm = Communicator.single(0); CudaStream stream = CudaStream.create();
+                 DeviceMemory memory = DeviceMemory.allocate(DType.BF16, 512); CudaEvent signal = CudaEvent.create()) {
+                try (Transaction tx = comm.begin(stream)) {
+                    tx.reduceScatter(memory.tensor(DType.BF16));
+                    tx.allGather(memory.tensor(DType.BF16), memory.tensor(DType.BF16));
+                    tx.execute(signal);
+                }
+                comm.await(signal);
+                comm.abort("telemetry test");
+            }
+            recording.stop();
+            recording.dump(file);
+            List<RecordedEvent> events = RecordingFile.readAllEvents(file);
+            RecordedEvent init = only(events, "jnccl.CommInit");
+            assertEquals(0, init.getInt("rank"));
+            assertEquals(1, init.getInt("worldSize"));
+            assertTrue(init.getString("ncclVersion").startsWith("2."), init.getString("ncclVersion"));
+            RecordedEvent transaction = only(events, "jnccl.Transaction");
+            assertEquals(1L, transaction.getLong("sequence"));
+            assertEquals(2, transaction.getInt("commands"));
+            assertEquals(2 * 512 * 2L, transaction.getLong("bytes"));
+            assertEquals("[ScatterReduce, Gather]", transaction.getString("operations"));
+            assertEquals("telemetry test", only(events, "jnccl.Abort").getString("reason"));
+        } finally {
+            Files.deleteIfExists(file);
+        }
+    }
+
+    private static RecordedEvent only(List<RecordedEvent> events, String name) {
+        List<RecordedEvent> matching = events.stream().filter(e -> e.getEventType().getName().equals(name)).toList();
+        assertEquals(1, matching.size(), name + " events: " + matching);
+        return matching.getFirst();
+    }
+}
