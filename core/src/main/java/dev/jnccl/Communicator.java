@@ -533,6 +533,15 @@ public abstract class Communicator implements AutoCloseable {
      */
     protected void throttleLaunchQueue(boolean beforeTransaction) {}
 
+    /**
+     * The reason recorded for an abort. A subclass that knows an earlier root cause (threads mode: a
+     * rank of the pack failed, and the abort of its communicator reached this one as a remote error
+     * first) puts it in front, so every rank's exception names the rank that failed.
+     */
+    protected String explainAbort(String reason) {
+        return reason;
+    }
+
     /** Called once after the communicator was aborted, so subclasses can release waiting threads. */
     protected void onAbort(String reason) {}
 
@@ -738,24 +747,25 @@ public abstract class Communicator implements AutoCloseable {
      */
     public final void abort(String reason) {
         Objects.requireNonNull(reason, "abort: reason is null");
+        String explained = explainAbort(reason);
         synchronized (lifecycle) {
             if (state != State.OPEN) {
                 return;
             }
-            abortReason = reason;
+            abortReason = explained;
             state = State.ABORTED;
         }
-        LOG.error("rank {} (device {}): aborting communicator: {}\n  flight recorder, {}", rank, device, reason,
+        LOG.error("rank {} (device {}): aborting communicator: {}\n  flight recorder, {}", rank, device, explained,
                 recorder.dump());
         Events.Abort event = new Events.Abort();
         if (event.shouldCommit()) {
             event.rank = rank;
-            event.reason = reason;
+            event.reason = explained;
             event.commit();
         }
         // First release threads the subclass keeps waiting (barriers): one of them may hold the lock.
         try {
-            onAbort(reason);
+            onAbort(explained);
         } catch (RuntimeException e) {
             LOG.warn("rank {}: onAbort hook failed", rank, e);
         }

@@ -247,6 +247,12 @@ final class ThreadsCommunicator extends Communicator {
     }
 
     @Override
+    protected String explainAbort(String reason) {
+        String cause = pack.cancellation();
+        return cause == null || reason.contains(cause) ? reason : cause + "; then: " + reason;
+    }
+
+    @Override
     protected void onAbort(String reason) {
         pack.fail(rank(), new dev.jnccl.CommunicatorAbortedException("communicator of rank " + rank()
                 + " aborted: " + reason));
