@@ -112,35 +112,36 @@ final class PackState {
      * the pack with a message naming both ranks.
      */
     void barrier(String operation, int rank) {
-        IllegalStateException mismatch = null;
+        // fail() aborts communicators, which take their owners' locks: never call it holding ours.
+        RuntimeException own = awaitOthers(operation, rank);
+        if (own != null) {
+            fail(rank, own);
+            throw own;
+        }
+    }
+
+    /** The barrier itself; returns this rank's own failure (mismatch, interrupt) instead of failing the pack. */
+    private RuntimeException awaitOthers(String operation, int rank) {
         synchronized (lock) {
             if (failure.get() != null) {
                 throw released(operation, rank);
             }
+            // Checked and counted under one lock hold, so two ranks cannot both see an empty barrier.
             if (arrived == 0) {
                 generationOperation = operation;
                 generationRank = rank;
             } else if (!generationOperation.equals(operation)) {
-                mismatch = new IllegalStateException("rank " + rank + " is in " + operation + " while rank "
+                return new IllegalStateException("rank " + rank + " is in " + operation + " while rank "
                         + generationRank + " is in " + generationOperation + ": in threads mode every rank must make"
                         + " the same host-side calls (barrier, host gathers, memcpy-mode transactions) in the same"
                         + " order");
-            }
-        }
-        if (mismatch != null) {
-            fail(rank, mismatch);
-            throw mismatch;
-        }
-        synchronized (lock) {
-            if (failure.get() != null) {
-                throw released(operation, rank);
             }
             long mine = generation;
             if (++arrived == size) {
                 arrived = 0;
                 generation++;
                 lock.notifyAll();
-                return;
+                return null;
             }
             while (generation == mine) {
                 if (failure.get() != null) {
@@ -150,12 +151,10 @@ final class PackState {
                     lock.wait();
                 } catch (InterruptedException e) {
                     Thread.currentThread().interrupt();
-                    CommunicatorAbortedException interrupted = new CommunicatorAbortedException(operation + " on rank "
-                            + rank + " interrupted");
-                    fail(rank, interrupted);
-                    throw interrupted;
+                    return new CommunicatorAbortedException(operation + " on rank " + rank + " interrupted");
                 }
             }
+            return null;
         }
     }
 
