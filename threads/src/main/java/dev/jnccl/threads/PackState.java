@@ -23,6 +23,8 @@ final class PackState {
     private final Object[] slots;
     private final long[] started;
     private final String[] affinity;
+    private final List<AutoCloseable> retired = new ArrayList<>();
+    private int left;
     private int arrived;
     private long generation;
     private String generationOperation;
@@ -198,6 +200,35 @@ final class PackState {
                     Thread.currentThread().interrupt();
                     throw new CommunicatorAbortedException("transaction throttle on rank " + rank + " interrupted");
                 }
+            }
+        }
+    }
+
+    /**
+     * Keeps resources that peers may still use (the memcpy transports' events, which every rank
+     * waits on) until every rank has left the pack.
+     */
+    void retire(AutoCloseable... resources) {
+        synchronized (lock) {
+            retired.addAll(List.of(resources));
+        }
+    }
+
+    /** Called once per rank after its communicator is closed; the last one frees what was retired. */
+    void leave() {
+        List<AutoCloseable> toClose;
+        synchronized (lock) {
+            if (++left < size) {
+                return;
+            }
+            toClose = new ArrayList<>(retired);
+            retired.clear();
+        }
+        for (AutoCloseable resource : toClose) {
+            try {
+                resource.close();
+            } catch (Exception e) {
+                // Teardown of an event; nothing can use it any more and nothing else depends on it.
             }
         }
     }

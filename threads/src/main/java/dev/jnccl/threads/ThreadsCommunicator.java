@@ -241,8 +241,8 @@ final class ThreadsCommunicator extends Communicator {
     @Override
     protected void onClose() {
         if (readyForPeers != null) {
-            readyForPeers.close();
-            doneReading.close();
+            // Peers may still be about to wait on these (a failing pack unwinds at different speeds).
+            pack.retire(readyForPeers, doneReading);
         }
     }
 

@@ -104,6 +104,7 @@ public final class ThreadsCommunicators {
                     }
                 }
             }
+            state.leave();
         }
     }
 
