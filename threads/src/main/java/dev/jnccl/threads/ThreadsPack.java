@@ -3,7 +3,6 @@ package dev.jnccl.threads;
 import dev.jnccl.JncclException;
 import java.time.Duration;
 import java.util.List;
-import java.util.concurrent.TimeUnit;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -120,7 +119,7 @@ public final class ThreadsPack implements AutoCloseable {
             }
         }
         if (running) {
-            LOG.debug("ThreadsPack closed after aborting running ranks ({} ms budget)", TimeUnit.MILLISECONDS.toMillis(waitMillis));
+            LOG.debug("ThreadsPack closed after aborting running ranks ({} ms budget per thread)", waitMillis);
         }
     }
 }
