@@ -91,9 +91,9 @@ void jn_device_drain(int device, int blocking_only);
 /* Element size of an ncclDataType_t, or 0 if invalid. */
 size_t jn_dtype_size(int dtype);
 const char *jn_dtype_name(int dtype);
-/* out[i] = op(ins[0][i], ..., ins[n-1][i]) for i < count, with NCCL's conventions (see reduce.c).
- * out may alias none of ins. */
-void jn_reduce(void *out, const void *const *ins, int n, size_t count, int dtype, int op);
+/* out[i] = op over ins[first][i], ins[first + 1][i], ... (ring order, mod n) for i < count, with
+ * NCCL's rounding (see reduce.c). out may alias none of ins. */
+void jn_reduce(void *out, const void *const *ins, int n, int first, size_t count, int dtype, int op);
 /* Scalar conversions (round to nearest even; fp8 saturates to the largest finite value). */
 float jn_half_to_float(uint16_t h);
 uint16_t jn_float_to_half(float f);

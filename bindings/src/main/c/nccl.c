@@ -681,7 +681,11 @@ static void rendezvous(struct ncclComm *c) {
     snprintf(h->fail_text, sizeof h->fail_text, "ncclCommInitRank: rank %d was initialised twice", c->rank);
   }
   if (!me->present) {
-    for (int r = 0; r < n && !h->failed; r++) {
+    /* NCCL 2.30+ lets several ranks of one process share a GPU when NCCL_MULTI_RANK_GPU_ENABLE=1;
+     * older ones (and 2.30 without it) refuse. The emulation follows the variable. */
+    const char *multi = getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+    int shared_ok = multi != NULL && atoi(multi) == 1;
+    for (int r = 0; r < n && !h->failed && !shared_ok; r++) {
       if (c->ranks[r].present && c->ranks[r].pid == getpid() && c->ranks[r].device == c->device) {
         h->failed = 1;
         h->fail_code = ncclInvalidUsage;
@@ -1272,6 +1276,32 @@ static int op_begin(struct ncclComm *c, op_err *e) {
 
 static char *slot_of(const struct ncclComm *c, int r) { return c->slots + (size_t)r * c->chunk; }
 
+/* NCCL's ring all-reduce splits the buffer into n chunks; chunk k is reduced along the ring from
+ * rank k + 1 to rank k. The chunk is ceil(count / n) elements rounded up to 16 bytes, as NCCL
+ * does with one channel (with several channels each channel's share is split this way, which
+ * the emulation does not model: it then differs in rounding order from NCCL for some elements). */
+static size_t ring_chunk(size_t count, int n, size_t es) {
+  size_t granule = es >= 16 ? 1 : 16 / es;
+  size_t per = (count + (size_t)n - 1) / (size_t)n;
+  per = (per + granule - 1) / granule * granule;
+  return per == 0 ? 1 : per;
+}
+
+/* Reduces elements [at, at + len) of an all-reduce of `count` elements (ins point at element
+ * `at`), each ring chunk in its ring order. */
+static void reduce_ring_chunks(struct ncclComm *c, char *out, size_t at, size_t len, const jn_op *op) {
+  const int n = c->nranks;
+  const size_t es = jn_dtype_size(op->dtype), chunk = ring_chunk(op->count, n, es);
+  size_t done = 0;
+  while (done < len) {
+    size_t g = at + done, k = g / chunk, part = JN_MIN(len - done, (k + 1) * chunk - g);
+    for (int j = 0; j < n; j++) c->ins[j] = (const char *)c->ins[j] + done * es;
+    jn_reduce(out + done * es, c->ins, n, (int)((k + 1) % (size_t)n), part, op->dtype, op->redop);
+    for (int j = 0; j < n; j++) c->ins[j] = (const char *)c->ins[j] - done * es;
+    done += part;
+  }
+}
+
 /* Runs one collective in chunk-sized rounds (see the top of the file). */
 static ncclResult_t run_coll(struct ncclComm *c, const jn_op *op, op_err *e) {
   const int n = c->nranks, me = c->rank, root = op->peer;
@@ -1319,7 +1349,7 @@ static ncclResult_t run_coll(struct ncclComm *c, const jn_op *op, op_err *e) {
        * bits) into the result area; then everybody copies the whole result. */
       size_t lo = len * (size_t)me / (size_t)n, hi = len * (size_t)(me + 1) / (size_t)n;
       for (int j = 0; j < n; j++) c->ins[j] = slot_of(c, j) + lo * es;
-      jn_reduce(c->result + lo * es, c->ins, n, hi - lo, op->dtype, op->redop);
+      reduce_ring_chunks(c, c->result + lo * es, off + lo, hi - lo, op);
       seq_arg red = {k, SEQ_RED};
       jn_plock(&c->sh->mu);
       c->ranks[me].red_seq = k;
@@ -1330,14 +1360,17 @@ static ncclResult_t run_coll(struct ncclComm *c, const jn_op *op, op_err *e) {
       memcpy(recv + off * es, c->result, lb);
     } else switch (op->kind) {
       case K_ALLREDUCE:
-      case K_REDUCE:
-        if (op->kind == K_REDUCE && me != root) break;
         for (int j = 0; j < n; j++) c->ins[j] = slot_of(c, j);
-        jn_reduce(recv + off * es, c->ins, n, len, op->dtype, op->redop);
+        reduce_ring_chunks(c, recv + off * es, off, len, op);
         break;
-      case K_REDUCESCATTER:
+      case K_REDUCE: /* NCCL's ring reduce ends at the root */
+        if (me != root) break;
+        for (int j = 0; j < n; j++) c->ins[j] = slot_of(c, j);
+        jn_reduce(recv + off * es, c->ins, n, root + 1, len, op->dtype, op->redop);
+        break;
+      case K_REDUCESCATTER: /* rank me's chunk travels the ring from rank me + 1 to me */
         for (int j = 0; j < n; j++) c->ins[j] = slot_of(c, j) + (size_t)me * lb;
-        jn_reduce(recv + off * es, c->ins, n, len, op->dtype, op->redop);
+        jn_reduce(recv + off * es, c->ins, n, me + 1, len, op->dtype, op->redop);
         break;
       case K_BROADCAST:
         if (recv + off * es != send + off * es || me != root) memcpy(recv + off * es, slot_of(c, root), lb);

@@ -2,24 +2,29 @@
  * reduce.c - NCCL data types, reduction operators and the low-precision
  * float conversions.
  *
- * Conventions (the emulation's contract, tested element by element):
- *  - Contributions are combined in rank order 0..n-1, so every rank computes
- *    bit-identical results.
- *  - float32 accumulates in float, float64 in double; integers in their own
- *    type with wrap-around (computed in the unsigned type: no C overflow UB).
- *  - float16, bfloat16, float8e4m3 and float8e5m2 are converted to float,
- *    accumulated in float and rounded once at the end to nearest even, like
- *    CUDA's __float2half_rn / __float2bfloat16_rn / __nv_cvt_float_to_fp8 with
- *    __NV_SATFINITE: fp8 overflow (and infinity) saturates to the largest
- *    finite value, NaN stays NaN (canonical 0x7fff / 0x7f, as CUDA's host code).
- *  - max/min on floating types return the non-NaN operand when one is NaN
- *    (fmaxf/fminf semantics, as NCCL) and order -0 below +0.
- *  - ncclAvg: floating types multiply each contribution by 1/n computed in the
- *    accumulation type, then sum (NCCL's pre-multiplied sum); integer types
- *    sum, then divide by n (truncating towards zero, like NCCL's SumPostDiv).
+ * Conventions (the emulation's contract, tested element by element, and checked against NCCL
+ * 2.30.7 on an H200 with bindings/src/test/c/reduction_dump.c):
+ *  - Contributions are combined in NCCL's ring order: ins[first], ins[first + 1], ... (mod n).
+ *    The caller picks `first` as NCCL's ring does: a reduce-scatter's chunk for rank r starts at
+ *    rank r + 1 and ends at r; an all-reduce's element in ring chunk k starts at rank k + 1 (see
+ *    nccl.c, ring_first); a reduce to root starts at root + 1.
+ *  - Floating types round every step in their own type (NCCL reduces pairwise in the type):
+ *    float32 in float, float64 in double, float16 / bfloat16 / float8 decoded to float and each
+ *    step's result rounded to nearest even, like CUDA's __float2half_rn / __float2bfloat16_rn /
+ *    __nv_cvt_float_to_fp8 with __NV_SATFINITE: fp8 overflow (and infinity) saturates to the
+ *    largest finite value, NaN stays NaN (canonical 0x7fff / 0x7f, as CUDA's host code).
+ *  - integers in their own type with wrap-around (computed in the unsigned type: no C overflow
+ *    UB); the order does not matter.
+ *  - max/min on floating types return the non-NaN operand when one is NaN (fmaxf/fminf
+ *    semantics, as NCCL) and order -0 below +0.
+ *  - ncclAvg: floating types are NCCL's pre-multiplied sum with s = 1/n rounded to the type; the
+ *    first contribution is x * s rounded, every later one is added with a fused multiply-add
+ *    (float, double, float16, bfloat16) or as x * s rounded to the type, then added (float8);
+ *    integer types sum, then divide by n (truncating towards zero, like NCCL's SumPostDiv).
  */
 #include "internal.h"
 
+#include <math.h>
 #include <string.h>
 
 size_t jn_dtype_size(int dtype) {
@@ -193,21 +198,23 @@ MAXMIN(dmin_nan, double, <, __builtin_signbit(a))
       for (size_t i = 0; i < count; i++) o[i] = (T)((W)o[i] / (W)n);                       \
   } while (0)
 
-/* float / double, accumulated in their own type. */
-#define REDUCE_FLT(T, MAXF, MINF)                                                         \
+/* float / double in NCCL's ring order: contributions ins[first], ins[first+1], ... (mod n), each
+ * step rounded in T; the average multiplies by s = 1/n (computed in T) with a fused multiply-add
+ * per step, as NCCL's FuncPreMulSum on sm_90. */
+#define REDUCE_FLT(T, FMA, MAXF, MINF)                                                    \
   do {                                                                                    \
     T *o = (T *)out;                                                                      \
-    const T scale = op == ncclAvg ? (T)1 / (T)n : (T)1;                                   \
-    const T *x0 = (const T *)ins[0];                                                      \
+    const T scale = (T)1 / (T)n;                                                          \
+    const T *x0 = (const T *)ins[first];                                                  \
     if (op == ncclAvg)                                                                    \
       for (size_t i = 0; i < count; i++) o[i] = x0[i] * scale;                            \
     else                                                                                  \
       memcpy(o, x0, count * sizeof(T));                                                   \
-    for (int j = 1; j < n; j++) {                                                         \
-      const T *x = (const T *)ins[j];                                                     \
+    for (int k = 1; k < n; k++) {                                                         \
+      const T *x = (const T *)ins[(first + k) % n];                                       \
       switch (op) {                                                                       \
         case ncclSum: for (size_t i = 0; i < count; i++) o[i] = o[i] + x[i]; break;       \
-        case ncclAvg: for (size_t i = 0; i < count; i++) o[i] = o[i] + x[i] * scale; break; \
+        case ncclAvg: for (size_t i = 0; i < count; i++) o[i] = FMA(x[i], scale, o[i]); break; \
         case ncclProd: for (size_t i = 0; i < count; i++) o[i] = o[i] * x[i]; break;      \
         case ncclMax: for (size_t i = 0; i < count; i++) o[i] = MAXF(o[i], x[i]); break;  \
         default: for (size_t i = 0; i < count; i++) o[i] = MINF(o[i], x[i]); break;      \
@@ -215,23 +222,29 @@ MAXMIN(dmin_nan, double, <, __builtin_signbit(a))
     }                                                                                     \
   } while (0)
 
-/* Low-precision floats (storage type S): decode to float, accumulate in float in
- * blocks, encode once. */
-#define REDUCE_LOWP(S, DEC, ENC)                                                          \
+/* Low-precision floats (storage type S) in NCCL's ring order: decoded to float, and every step's
+ * result rounded back to S (NCCL reduces S values pairwise: __hadd, __hmul, ...). Float holds
+ * each exact step result before its rounding to S, or rounds it innocuously (24 >= 2p + 2 bits).
+ * The average: s = 1/n rounded to S; 16-bit types multiply-add per step with one rounding
+ * (__hfma); fp8 types round the product to S, then the sum (checked against NCCL 2.30.7). */
+#define REDUCE_LOWP(S, DEC, ENC, FUSED_AVG)                                               \
   do {                                                                                    \
     S *o = (S *)out;                                                                      \
-    const float scale = op == ncclAvg ? 1.0f / (float)n : 1.0f;                           \
+    const float scale = DEC(ENC(1.0f / (float)n));                                        \
     float acc[512];                                                                       \
     for (size_t b = 0; b < count; b += 512) {                                             \
       size_t m = count - b < 512 ? count - b : 512;                                       \
-      const S *x0 = (const S *)ins[0] + b;                                                \
-      for (size_t i = 0; i < m; i++) acc[i] = DEC(x0[i]) * scale;                         \
-      for (int j = 1; j < n; j++) {                                                       \
-        const S *x = (const S *)ins[j] + b;                                               \
+      const S *x0 = (const S *)ins[first] + b;                                            \
+      for (size_t i = 0; i < m; i++) acc[i] = op == ncclAvg ? DEC(ENC(DEC(x0[i]) * scale)) : DEC(x0[i]); \
+      for (int k = 1; k < n; k++) {                                                       \
+        const S *x = (const S *)ins[(first + k) % n] + b;                                 \
         switch (op) {                                                                     \
-          case ncclSum: for (size_t i = 0; i < m; i++) acc[i] += DEC(x[i]); break;        \
-          case ncclAvg: for (size_t i = 0; i < m; i++) acc[i] += DEC(x[i]) * scale; break; \
-          case ncclProd: for (size_t i = 0; i < m; i++) acc[i] *= DEC(x[i]); break;       \
+          case ncclSum: for (size_t i = 0; i < m; i++) acc[i] = DEC(ENC(acc[i] + DEC(x[i]))); break; \
+          case ncclAvg:                                                                   \
+            for (size_t i = 0; i < m; i++)                                                \
+              acc[i] = DEC(ENC(acc[i] + (FUSED_AVG ? DEC(x[i]) * scale : DEC(ENC(DEC(x[i]) * scale))))); \
+            break;                                                                        \
+          case ncclProd: for (size_t i = 0; i < m; i++) acc[i] = DEC(ENC(acc[i] * DEC(x[i]))); break; \
           case ncclMax: for (size_t i = 0; i < m; i++) acc[i] = fmax_nan(acc[i], DEC(x[i])); break; \
           default: for (size_t i = 0; i < m; i++) acc[i] = fmin_nan(acc[i], DEC(x[i])); break; \
         }                                                                                 \
@@ -240,8 +253,9 @@ MAXMIN(dmin_nan, double, <, __builtin_signbit(a))
     }                                                                                     \
   } while (0)
 
-void jn_reduce(void *out, const void *const *ins, int n, size_t count, int dtype, int op) {
+void jn_reduce(void *out, const void *const *ins, int n, int first, size_t count, int dtype, int op) {
   if (count == 0 || n <= 0) return;
+  first = ((first % n) + n) % n;
   switch (dtype) {
     case ncclInt8: REDUCE_INT(int8_t, uint8_t, int64_t); break;
     case ncclUint8: REDUCE_INT(uint8_t, uint8_t, uint64_t); break;
@@ -249,12 +263,12 @@ void jn_reduce(void *out, const void *const *ins, int n, size_t count, int dtype
     case ncclUint32: REDUCE_INT(uint32_t, uint32_t, uint64_t); break;
     case ncclInt64: REDUCE_INT(int64_t, uint64_t, int64_t); break;
     case ncclUint64: REDUCE_INT(uint64_t, uint64_t, uint64_t); break;
-    case ncclFloat32: REDUCE_FLT(float, fmax_nan, fmin_nan); break;
-    case ncclFloat64: REDUCE_FLT(double, dmax_nan, dmin_nan); break;
-    case ncclFloat16: REDUCE_LOWP(uint16_t, jn_half_to_float, jn_float_to_half); break;
-    case ncclBfloat16: REDUCE_LOWP(uint16_t, jn_bf16_to_float, jn_float_to_bf16); break;
-    case ncclFloat8e4m3: REDUCE_LOWP(uint8_t, jn_fp8e4m3_to_float, jn_float_to_fp8e4m3); break;
-    case ncclFloat8e5m2: REDUCE_LOWP(uint8_t, jn_fp8e5m2_to_float, jn_float_to_fp8e5m2); break;
+    case ncclFloat32: REDUCE_FLT(float, fmaf, fmax_nan, fmin_nan); break;
+    case ncclFloat64: REDUCE_FLT(double, fma, dmax_nan, dmin_nan); break;
+    case ncclFloat16: REDUCE_LOWP(uint16_t, jn_half_to_float, jn_float_to_half, 1); break;
+    case ncclBfloat16: REDUCE_LOWP(uint16_t, jn_bf16_to_float, jn_float_to_bf16, 1); break;
+    case ncclFloat8e4m3: REDUCE_LOWP(uint8_t, jn_fp8e4m3_to_float, jn_float_to_fp8e4m3, 0); break;
+    case ncclFloat8e5m2: REDUCE_LOWP(uint8_t, jn_fp8e5m2_to_float, jn_float_to_fp8e5m2, 0); break;
     default: break;
   }
 }

@@ -13,6 +13,7 @@
 #include "jnccl_abi.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -250,28 +251,36 @@ static double ref_max(double a, double b, int is_max) {
   return is_max ? (b > a ? b : a) : (b < a ? b : a);
 }
 
-/* Reference reduction of v[0..n) in rank order, with the emulation's documented rules. */
-static uint64_t ref_red(int dt, int op, int n, const uint64_t *v) {
-  if (dt == ncclFloat32 || dt == ncclFloat16 || dt == ncclBfloat16 || dt == ncclFloat8e4m3 || dt == ncclFloat8e5m2) {
-    float s = op == ncclAvg ? 1.0f / (float)n : 1.0f, acc = 0;
-    for (int j = 0; j < n; j++) {
-      float x = dt == ncclFloat32 ? as_float((uint32_t)v[j]) : lowp_dec(dt, v[j]);
-      if (j == 0) acc = op == ncclAvg ? x * s : x;
-      else if (op == ncclSum) acc = acc + x;
-      else if (op == ncclAvg) acc = acc + x * s;
-      else if (op == ncclProd) acc = acc * x;
-      else acc = (float)ref_max(acc, x, op == ncclMax);
+/* Reference reduction of v[0..n) in NCCL's ring order v[first], v[first + 1], ... (mod n), every
+ * step rounded in the type; avg: s = 1/n rounded to the type, first x * s rounded, then a fused
+ * multiply-add per step (fp8: product rounded, then the sum). Written independently of reduce.c
+ * (double arithmetic, one rounding per step). */
+static uint64_t ref_red(int dt, int op, int n, int first, const uint64_t *v) {
+  int lowp = dt == ncclFloat16 || dt == ncclBfloat16 || dt == ncclFloat8e4m3 || dt == ncclFloat8e5m2;
+  if (dt == ncclFloat32 || lowp) {
+    int fp8 = dt == ncclFloat8e4m3 || dt == ncclFloat8e5m2;
+#define RND(y) (dt == ncclFloat32 ? (double)(float)(y) : (double)lowp_dec(dt, lowp_enc(dt, (float)(y))))
+    double s = RND(1.0 / n), acc = 0;
+    for (int k = 0; k < n; k++) {
+      int j = (first + k) % n;
+      double x = dt == ncclFloat32 ? as_float((uint32_t)v[j]) : lowp_dec(dt, v[j]);
+      if (k == 0) acc = op == ncclAvg ? RND(x * s) : x;
+      else if (op == ncclSum) acc = RND(acc + x);
+      else if (op == ncclAvg) acc = fp8 ? RND(acc + RND(x * s)) : RND(acc + x * s);
+      else if (op == ncclProd) acc = RND(acc * x);
+      else acc = ref_max(acc, x, op == ncclMax);
     }
-    return dt == ncclFloat32 ? float_bits(acc) : lowp_enc(dt, acc);
+#undef RND
+    return dt == ncclFloat32 ? float_bits((float)acc) : lowp_enc(dt, (float)acc);
   }
   if (dt == ncclFloat64) {
-    double s = op == ncclAvg ? 1.0 / (double)n : 1.0, acc = 0;
-    for (int j = 0; j < n; j++) {
+    double s = 1.0 / (double)n, acc = 0;
+    for (int k = 0; k < n; k++) {
       double x;
-      memcpy(&x, &v[j], 8);
-      if (j == 0) acc = op == ncclAvg ? x * s : x;
+      memcpy(&x, &v[(first + k) % n], 8);
+      if (k == 0) acc = op == ncclAvg ? x * s : x;
       else if (op == ncclSum) acc = acc + x;
-      else if (op == ncclAvg) acc = acc + x * s;
+      else if (op == ncclAvg) acc = fma(x, s, acc);
       else if (op == ncclProd) acc = acc * x;
       else acc = ref_max(acc, x, op == ncclMax);
     }
@@ -374,13 +383,18 @@ static int reducing(int kind) { return kind == C_ALLREDUCE || kind == C_REDUCESC
 static uint64_t expected(int kind, int dt, int op, int n, int r, int root, size_t count, size_t i, uint64_t seed) {
   uint64_t v[16];
   switch (kind) {
-    case C_ALLREDUCE:
+    case C_ALLREDUCE: { /* ring chunk k (ceil(count / n) elements, rounded up to 16 bytes) starts at k + 1 */
+      size_t granule = dsize(dt) >= 16 ? 1 : 16 / dsize(dt), chunk = (count + (size_t)n - 1) / (size_t)n;
+      chunk = (chunk + granule - 1) / granule * granule;
+      for (int j = 0; j < n; j++) v[j] = gen(seed, j, i, dt);
+      return ref_red(dt, op, n, (int)((i / chunk + 1) % (size_t)n), v);
+    }
     case C_REDUCE:
       for (int j = 0; j < n; j++) v[j] = gen(seed, j, i, dt);
-      return ref_red(dt, op, n, v);
+      return ref_red(dt, op, n, (root + 1) % n, v);
     case C_REDUCESCATTER:
       for (int j = 0; j < n; j++) v[j] = gen(seed, j, (size_t)r * count + i, dt);
-      return ref_red(dt, op, n, v);
+      return ref_red(dt, op, n, (r + 1) % n, v);
     case C_ALLGATHER: return gen(seed, (int)(i / count), i % count, dt);
     case C_BROADCAST: return gen(seed, root, i, dt);
     default: return gen(seed, (int)(i / count), (size_t)r * count + i % count, dt); /* alltoall */

@@ -8,11 +8,11 @@ import java.util.SplittableRandom;
  * Random test data from per-rank seeds, and the Java references the results are checked against.
  *
  * <p>Values are never zero (magnitudes in [0.5, 2)), so a missing or skipped operation cannot
- * pass by accident. References follow the host emulation's documented arithmetic: contributions
- * combined in rank order 0..n-1, FP32 in float, BF16 decoded to float, accumulated in float and
- * rounded once to nearest even; AVG on floating types is NCCL's pre-multiplied sum (each
- * contribution times 1/n, then summed). On the host backend the results must match bit for bit;
- * on real NCCL (other orders, other rounding) {@link Verify} applies a tolerance.
+ * pass by accident. References follow NCCL's arithmetic, which the host emulation reproduces:
+ * contributions combined in ring order (see {@link Ring}), every step rounded in the type; AVG on
+ * floating types is NCCL's pre-multiplied sum. On the host backend the results must match bit for
+ * bit; on real NCCL (whose all-reduce may split its ring over several channels) {@link Verify}
+ * applies a tolerance.
  */
 final class Data {
     private Data() {}
@@ -89,21 +89,50 @@ final class Data {
 
     // ------------------------------------------------------------------ references
 
-    /** {@code op} over {@code inputs} (one array per rank, rank order) for elements [from, from + count). */
-    static float[] reduce(List<float[]> inputs, ReduceOp op, int from, int count) {
+    /**
+     * Where NCCL's ring starts the reduction of an element: contributions are combined from rank
+     * {@code first(i)} on, in ring order (see the emulation's reduce.c, checked against NCCL 2.30).
+     */
+    @FunctionalInterface
+    interface Ring {
+        int first(int index);
+
+        /** A reduce-scatter's chunk for {@code rank} travels the ring from rank + 1 to rank. */
+        static Ring reduceScatter(int rank, int world) {
+            return index -> (rank + 1) % world;
+        }
+
+        /**
+         * An all-reduce of {@code count} elements of {@code elementSize} bytes: ring chunk k
+         * (ceil(count / n) elements rounded up to 16 bytes, NCCL's one-channel split) goes from
+         * rank k + 1 to rank k.
+         */
+        static Ring allReduce(int count, int world, int elementSize) {
+            int granule = Math.max(1, 16 / elementSize);
+            int chunk = Math.max(1, ((count + world - 1) / world + granule - 1) / granule * granule);
+            return index -> (index / chunk + 1) % world;
+        }
+    }
+
+    /**
+     * FP32 {@code op} over {@code inputs} (one array per rank) for elements [from, from + count), in
+     * ring order, every step rounded to float; AVG: x * (1/n), then a fused multiply-add per step.
+     */
+    static float[] reduce(List<float[]> inputs, ReduceOp op, int from, int count, Ring ring) {
         int n = inputs.size();
         float scale = 1.0f / n;
         float[] out = new float[count];
         for (int i = 0; i < count; i++) {
-            float acc = inputs.get(0)[from + i];
+            int first = ring.first(from + i);
+            float acc = inputs.get(first)[from + i];
             if (op == ReduceOp.AVG) {
                 acc = acc * scale;
             }
-            for (int j = 1; j < n; j++) {
-                float x = inputs.get(j)[from + i];
+            for (int k = 1; k < n; k++) {
+                float x = inputs.get((first + k) % n)[from + i];
                 acc = switch (op) {
                     case SUM -> acc + x;
-                    case AVG -> acc + x * scale;
+                    case AVG -> Math.fma(x, scale, acc);
                     case PROD -> acc * x;
                     case MAX -> Math.max(acc, x);
                     case MIN -> Math.min(acc, x);
@@ -114,29 +143,37 @@ final class Data {
         return out;
     }
 
-    /** BF16 {@code op}: decode, accumulate in float in rank order, round once. */
-    static short[] reduceBf16(List<short[]> inputs, ReduceOp op, int from, int count) {
+    /**
+     * BF16 {@code op}: as {@link #reduce(List, ReduceOp, int, int, Ring)} with every step rounded to
+     * BF16 (NCCL reduces BF16 pairwise); AVG scales by 1/n rounded to BF16.
+     */
+    static short[] reduceBf16(List<short[]> inputs, ReduceOp op, int from, int count, Ring ring) {
         int n = inputs.size();
-        float scale = 1.0f / n;
+        float scale = bf16ToFloat(floatToBf16(1.0f / n));
         short[] out = new short[count];
         for (int i = 0; i < count; i++) {
-            float acc = bf16ToFloat(inputs.get(0)[from + i]);
+            int first = ring.first(from + i);
+            float acc = bf16ToFloat(inputs.get(first)[from + i]);
             if (op == ReduceOp.AVG) {
-                acc = acc * scale;
+                acc = roundBf16(acc * scale);
             }
-            for (int j = 1; j < n; j++) {
-                float x = bf16ToFloat(inputs.get(j)[from + i]);
-                acc = switch (op) {
+            for (int k = 1; k < n; k++) {
+                float x = bf16ToFloat(inputs.get((first + k) % n)[from + i]);
+                acc = roundBf16(switch (op) {
                     case SUM -> acc + x;
-                    case AVG -> acc + x * scale;
+                    case AVG -> Math.fma(x, scale, acc);
                     case PROD -> acc * x;
                     case MAX -> Math.max(acc, x);
                     case MIN -> Math.min(acc, x);
-                };
+                });
             }
             out[i] = floatToBf16(acc);
         }
         return out;
+    }
+
+    private static float roundBf16(float value) {
+        return bf16ToFloat(floatToBf16(value));
     }
 
     /** INT32 {@code op} with wrap-around (AVG: wrapped sum divided by n, truncating). */

@@ -70,13 +70,13 @@ final class Scenarios {
             tx.execute(signal);
         }
         c.comm.await(signal);
-        Verify.floats(c.what("transaction reduceScatter FP32 SUM"), Data.reduce(f32, ReduceOp.SUM, from, shard),
+        Verify.floats(c.what("transaction reduceScatter FP32 SUM"), Data.reduce(f32, ReduceOp.SUM, from, shard, Data.Ring.reduceScatter(c.rank, n)),
                 c.floats(tf.shard(c.rank, n)), c.exact, Data.magnitude(f32, from, shard));
-        Verify.floats(c.what("transaction reduceScatter FP32 MAX"), Data.reduce(f32max, ReduceOp.MAX, from, shard),
+        Verify.floats(c.what("transaction reduceScatter FP32 MAX"), Data.reduce(f32max, ReduceOp.MAX, from, shard, Data.Ring.reduceScatter(c.rank, n)),
                 c.floats(tm.shard(c.rank, n)), c.exact, null);
-        Verify.bf16(c.what("transaction reduceScatter BF16 SUM"), Data.reduceBf16(b16, ReduceOp.SUM, from, shard),
+        Verify.bf16(c.what("transaction reduceScatter BF16 SUM"), Data.reduceBf16(b16, ReduceOp.SUM, from, shard, Data.Ring.reduceScatter(c.rank, n)),
                 c.bf16(tb.shard(c.rank, n)), c.exact, Data.magnitudeBf16(b16, from, shard));
-        Verify.bf16(c.what("transaction reduceScatter BF16 AVG"), Data.reduceBf16(b16avg, ReduceOp.AVG, from, shard),
+        Verify.bf16(c.what("transaction reduceScatter BF16 AVG"), Data.reduceBf16(b16avg, ReduceOp.AVG, from, shard, Data.Ring.reduceScatter(c.rank, n)),
                 c.bf16(ta.shard(c.rank, n)), c.exact, Data.magnitudeBf16(b16avg, from, shard));
         Verify.ints(c.what("transaction reduceScatter INT32 MIN"), Data.reduceInt(i32, ReduceOp.MIN, from, shard),
                 c.ints(ti.shard(c.rank, n)));
@@ -207,7 +207,7 @@ final class Scenarios {
             DeviceTensor t = c.upload(in.get(c.rank));
             c.comm.allReduce(t, op, compute);
             compute.synchronize();
-            Verify.floats(c.what("allReduce FP32 " + op), Data.reduce(in, op, 0, N), c.floats(t), c.exact,
+            Verify.floats(c.what("allReduce FP32 " + op), Data.reduce(in, op, 0, N, Data.Ring.allReduce(N, n, 4)), c.floats(t), c.exact,
                     op == ReduceOp.SUM || op == ReduceOp.AVG ? Data.magnitude(in, 0, N) : null);
         }
         {
@@ -222,7 +222,7 @@ final class Scenarios {
             DeviceTensor t = c.upload(in.get(c.rank));
             c.comm.reduceMean(t, compute);
             compute.synchronize();
-            Verify.bf16(c.what("reduceMean BF16"), Data.reduceBf16(in, ReduceOp.AVG, 0, N), c.bf16(t), c.exact,
+            Verify.bf16(c.what("reduceMean BF16"), Data.reduceBf16(in, ReduceOp.AVG, 0, N, Data.Ring.allReduce(N, n, 2)), c.bf16(t), c.exact,
                     Data.magnitudeBf16(in, 0, N));
         }
         {
@@ -230,7 +230,7 @@ final class Scenarios {
             DeviceTensor t = c.upload(in.get(c.rank));
             c.comm.reduceMean(t, compute);
             compute.synchronize();
-            Verify.floats(c.what("reduceMean FP32"), Data.reduce(in, ReduceOp.AVG, 0, N), c.floats(t), c.exact,
+            Verify.floats(c.what("reduceMean FP32"), Data.reduce(in, ReduceOp.AVG, 0, N, Data.Ring.allReduce(N, n, 4)), c.floats(t), c.exact,
                     Data.magnitude(in, 0, N));
         }
         {
@@ -238,7 +238,7 @@ final class Scenarios {
             DeviceTensor t = c.upload(in.get(c.rank));
             c.comm.reduceMax(t, compute);
             compute.synchronize();
-            Verify.floats(c.what("reduceMax FP32"), Data.reduce(in, ReduceOp.MAX, 0, N), c.floats(t));
+            Verify.floats(c.what("reduceMax FP32"), Data.reduce(in, ReduceOp.MAX, 0, N, Data.Ring.allReduce(N, c.world, 4)), c.floats(t));
         }
         {
             // A local squared norm per rank, summed over ranks in rank order.
@@ -254,7 +254,7 @@ final class Scenarios {
             DeviceTensor t = c.upload(locals.get(c.rank));
             c.comm.reduceNormSquared(t, compute);
             compute.synchronize();
-            Verify.floats(c.what("reduceNormSquared"), Data.reduce(locals, ReduceOp.SUM, 0, 1), c.floats(t), c.exact,
+            Verify.floats(c.what("reduceNormSquared"), Data.reduce(locals, ReduceOp.SUM, 0, 1, Data.Ring.allReduce(1, c.world, 4)), c.floats(t), c.exact,
                     Data.magnitude(locals, 0, 1));
         }
         {
@@ -262,7 +262,7 @@ final class Scenarios {
             DeviceTensor t = c.upload(in.get(c.rank));
             c.comm.reduceScatter(t, compute);
             compute.synchronize();
-            Verify.floats(c.what("reduceScatter(tensor, stream)"), Data.reduce(in, ReduceOp.SUM, from, shard),
+            Verify.floats(c.what("reduceScatter(tensor, stream)"), Data.reduce(in, ReduceOp.SUM, from, shard, Data.Ring.reduceScatter(c.rank, c.world)),
                     c.floats(t.shard(c.rank, n)), c.exact, Data.magnitude(in, from, shard));
         }
         {
@@ -276,9 +276,9 @@ final class Scenarios {
             compute.synchronize();
             int sa = countA / n;
             int sb = countB / n;
-            Verify.floats(c.what("reduceScatter(list) FP32 tensor"), Data.reduce(a, ReduceOp.SUM, c.rank * sa, sa),
+            Verify.floats(c.what("reduceScatter(list) FP32 tensor"), Data.reduce(a, ReduceOp.SUM, c.rank * sa, sa, Data.Ring.reduceScatter(c.rank, c.world)),
                     c.floats(ta.shard(c.rank, n)), c.exact, Data.magnitude(a, c.rank * sa, sa));
-            Verify.bf16(c.what("reduceScatter(list) BF16 tensor"), Data.reduceBf16(b, ReduceOp.SUM, c.rank * sb, sb),
+            Verify.bf16(c.what("reduceScatter(list) BF16 tensor"), Data.reduceBf16(b, ReduceOp.SUM, c.rank * sb, sb, Data.Ring.reduceScatter(c.rank, c.world)),
                     c.bf16(tb.shard(c.rank, n)), c.exact, Data.magnitudeBf16(b, c.rank * sb, sb));
         }
         waitOnComms(c);
@@ -303,7 +303,7 @@ final class Scenarios {
         c.comm.waitOnComms(compute);
         RankContext.copyAsync(out, t.shard(c.rank, n), compute);
         compute.synchronize();
-        Verify.floats(c.what("waitOnComms: copy made on the compute stream"), Data.reduce(in, ReduceOp.SUM, from, shard),
+        Verify.floats(c.what("waitOnComms: copy made on the compute stream"), Data.reduce(in, ReduceOp.SUM, from, shard, Data.Ring.reduceScatter(c.rank, c.world)),
                 c.floats(out), c.exact, Data.magnitude(in, from, shard));
     }
 
@@ -392,9 +392,9 @@ final class Scenarios {
             Verify.floats(c.what("mixed: allGather out of place, slice " + r), gShards.get(r), Data.slice(full, r * SHARD, SHARD));
             Verify.ints(c.what("mixed: allGather in place, slice " + r), gInPlace.get(r), Data.slice(in, r * SHARD, SHARD));
         }
-        Verify.floats(c.what("mixed: reduceScatter FP32"), Data.reduce(rs, ReduceOp.SUM, from, shard),
+        Verify.floats(c.what("mixed: reduceScatter FP32"), Data.reduce(rs, ReduceOp.SUM, from, shard, Data.Ring.reduceScatter(c.rank, c.world)),
                 c.floats(tRs.shard(c.rank, n)), c.exact, Data.magnitude(rs, from, shard));
-        Verify.bf16(c.what("mixed: reduceScatter BF16"), Data.reduceBf16(rsb, ReduceOp.SUM, from, shard),
+        Verify.bf16(c.what("mixed: reduceScatter BF16"), Data.reduceBf16(rsb, ReduceOp.SUM, from, shard, Data.Ring.reduceScatter(c.rank, c.world)),
                 c.bf16(tRsb.shard(c.rank, n)), c.exact, Data.magnitudeBf16(rsb, from, shard));
         checkAllToAll(c, a2a, c.floats(tA2a), "mixed: destructiveAllToAll");
         if (n > 1) {
@@ -541,7 +541,7 @@ final class Scenarios {
         RankContext.copyAsync(rs2Data, junk, compute);
         compute.synchronize();
 
-        Verify.floats(c.what("overlap: reduceScatter after the ready event"), Data.reduce(rs, ReduceOp.SUM, from, shard),
+        Verify.floats(c.what("overlap: reduceScatter after the ready event"), Data.reduce(rs, ReduceOp.SUM, from, shard, Data.Ring.reduceScatter(c.rank, c.world)),
                 c.floats(rsOut), c.exact, Data.magnitude(rs, from, shard));
         float[] full = c.floats(agOut);
         for (int r = 0; r < n; r++) {
@@ -549,7 +549,7 @@ final class Scenarios {
                     Data.slice(full, r * SHARD, SHARD));
         }
         Verify.floats(c.what("overlap: reduceScatter begun from the compute stream"),
-                Data.reduce(rs2, ReduceOp.SUM, from, shard), c.floats(rs2Out), c.exact, Data.magnitude(rs2, from, shard));
+                Data.reduce(rs2, ReduceOp.SUM, from, shard, Data.Ring.reduceScatter(c.rank, c.world)), c.floats(rs2Out), c.exact, Data.magnitude(rs2, from, shard));
         // Everybody has looked before anybody leaves (and frees what peers might read).
         c.comm.barrier();
     }

@@ -456,7 +456,8 @@ class ThreadsFailureTest {
         float[] got = new float[shard];
         DeviceMemory.wrap(t.address(), t.bytes(), comm.device()).copyToHost(MemorySegment.ofArray(got),
                 (long) comm.rank() * shard * 4);
-        Verify.floats("operation 1 on rank " + comm.rank(), Data.reduce(all, ReduceOp.SUM, comm.rank() * shard, shard), got);
+        Verify.floats("operation 1 on rank " + comm.rank(), Data.reduce(all, ReduceOp.SUM, comm.rank() * shard, shard,
+                Data.Ring.reduceScatter(comm.rank(), n)), got);
     }
 
     // ================================================================== memcpy mismatches

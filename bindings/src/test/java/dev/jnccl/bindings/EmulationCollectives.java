@@ -128,7 +128,7 @@ final class EmulationCollectives {
         MemorySegment reduced = null;
         if (c.op != null) {
             reduced = arena.allocate(sendElems * t.size, 16);
-            reduceInto(t, c.op, input, reduced, sendElems);
+            reduceInto(c, input, reduced, sendElems);
         }
         for (int r = 0; r < n; r++) {
             long bufferElems = c.inPlace ? Math.max(sendElems, recvElems) : recvElems;
@@ -200,15 +200,30 @@ final class EmulationCollectives {
         }
     }
 
-    private static void reduceInto(DType t, Op op, MemorySegment[] input, MemorySegment reduced, long count) {
+    private static void reduceInto(Case c, MemorySegment[] input, MemorySegment reduced, long count) {
+        DType t = c.type;
         int n = input.length;
         long[] values = new long[n];
+        long ringChunk = ringChunk(c.count, n, t.size);
         for (long i = 0; i < count; i++) {
             for (int r = 0; r < n; r++) {
                 values[r] = t.get(input[r], i);
             }
-            t.set(reduced, i, EmulationSupport.reduce(t, op, values, n));
+            // Where NCCL's ring starts for this element (see reduce.c in the emulation).
+            long first = switch (c.coll) {
+                case REDUCE_SCATTER -> i / c.count + 1; // rank r's chunk: from r + 1 to r
+                case REDUCE -> c.root + 1;
+                default -> i / ringChunk + 1;           // all-reduce: ring chunk k from k + 1 to k
+            };
+            t.set(reduced, i, EmulationSupport.reduce(t, c.op, values, n, (int) (first % n)));
         }
+    }
+
+    /** NCCL's one-channel ring all-reduce chunk: ceil(count / n) elements, rounded up to 16 bytes. */
+    private static long ringChunk(long count, int n, int elementSize) {
+        long granule = Math.max(1, 16 / elementSize);
+        long chunk = (count + n - 1) / n;
+        return Math.max(1, (chunk + granule - 1) / granule * granule);
     }
 
     private static long draw(Case c, DType t, Random random) {

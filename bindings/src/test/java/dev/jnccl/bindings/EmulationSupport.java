@@ -566,14 +566,21 @@ final class EmulationSupport {
         }
     }
 
-    /**
-     * The emulation's arithmetic (and NCCL's, where NCCL defines it): values combined in rank order
-     * 0..n-1; integers wrap in the type's width, avg = wrapped sum / n (truncating); fp32 and the
-     * low-precision types accumulate in float (low precision rounded to nearest even once at the end,
-     * fp8 saturating, infinity included), fp64 in double; float avg multiplies every contribution by
-     * 1/n (in the accumulation type) before summing; float max / min ignore a NaN operand (fmaxf).
-     */
+    /** {@link #reduce(DType, Op, long[], int, int)} starting the ring at rank 0. */
     static long reduce(DType type, Op op, long[] values, int n) {
+        return reduce(type, op, values, n, 0);
+    }
+
+    /**
+     * NCCL's arithmetic, which the emulation follows (checked against NCCL 2.30.7 on an H200, see
+     * bindings/src/test/c/reduction_dump.c): values combined in ring order {@code first, first + 1,
+     * ...} (mod n); integers wrap in the type's width, avg = wrapped sum / n (truncating); floating
+     * types round every step in the type (low precision to nearest even, fp8 saturating, infinity
+     * included); float avg: s = 1/n rounded to the type, the first contribution x * s rounded, then a
+     * fused multiply-add per step (fp8: x * s rounded, then added); float max / min ignore a NaN
+     * operand (fmaxf).
+     */
+    static long reduce(DType type, Op op, long[] values, int n, int first) {
         switch (type.kind) {
             case SIGNED, UNSIGNED -> {
                 long acc = type.normalize(values[0]);
@@ -594,30 +601,40 @@ final class EmulationSupport {
                 return acc;
             }
             case F64 -> {
-                double inverse = 1.0 / n;
+                double scale = 1.0 / n;
                 double acc = 0;
-                for (int r = 0; r < n; r++) {
-                    double v = Double.longBitsToDouble(values[r]);
-                    if (op == Op.AVG) {
-                        v *= inverse;
+                for (int k = 0; k < n; k++) {
+                    double v = Double.longBitsToDouble(values[(first + k) % n]);
+                    if (k == 0) {
+                        acc = op == Op.AVG ? v * scale : v;
+                    } else {
+                        acc = op == Op.AVG ? Math.fma(v, scale, acc) : combine(op, acc, v);
                     }
-                    acc = r == 0 ? v : combine(op, acc, v);
                 }
                 return Double.doubleToRawLongBits(acc);
             }
             default -> {
-                float inverse = 1.0f / n;
+                boolean fp8 = type.size == 1;
+                float scale = round(type, 1.0f / n);
                 float acc = 0;
-                for (int r = 0; r < n; r++) {
-                    float v = type.toFloat(values[r]);
-                    if (op == Op.AVG) {
-                        v *= inverse;
+                for (int k = 0; k < n; k++) {
+                    float v = type.toFloat(values[(first + k) % n]);
+                    if (k == 0) {
+                        acc = op == Op.AVG ? round(type, v * scale) : v;
+                    } else if (op == Op.AVG) {
+                        acc = round(type, fp8 ? acc + round(type, v * scale) : Math.fma(v, scale, acc));
+                    } else {
+                        acc = round(type, combine(op, acc, v));
                     }
-                    acc = r == 0 ? v : combine(op, acc, v);
                 }
                 return type.fromFloat(acc);
             }
         }
+    }
+
+    /** {@code value} rounded to {@code type} (a float type) and back. */
+    private static float round(DType type, float value) {
+        return type.toFloat(type.fromFloat(value));
     }
 
     private static int compare(DType type, long a, long b) {
