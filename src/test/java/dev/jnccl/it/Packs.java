@@ -49,11 +49,30 @@ final class Packs {
         return backend().equals("host");
     }
 
-    /** Skips (visibly) a world larger than the visible devices, e.g. world 8 on a one-GPU machine. */
-    static void assumeDevices(int world) {
+    /**
+     * {@code -Djnccl.it.shareDevices=true} runs worlds larger than the visible device count with
+     * several ranks per device (rank r on device r mod devices): real multi-rank NCCL on one GPU
+     * needs NCCL 2.30+ and NCCL_MULTI_RANK_GPU_ENABLE=1 (scripts/gpu-test.sh --threads-multi-rank).
+     */
+    static final boolean SHARE_DEVICES = Boolean.getBoolean("jnccl.it.shareDevices");
+
+    /**
+     * {@code options} placed for a {@code world}-rank pack: unchanged when there are enough devices;
+     * else, with {@link #SHARE_DEVICES}, several ranks per device; else the test is skipped (visibly),
+     * e.g. world 8 on a one-GPU machine.
+     */
+    static ThreadsOptions placed(int world, ThreadsOptions options) {
         int devices = Cuda.deviceCount();
-        assumeTrue(world <= devices, "world " + world + " needs " + world + " devices; backend " + backend()
-                + " has " + devices);
+        if (world <= devices) {
+            return options;
+        }
+        assumeTrue(SHARE_DEVICES, "world " + world + " needs " + world + " devices; backend " + backend() + " has "
+                + devices + " (-Djnccl.it.shareDevices=true puts several ranks on one device)");
+        int[] deviceOfRank = new int[world];
+        for (int rank = 0; rank < world; rank++) {
+            deviceOfRank[rank] = rank % devices;
+        }
+        return options.withDevices(deviceOfRank);
     }
 
     static void assumeHost(String why) {
@@ -65,9 +84,9 @@ final class Packs {
      * {@link RankContext}), bounded by {@code timeout}; then checks that no pack thread survived.
      */
     static void run(int world, ThreadsOptions options, Duration timeout, Consumer<RankContext> work) {
-        assumeDevices(world);
+        ThreadsOptions placed = placed(world, options);
         long seed = newSeed();
-        assertTimeoutPreemptively(timeout, () -> ThreadsCommunicators.run(world, options, comm -> {
+        assertTimeoutPreemptively(timeout, () -> ThreadsCommunicators.run(world, placed, comm -> {
             try (RankContext context = new RankContext(comm, seed)) {
                 work.accept(context);
             }

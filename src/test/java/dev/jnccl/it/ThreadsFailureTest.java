@@ -100,8 +100,8 @@ class ThreadsFailureTest {
      * Launches a pack whose work records each rank's exception, expects {@code join()} to throw
      * within {@link #JOIN_BOUND} of the launch, and checks that no pack thread survives.
      */
-    static Outcome runFailing(int world, ThreadsOptions options, Consumer<Communicator> work) {
-        Packs.assumeDevices(world);
+    static Outcome runFailing(int world, ThreadsOptions requested, Consumer<Communicator> work) {
+        ThreadsOptions options = Packs.placed(world, requested);
         Map<Integer, Throwable> byRank = new ConcurrentHashMap<>();
         long start = System.nanoTime();
         ThreadsPack pack = ThreadsCommunicators.launch(world, options, comm -> {

@@ -1,6 +1,7 @@
 package dev.jnccl.threads;
 
 import dev.jnccl.Communicator;
+import dev.jnccl.NcclException;
 import dev.jnccl.UniqueId;
 import dev.jnccl.cuda.Cuda;
 import dev.jnccl.internal.Native;
@@ -29,7 +30,8 @@ public final class ThreadsCommunicators {
     /**
      * Starts one rank per GPU and returns at once.
      *
-     * @param gpus    number of GPUs (ranks); 0 means all visible devices
+     * @param gpus    number of GPUs (ranks); 0 means all visible devices, or the ranks of
+     *                {@link ThreadsOptions#withDevices(int...)} when set
      * @param options threads-mode options
      * @param work    what each rank runs with its communicator (closed afterwards)
      */
@@ -43,11 +45,8 @@ public final class ThreadsCommunicators {
         if (visible == 0) {
             throw new IllegalArgumentException("launch: no CUDA device is visible");
         }
-        int size = gpus == 0 ? visible : gpus;
-        if (size > visible) {
-            throw new IllegalArgumentException("launch: " + size + " GPUs requested but only " + visible
-                    + " visible (CUDA_VISIBLE_DEVICES=" + System.getenv("CUDA_VISIBLE_DEVICES") + ")");
-        }
+        int[] deviceOfRank = deviceOfRank(gpus, options, visible);
+        int size = deviceOfRank.length;
         boolean realGpu = Native.libraries().backend().id().equals("cuda");
         UniqueId id = UniqueId.generate();
         PackState state = new PackState(size);
@@ -56,12 +55,43 @@ public final class ThreadsCommunicators {
         for (int rank = 0; rank < size; rank++) {
             int r = rank;
             threads.add(Thread.ofPlatform().name("jnccl-rank-" + rank).unstarted(
-                    () -> runRank(r, size, id, options, work, state, errors, realGpu)));
+                    () -> runRank(r, deviceOfRank, id, options, work, state, errors, realGpu)));
         }
         threads.forEach(Thread::start);
         return new ThreadsPack(List.copyOf(threads), state, errors);
     }
 
+    /** The device of each rank: {@link ThreadsOptions#devices()} when set, else rank r on device r. */
+    private static int[] deviceOfRank(int gpus, ThreadsOptions options, int visible) {
+        String visibleNote = " (CUDA_VISIBLE_DEVICES=" + System.getenv("CUDA_VISIBLE_DEVICES") + ")";
+        if (options.devices().isEmpty()) {
+            int size = gpus == 0 ? visible : gpus;
+            if (size > visible) {
+                throw new IllegalArgumentException("launch: " + size + " GPUs requested but only " + visible
+                        + " visible" + visibleNote + "; ThreadsOptions.withDevices puts several ranks on one device");
+            }
+            int[] devices = new int[size];
+            for (int rank = 0; rank < size; rank++) {
+                devices[rank] = rank;
+            }
+            return devices;
+        }
+        List<Integer> devices = options.devices();
+        if (gpus != 0 && gpus != devices.size()) {
+            throw new IllegalArgumentException("launch: gpus " + gpus + " does not match the " + devices.size()
+                    + " ranks of ThreadsOptions.devices " + devices + " (pass 0 or " + devices.size() + ")");
+        }
+        int[] result = new int[devices.size()];
+        for (int rank = 0; rank < result.length; rank++) {
+            int device = devices.get(rank);
+            if (device >= visible) {
+                throw new IllegalArgumentException("launch: rank " + rank + " is on device " + device + " but only "
+                        + visible + " devices are visible" + visibleNote);
+            }
+            result[rank] = device;
+        }
+        return result;
+    }
     /** {@link #launch} then {@link ThreadsPack#join()}. */
     public static void run(int gpus, ThreadsOptions options, Consumer<Communicator> work) {
         try (ThreadsPack pack = launch(gpus, options, work)) {
@@ -69,18 +99,20 @@ public final class ThreadsCommunicators {
         }
     }
 
-    private static void runRank(int rank, int size, UniqueId id, ThreadsOptions options, Consumer<Communicator> work,
-                                PackState state, Throwable[] errors, boolean realGpu) {
+    private static void runRank(int rank, int[] deviceOfRank, UniqueId id, ThreadsOptions options,
+                                Consumer<Communicator> work, PackState state, Throwable[] errors, boolean realGpu) {
+        int size = deviceOfRank.length;
+        int device = deviceOfRank[rank];
         ThreadsCommunicator communicator = null;
         try {
-            Cuda.setDevice(rank);
+            Cuda.setDevice(device);
             if (options.pinCpus()) {
-                state.reportAffinity(rank, CpuAffinity.pin(rank, rank, realGpu));
+                state.reportAffinity(rank, CpuAffinity.pin(rank, device, realGpu));
             }
             if (options.usesMemcpy()) {
-                enablePeerAccess(rank, size);
+                enablePeerAccess(device, deviceOfRank);
             }
-            communicator = new ThreadsCommunicator(id, rank, size, rank, options, state);
+            communicator = createCommunicator(id, rank, device, options, state, deviceOfRank);
             state.register(rank, communicator);
             work.accept(communicator);
             // Ranks close together: a rank finalizing early would leave peers' last operations alone.
@@ -108,9 +140,43 @@ public final class ThreadsCommunicators {
         }
     }
 
-    private static void enablePeerAccess(int rank, int size) {
-        for (int peer = 0; peer < size; peer++) {
-            if (peer != rank && Cuda.canAccessPeer(rank, peer)) {
+    /**
+     * The rank's communicator. When ranks share a device and NCCL refuses that ("Duplicate GPU
+     * detected", NCCL before 2.30 or without NCCL_MULTI_RANK_GPU_ENABLE=1), the exception says
+     * what to set or load.
+     */
+    private static ThreadsCommunicator createCommunicator(UniqueId id, int rank, int device, ThreadsOptions options,
+                                                          PackState state, int[] deviceOfRank) {
+        try {
+            return new ThreadsCommunicator(id, rank, deviceOfRank.length, device, options, state);
+        } catch (NcclException e) {
+            if (!options.sharesDevices() || !e.getMessage().contains("Duplicate GPU")) {
+                throw e;
+            }
+            throw new IllegalStateException("launch: ranks " + ranksOn(device, deviceOfRank) + " share device "
+                    + device + " (ThreadsOptions.devices " + options.devices() + ") and NCCL "
+                    + Native.libraries().nccl() + " refuses several ranks of one process on one GPU. NCCL 2.30 or"
+                    + " newer allows it with the environment variable NCCL_MULTI_RANK_GPU_ENABLE=1 (load it with"
+                    + " -Djnccl.nccl.library=/path/libnccl.so.2); otherwise use one rank per device or one process"
+                    + " per rank (MPI mode)", e);
+        }
+    }
+
+    private static List<Integer> ranksOn(int device, int[] deviceOfRank) {
+        List<Integer> ranks = new ArrayList<>();
+        for (int rank = 0; rank < deviceOfRank.length; rank++) {
+            if (deviceOfRank[rank] == device) {
+                ranks.add(rank);
+            }
+        }
+        return ranks;
+    }
+
+    /** Peer access from {@code device} to every other device of the pack (ranks on the same device need none). */
+    private static void enablePeerAccess(int device, int[] deviceOfRank) {
+        int[] peers = java.util.Arrays.stream(deviceOfRank).distinct().toArray();
+        for (int peer : peers) {
+            if (peer != device && Cuda.canAccessPeer(device, peer)) {
                 Cuda.enablePeerAccess(peer);
             }
         }
