@@ -16,11 +16,11 @@ import dev.jnccl.cuda.CudaException;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
 import dev.jnccl.internal.Native;
+import dev.jnccl.testsupport.NativeEnv;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
 import java.util.List;
-import java.util.Map;
 import java.util.Random;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -42,7 +42,7 @@ class ReliabilityTest {
     void emptyTransactionOrdersSignalAfterReady() {
         try (Communicator comm = Communicator.single(0)) {
             CudaStream slow;
-            try (NativeEnv env = NativeEnv.set(Map.of("JNCCL_HOST_DELAY_US", "300000"))) {
+            try (NativeEnv env = NativeEnv.set("JNCCL_HOST_DELAY_US", "300000")) {
                 slow = CudaStream.create(); // every operation of this stream takes 300 ms
             }
             try (slow; DeviceMemory memory = DeviceMemory.allocate(64); CudaEvent ready = CudaEvent.create();
@@ -67,7 +67,7 @@ class ReliabilityTest {
         int count = 4096;
         try (Arena arena = Arena.ofConfined()) {
             Communicator comm;
-            try (NativeEnv env = NativeEnv.set(Map.of("JNCCL_HOST_DELAY_US", "200000"))) {
+            try (NativeEnv env = NativeEnv.set("JNCCL_HOST_DELAY_US", "200000")) {
                 comm = Communicator.single(0, options); // its comms stream is slow
             }
             try (comm; CudaStream user = CudaStream.create();
@@ -209,8 +209,8 @@ class ReliabilityTest {
                 .withWatchdogInterval(Duration.ofMillis(50)).withCloseTimeout(Duration.ofSeconds(2));
         List<Object> results;
         long started = System.nanoTime();
-        try (NativeEnv env = NativeEnv.set(Map.of("JNCCL_HOST_FAULT", "hang", "JNCCL_HOST_FAULT_RANK", "1",
-                "JNCCL_HOST_FAULT_AT", "2"))) {
+        try (NativeEnv env = NativeEnv.set("JNCCL_HOST_FAULT", "hang", "JNCCL_HOST_FAULT_RANK", "1",
+                "JNCCL_HOST_FAULT_AT", "2")) {
             results = LocalRanks.run(2, options, comm -> {
                 try (CudaStream stream = CudaStream.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 1024);
                      CudaEvent signal = CudaEvent.create()) {
@@ -238,8 +238,8 @@ class ReliabilityTest {
         CommunicatorOptions options = CommunicatorOptions.defaults().withWatchdog(Duration.ofSeconds(5))
                 .withWatchdogInterval(Duration.ofMillis(50));
         List<Object> results;
-        try (NativeEnv env = NativeEnv.set(Map.of("JNCCL_HOST_FAULT", "fail", "JNCCL_HOST_FAULT_RANK", "0",
-                "JNCCL_HOST_FAULT_AT", "1"))) {
+        try (NativeEnv env = NativeEnv.set("JNCCL_HOST_FAULT", "fail", "JNCCL_HOST_FAULT_RANK", "0",
+                "JNCCL_HOST_FAULT_AT", "1")) {
             results = LocalRanks.run(1, options, comm -> {
                 try (CudaStream stream = CudaStream.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 64)) {
                     comm.allReduce(memory.tensor(DType.FP32), ReduceOp.SUM, stream);
@@ -258,8 +258,8 @@ class ReliabilityTest {
     @Test
     void closeIsBoundedWhenTheCommsStreamIsStuck() throws Throwable {
         CommunicatorOptions options = CommunicatorOptions.defaults().withCloseTimeout(Duration.ofSeconds(1));
-        try (NativeEnv env = NativeEnv.set(Map.of("JNCCL_HOST_FAULT", "hang", "JNCCL_HOST_FAULT_RANK", "0",
-                "JNCCL_HOST_FAULT_AT", "1"))) {
+        try (NativeEnv env = NativeEnv.set("JNCCL_HOST_FAULT", "hang", "JNCCL_HOST_FAULT_RANK", "0",
+                "JNCCL_HOST_FAULT_AT", "1")) {
             List<Object> results = LocalRanks.run(1, options, comm -> {
                 try (CudaStream stream = CudaStream.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 64)) {
                     comm.allReduce(memory.tensor(DType.FP32), ReduceOp.SUM, stream);

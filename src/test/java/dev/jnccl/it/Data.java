@@ -1,6 +1,7 @@
 package dev.jnccl.it;
 
 import dev.jnccl.ReduceOp;
+import dev.jnccl.testsupport.LowPrecision;
 import java.util.List;
 import java.util.SplittableRandom;
 
@@ -73,20 +74,6 @@ final class Data {
         return values;
     }
 
-    static float bf16ToFloat(short bits) {
-        return Float.intBitsToFloat((bits & 0xffff) << 16);
-    }
-
-    /** Round to nearest even, as CUDA's __float2bfloat16_rn (and the emulation). */
-    static short floatToBf16(float value) {
-        int bits = Float.floatToRawIntBits(value);
-        if ((bits & 0x7fffffff) > 0x7f800000) {
-            return (short) 0x7fff;
-        }
-        bits += 0x7fff + ((bits >>> 16) & 1);
-        return (short) (bits >>> 16);
-    }
-
     // ------------------------------------------------------------------ references
 
     /** {@code op} over {@code inputs} (one array per rank, rank order) for elements [from, from + count). */
@@ -120,12 +107,12 @@ final class Data {
         float scale = 1.0f / n;
         short[] out = new short[count];
         for (int i = 0; i < count; i++) {
-            float acc = bf16ToFloat(inputs.get(0)[from + i]);
+            float acc = LowPrecision.bf16ToFloat(inputs.get(0)[from + i]);
             if (op == ReduceOp.AVG) {
                 acc = acc * scale;
             }
             for (int j = 1; j < n; j++) {
-                float x = bf16ToFloat(inputs.get(j)[from + i]);
+                float x = LowPrecision.bf16ToFloat(inputs.get(j)[from + i]);
                 acc = switch (op) {
                     case SUM -> acc + x;
                     case AVG -> acc + x * scale;
@@ -134,7 +121,7 @@ final class Data {
                     case MIN -> Math.min(acc, x);
                 };
             }
-            out[i] = floatToBf16(acc);
+            out[i] = LowPrecision.floatToBf16(acc);
         }
         return out;
     }
@@ -174,7 +161,7 @@ final class Data {
         double[] out = new double[count];
         for (short[] input : inputs) {
             for (int i = 0; i < count; i++) {
-                out[i] += Math.abs(bf16ToFloat(input[from + i]));
+                out[i] += Math.abs(LowPrecision.bf16ToFloat(input[from + i]));
             }
         }
         return out;
