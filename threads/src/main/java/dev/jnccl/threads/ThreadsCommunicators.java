@@ -1,9 +1,10 @@
 package dev.jnccl.threads;
 
+import dev.jnccl.Backend;
 import dev.jnccl.Communicator;
+import dev.jnccl.JncclRuntime;
 import dev.jnccl.UniqueId;
 import dev.jnccl.cuda.Cuda;
-import dev.jnccl.internal.Native;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
@@ -48,7 +49,7 @@ public final class ThreadsCommunicators {
             throw new IllegalArgumentException("launch: " + size + " GPUs requested but only " + visible
                     + " visible (CUDA_VISIBLE_DEVICES=" + System.getenv("CUDA_VISIBLE_DEVICES") + ")");
         }
-        boolean realGpu = Native.libraries().backend().id().equals("cuda");
+        boolean realGpu = JncclRuntime.query().backend() == Backend.CUDA;
         UniqueId id = UniqueId.generate();
         PackState state = new PackState(size);
         Throwable[] errors = new Throwable[size];
