@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (prepared by scripts/stage-gpu.sh, with .gpu carried): every `gpu`-tagged
-# test, plus the backend-agnostic world-1 conformance tests against real NCCL (-Djnccl.backend=cuda),
+# test, plus the backend-agnostic world-1 conformance tests, the runtime query, copyAsync and the
+# API-leak scan (read from the installed jars) against real NCCL (-Djnccl.backend=cuda),
 # through JUnit's console launcher and a portable JRE. Reports go to $OUT when set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,5 +22,6 @@ run() { # name, extra launcher args...
 }
 run gpu-tagged --scan-classpath "$roots" --include-tag gpu
 run conformance --select-class dev.jnccl.bindings.EmulationWorldOneConformanceTest \
-  --select-class dev.jnccl.CommunicatorWorldOneTest
+  --select-class dev.jnccl.CommunicatorWorldOneTest --select-class dev.jnccl.JncclRuntimeTest \
+  --select-class dev.jnccl.CopyAsyncTest --select-class dev.jnccl.PublicApiTest
 exit $status

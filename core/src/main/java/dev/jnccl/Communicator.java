@@ -15,6 +15,7 @@ import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.internal.Events;
 import dev.jnccl.internal.FlightRecorder;
 import dev.jnccl.internal.Native;
+import dev.jnccl.internal.NcclTypes;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.nio.ByteBuffer;
@@ -175,7 +176,7 @@ public abstract class Communicator implements AutoCloseable {
             MemorySegment config = NcclConfigs.allocate(call);
             ncclConfig_t.blocking(config, 0);
             MemorySegment out = call.allocate(ADDRESS);
-            int result = Nccl.ncclCommInitRankConfig(out, worldSize, id.toSegment(call), rank, config);
+            int result = Nccl.ncclCommInitRankConfig(out, worldSize, NcclTypes.segment(id, call), rank, config);
             handle = out.get(ADDRESS, 0);
             if (result != NCCL_SUCCESS && result != NCCL_IN_PROGRESS) {
                 throw Native.ncclFailure(result, "ncclCommInitRankConfig", handle, rank, device);
@@ -237,9 +238,9 @@ public abstract class Communicator implements AutoCloseable {
         return libraries.nccl().toString();
     }
 
-    /** "cuda" (real NCCL) or "host" (the host emulation). */
-    public final String backend() {
-        return libraries.backend().id();
+    /** {@link Backend#CUDA} (real NCCL) or {@link Backend#HOST} (the host emulation); see {@link JncclRuntime}. */
+    public final Backend backend() {
+        return JncclRuntime.backendOf(libraries);
     }
 
     public final CommunicatorOptions options() {
@@ -484,7 +485,7 @@ public abstract class Communicator implements AutoCloseable {
     protected void gatherWeight(Command.Gather gather) {
         DeviceTensor shard = gather.shard();
         checkNccl(Nccl.ncclAllGather(segment(shard.address()), segment(gather.full().address()), shard.count(),
-                shard.dtype().ncclType(), comm, stream.handle()), "ncclAllGather");
+                NcclTypes.of(shard.dtype()), comm, stream.handle()), "ncclAllGather");
     }
 
     /** A send of a transaction. Threads mode may override it with device-to-device copies. */
@@ -493,7 +494,7 @@ public abstract class Communicator implements AutoCloseable {
     }
 
     private void ncclSend(DeviceTensor tensor, int peer) {
-        checkNccl(Nccl.ncclSend(segment(tensor.address()), tensor.count(), tensor.dtype().ncclType(), peer, comm,
+        checkNccl(Nccl.ncclSend(segment(tensor.address()), tensor.count(), NcclTypes.of(tensor.dtype()), peer, comm,
                 stream.handle()), "ncclSend");
     }
 
@@ -503,7 +504,7 @@ public abstract class Communicator implements AutoCloseable {
     }
 
     private void ncclRecv(DeviceTensor tensor, int peer) {
-        checkNccl(Nccl.ncclRecv(segment(tensor.address()), tensor.count(), tensor.dtype().ncclType(), peer, comm,
+        checkNccl(Nccl.ncclRecv(segment(tensor.address()), tensor.count(), NcclTypes.of(tensor.dtype()), peer, comm,
                 stream.handle()), "ncclRecv");
     }
 
@@ -512,7 +513,7 @@ public abstract class Communicator implements AutoCloseable {
         DeviceTensor shard = tensor.shard(rank, worldSize);
         // In place in NCCL's sense: the receive buffer is this rank's shard of the send buffer.
         checkNccl(Nccl.ncclReduceScatter(segment(tensor.address()), segment(shard.address()), shard.count(),
-                tensor.dtype().ncclType(), ncclOp(scatter.op()), comm, stream.handle()), "ncclReduceScatter");
+                NcclTypes.of(tensor.dtype()), ncclOp(scatter.op()), comm, stream.handle()), "ncclReduceScatter");
     }
 
     /** Called with the commands before they are enqueued (threads mode matches memcpy transfers here). */
@@ -581,7 +582,7 @@ public abstract class Communicator implements AutoCloseable {
             this.stream.waitFor(operationReady);
             try {
                 group(() -> checkNccl(Nccl.ncclAllReduce(segment(tensor.address()), segment(tensor.address()),
-                        tensor.count(), tensor.dtype().ncclType(), ncclOp(op), comm, this.stream.handle()),
+                        tensor.count(), NcclTypes.of(tensor.dtype()), ncclOp(op), comm, this.stream.handle()),
                         "ncclAllReduce"));
             } catch (NcclException e) {
                 abort("allReduce failed: " + e.getMessage());
@@ -960,7 +961,7 @@ public abstract class Communicator implements AutoCloseable {
     }
 
     final void checkSupported(String operation, DType dtype) {
-        NcclFeature feature = dtype.requiredFeature();
+        NcclFeature feature = NcclTypes.requiredFeature(dtype);
         if (feature != null && !libraries.supports(feature)) {
             throw new IllegalArgumentException(operation + ": " + dtype + " needs NCCL " + feature.since()
                     + " or newer; this is NCCL " + libraries.nccl());
@@ -997,7 +998,7 @@ public abstract class Communicator implements AutoCloseable {
      * multiplies by 1/1), and NCCL 2.28 refuses ncclAvg on FP8 for a single rank, so SUM is issued.
      */
     private int ncclOp(ReduceOp op) {
-        return op == ReduceOp.AVG && worldSize == 1 ? ReduceOp.SUM.ncclOp() : op.ncclOp();
+        return NcclTypes.of(op == ReduceOp.AVG && worldSize == 1 ? ReduceOp.SUM : op);
     }
 
     private static MemorySegment segment(long address) {

@@ -1,37 +1,43 @@
 package dev.jnccl;
 
-import dev.jnccl.bindings.NcclFeature;
-import dev.jnccl.bindings.nccl.Nccl;
-
-/** Element types of device tensors, mapped to ncclDataType_t. */
+/**
+ * Element types of device tensors (NCCL's ncclDataType_t). Types newer than jnccl's minimum NCCL
+ * need a newer library: {@link JncclRuntime#supports(DType)} tells whether the loaded one has them.
+ */
 public enum DType {
-    FP32(Nccl.ncclFloat32(), 4, true, null),
-    FP64(Nccl.ncclFloat64(), 8, true, null),
-    FP16(Nccl.ncclFloat16(), 2, true, null),
-    BF16(Nccl.ncclBfloat16(), 2, true, NcclFeature.BFLOAT16_AND_AVG),
+    /** 32-bit IEEE float. */
+    FP32(4, true),
+    /** 64-bit IEEE float. */
+    FP64(8, true),
+    /** 16-bit IEEE float (binary16). */
+    FP16(2, true),
+    /** bfloat16: the upper half of an FP32 (8 exponent, 7 mantissa bits). Needs NCCL 2.10+. */
+    BF16(2, true),
     /** 8-bit float, 4 exponent and 3 mantissa bits (OCP "fn": no infinities). Needs NCCL 2.24+. */
-    FP8_E4M3(Nccl.ncclFloat8e4m3(), 1, true, NcclFeature.FP8),
+    FP8_E4M3(1, true),
     /** 8-bit float, 5 exponent and 2 mantissa bits. Needs NCCL 2.24+. */
-    FP8_E5M2(Nccl.ncclFloat8e5m2(), 1, true, NcclFeature.FP8),
-    INT8(Nccl.ncclInt8(), 1, false, null),
-    UINT8(Nccl.ncclUint8(), 1, false, null),
-    INT32(Nccl.ncclInt32(), 4, false, null),
-    UINT32(Nccl.ncclUint32(), 4, false, null),
-    INT64(Nccl.ncclInt64(), 8, false, null),
-    UINT64(Nccl.ncclUint64(), 8, false, null),
+    FP8_E5M2(1, true),
+    /** Signed 8-bit integer. */
+    INT8(1, false),
+    /** Unsigned 8-bit integer. */
+    UINT8(1, false),
+    /** Signed 32-bit integer. */
+    INT32(4, false),
+    /** Unsigned 32-bit integer. */
+    UINT32(4, false),
+    /** Signed 64-bit integer. */
+    INT64(8, false),
+    /** Unsigned 64-bit integer. */
+    UINT64(8, false),
     /** Raw bytes: moved (gather, send, all-to-all) but never reduced. */
-    BYTE(Nccl.ncclUint8(), 1, false, null);
+    BYTE(1, false);
 
-    private final int ncclType;
     private final int size;
     private final boolean floating;
-    private final NcclFeature feature;
 
-    DType(int ncclType, int size, boolean floating, NcclFeature feature) {
-        this.ncclType = ncclType;
+    DType(int size, boolean floating) {
         this.size = size;
         this.floating = floating;
-        this.feature = feature;
     }
 
     /** Bytes per element. */
@@ -47,15 +53,5 @@ public enum DType {
     /** Whether reductions (reduce-scatter, all-reduce) are defined on it: every type but {@link #BYTE}. */
     public boolean isReducible() {
         return this != BYTE;
-    }
-
-    /** The ncclDataType_t value. */
-    public int ncclType() {
-        return ncclType;
-    }
-
-    /** The NCCL feature this type needs beyond the minimum version, or null. */
-    public NcclFeature requiredFeature() {
-        return feature;
     }
 }

@@ -1,24 +1,15 @@
 package dev.jnccl;
 
-import dev.jnccl.bindings.nccl.Nccl;
-
-/** Reduction operations, mapped to NCCL's built-in ncclRedOp_t. */
+/** Reduction operations: NCCL's built-in ncclRedOp_t. */
 public enum ReduceOp {
-    SUM(Nccl.ncclSum()),
-    PROD(Nccl.ncclProd()),
-    MAX(Nccl.ncclMax()),
-    MIN(Nccl.ncclMin()),
+    /** Sum over ranks. */
+    SUM,
+    /** Product over ranks. */
+    PROD,
+    /** Maximum over ranks. */
+    MAX,
+    /** Minimum over ranks. */
+    MIN,
     /** Sum divided by the world size (NCCL 2.10+). */
-    AVG(Nccl.ncclAvg());
-
-    private final int ncclOp;
-
-    ReduceOp(int ncclOp) {
-        this.ncclOp = ncclOp;
-    }
-
-    /** The ncclRedOp_t value. */
-    public int ncclOp() {
-        return ncclOp;
-    }
+    AVG
 }

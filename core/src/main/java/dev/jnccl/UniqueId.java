@@ -49,13 +49,6 @@ public final class UniqueId {
         return bytes.clone();
     }
 
-    /** The id as an ncclUniqueId struct allocated in {@code arena} (passed by value to NCCL). */
-    public MemorySegment toSegment(Arena arena) {
-        MemorySegment id = ncclUniqueId.allocate(arena);
-        MemorySegment.copy(bytes, 0, id, ValueLayout.JAVA_BYTE, 0, BYTES);
-        return id;
-    }
-
     @Override
     public boolean equals(Object o) {
         return o instanceof UniqueId other && Arrays.equals(bytes, other.bytes);

@@ -68,8 +68,7 @@ class CommunicatorWorldOneTest {
     }
 
     private boolean supported(DType dtype) {
-        return dtype.requiredFeature() == null
-                || dev.jnccl.internal.Native.libraries().supports(dtype.requiredFeature());
+        return JncclRuntime.query().supports(dtype);
     }
 
     @ParameterizedTest

@@ -2,7 +2,6 @@ package dev.jnccl;
 
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
-import dev.jnccl.internal.Native;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Tag;
 
@@ -13,8 +12,8 @@ class GpuCommunicatorWorldOneTest extends CommunicatorWorldOneTest {
     @BeforeEach
     @Override
     void open() {
-        String backend = Native.libraries().backend().id();
-        assumeTrue(backend.equals("cuda"), "backend resolved to " + backend
+        Backend backend = JncclRuntime.query().backend();
+        assumeTrue(backend == Backend.CUDA, "backend resolved to " + backend
                 + " (no CUDA device visible); this test needs a GPU and jnccl.backend=cuda or auto");
         super.open();
     }

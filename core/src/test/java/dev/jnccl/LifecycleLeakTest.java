@@ -7,7 +7,6 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
-import dev.jnccl.internal.Native;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -33,7 +32,7 @@ class LifecycleLeakTest {
 
     @Test
     void createUseCloseCyclesLeakNothing() throws Throwable {
-        assumeTrue(Native.libraries().backend().id().equals("host"),
+        assumeTrue(JncclRuntime.query().backend() == Backend.HOST,
                 "counts the host emulation's threads and /dev/shm segments");
         CommunicatorOptions options = CommunicatorOptions.defaults().withWatchdog(Duration.ofSeconds(30))
                 .withWatchdogInterval(Duration.ofMillis(5));

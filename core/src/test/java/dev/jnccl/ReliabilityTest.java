@@ -10,17 +10,15 @@ import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
-import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaException;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
-import dev.jnccl.internal.Native;
+import dev.jnccl.testsupport.NativeEnv;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
 import java.util.List;
-import java.util.Map;
 import java.util.Random;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -34,15 +32,15 @@ class ReliabilityTest {
 
     @BeforeEach
     void hostOnly() {
-        assumeTrue(Native.libraries().backend().id().equals("host"),
-                "needs the host emulation's fault injection (backend is " + Native.libraries().backend().id() + ")");
+        Backend backend = JncclRuntime.query().backend();
+        assumeTrue(backend == Backend.HOST, "needs the host emulation's fault injection (backend is " + backend + ")");
     }
 
     @Test
     void emptyTransactionOrdersSignalAfterReady() {
         try (Communicator comm = Communicator.single(0)) {
             CudaStream slow;
-            try (NativeEnv env = NativeEnv.set(Map.of("JNCCL_HOST_DELAY_US", "300000"))) {
+            try (NativeEnv _ = NativeEnv.set("JNCCL_HOST_DELAY_US", "300000")) {
                 slow = CudaStream.create(); // every operation of this stream takes 300 ms
             }
             try (slow; DeviceMemory memory = DeviceMemory.allocate(64); CudaEvent ready = CudaEvent.create();
@@ -67,7 +65,7 @@ class ReliabilityTest {
         int count = 4096;
         try (Arena arena = Arena.ofConfined()) {
             Communicator comm;
-            try (NativeEnv env = NativeEnv.set(Map.of("JNCCL_HOST_DELAY_US", "200000"))) {
+            try (NativeEnv _ = NativeEnv.set("JNCCL_HOST_DELAY_US", "200000")) {
                 comm = Communicator.single(0, options); // its comms stream is slow
             }
             try (comm; CudaStream user = CudaStream.create();
@@ -83,9 +81,7 @@ class ReliabilityTest {
                     tx.execute(null);
                 }
                 comm.waitOnComms(user);
-                Native.checkCuda(CudaRuntime.cudaMemcpyAsync(MemorySegment.ofAddress(copy.address()),
-                        MemorySegment.ofAddress(full.address()), full.bytes(), CudaRuntime.cudaMemcpyDefault(),
-                        user.handle()), "cudaMemcpyAsync", 0, -1);
+                user.copyAsync(full.tensor(DType.INT32), copy.tensor(DType.INT32));
                 user.synchronize();
                 MemorySegment result = arena.allocate(copy.bytes());
                 copy.copyToHost(result);
@@ -209,8 +205,8 @@ class ReliabilityTest {
                 .withWatchdogInterval(Duration.ofMillis(50)).withCloseTimeout(Duration.ofSeconds(2));
         List<Object> results;
         long started = System.nanoTime();
-        try (NativeEnv env = NativeEnv.set(Map.of("JNCCL_HOST_FAULT", "hang", "JNCCL_HOST_FAULT_RANK", "1",
-                "JNCCL_HOST_FAULT_AT", "2"))) {
+        try (NativeEnv _ = NativeEnv.set("JNCCL_HOST_FAULT", "hang", "JNCCL_HOST_FAULT_RANK", "1",
+                "JNCCL_HOST_FAULT_AT", "2")) {
             results = LocalRanks.run(2, options, comm -> {
                 try (CudaStream stream = CudaStream.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 1024);
                      CudaEvent signal = CudaEvent.create()) {
@@ -238,8 +234,8 @@ class ReliabilityTest {
         CommunicatorOptions options = CommunicatorOptions.defaults().withWatchdog(Duration.ofSeconds(5))
                 .withWatchdogInterval(Duration.ofMillis(50));
         List<Object> results;
-        try (NativeEnv env = NativeEnv.set(Map.of("JNCCL_HOST_FAULT", "fail", "JNCCL_HOST_FAULT_RANK", "0",
-                "JNCCL_HOST_FAULT_AT", "1"))) {
+        try (NativeEnv _ = NativeEnv.set("JNCCL_HOST_FAULT", "fail", "JNCCL_HOST_FAULT_RANK", "0",
+                "JNCCL_HOST_FAULT_AT", "1")) {
             results = LocalRanks.run(1, options, comm -> {
                 try (CudaStream stream = CudaStream.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 64)) {
                     comm.allReduce(memory.tensor(DType.FP32), ReduceOp.SUM, stream);
@@ -258,8 +254,8 @@ class ReliabilityTest {
     @Test
     void closeIsBoundedWhenTheCommsStreamIsStuck() throws Throwable {
         CommunicatorOptions options = CommunicatorOptions.defaults().withCloseTimeout(Duration.ofSeconds(1));
-        try (NativeEnv env = NativeEnv.set(Map.of("JNCCL_HOST_FAULT", "hang", "JNCCL_HOST_FAULT_RANK", "0",
-                "JNCCL_HOST_FAULT_AT", "1"))) {
+        try (NativeEnv _ = NativeEnv.set("JNCCL_HOST_FAULT", "hang", "JNCCL_HOST_FAULT_RANK", "0",
+                "JNCCL_HOST_FAULT_AT", "1")) {
             List<Object> results = LocalRanks.run(1, options, comm -> {
                 try (CudaStream stream = CudaStream.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 64)) {
                     comm.allReduce(memory.tensor(DType.FP32), ReduceOp.SUM, stream);

@@ -1,11 +1,20 @@
 package dev.jnccl;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.jnccl.internal.NcclTypes;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.time.Duration;
+import java.util.EnumMap;
+import java.util.EnumSet;
+import java.util.Map;
+import java.util.Random;
 import org.junit.jupiter.api.Test;
 
 /** Value types of the API: no native code involved. */
@@ -44,9 +53,33 @@ class ValuesTest {
         assertTrue(DType.FP8_E5M2.isFloatingPoint());
         assertFalse(DType.INT32.isFloatingPoint());
         assertFalse(DType.BYTE.isReducible());
-        assertEquals(9, DType.BF16.ncclType());      // ncclBfloat16
-        assertEquals(10, DType.FP8_E4M3.ncclType()); // ncclFloat8e4m3
-        assertEquals(4, ReduceOp.AVG.ncclOp());      // ncclAvg
+    }
+
+    @Test
+    void dtypesAndOpsMapToNcclHeaderValues() {
+        // ncclDataType_t and ncclRedOp_t of nccl.h (2.24+), written out here as the reference.
+        Map<DType, Integer> types = new EnumMap<>(DType.class);
+        types.putAll(Map.of(DType.INT8, 0, DType.UINT8, 1, DType.INT32, 2, DType.UINT32, 3, DType.INT64, 4,
+                DType.UINT64, 5, DType.FP16, 6, DType.FP32, 7, DType.FP64, 8, DType.BF16, 9));
+        types.putAll(Map.of(DType.FP8_E4M3, 10, DType.FP8_E5M2, 11, DType.BYTE, 1));
+        assertEquals(EnumSet.allOf(DType.class), types.keySet(), "a DType without a reference value");
+        types.forEach((dtype, nccl) -> assertEquals(nccl, NcclTypes.of(dtype), dtype.toString()));
+        Map<ReduceOp, Integer> ops = Map.of(ReduceOp.SUM, 0, ReduceOp.PROD, 1, ReduceOp.MAX, 2, ReduceOp.MIN, 3,
+                ReduceOp.AVG, 4);
+        assertEquals(EnumSet.allOf(ReduceOp.class), ops.keySet(), "a ReduceOp without a reference value");
+        ops.forEach((op, nccl) -> assertEquals(nccl, NcclTypes.of(op), op.toString()));
+    }
+
+    @Test
+    void uniqueIdBecomesTheSame128BytesForNccl() {
+        byte[] bytes = new byte[UniqueId.BYTES];
+        new Random(11).nextBytes(bytes);
+        UniqueId id = UniqueId.fromBytes(bytes);
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment segment = NcclTypes.segment(id, arena);
+            assertEquals(UniqueId.BYTES, segment.byteSize());
+            assertArrayEquals(bytes, segment.toArray(ValueLayout.JAVA_BYTE));
+        }
     }
 
     @Test

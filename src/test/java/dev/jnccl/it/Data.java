@@ -1,6 +1,7 @@
 package dev.jnccl.it;
 
 import dev.jnccl.ReduceOp;
+import dev.jnccl.testsupport.LowPrecision;
 import java.util.List;
 import java.util.SplittableRandom;
 
@@ -73,20 +74,6 @@ final class Data {
         return values;
     }
 
-    static float bf16ToFloat(short bits) {
-        return Float.intBitsToFloat((bits & 0xffff) << 16);
-    }
-
-    /** Round to nearest even, as CUDA's __float2bfloat16_rn (and the emulation). */
-    static short floatToBf16(float value) {
-        int bits = Float.floatToRawIntBits(value);
-        if ((bits & 0x7fffffff) > 0x7f800000) {
-            return (short) 0x7fff;
-        }
-        bits += 0x7fff + ((bits >>> 16) & 1);
-        return (short) (bits >>> 16);
-    }
-
     // ------------------------------------------------------------------ references
 
     /**
@@ -149,16 +136,16 @@ final class Data {
      */
     static short[] reduceBf16(List<short[]> inputs, ReduceOp op, int from, int count, Ring ring) {
         int n = inputs.size();
-        float scale = bf16ToFloat(floatToBf16(1.0f / n));
+        float scale = LowPrecision.bf16ToFloat(LowPrecision.floatToBf16(1.0f / n));
         short[] out = new short[count];
         for (int i = 0; i < count; i++) {
             int first = ring.first(from + i);
-            float acc = bf16ToFloat(inputs.get(first)[from + i]);
+            float acc = LowPrecision.bf16ToFloat(inputs.get(first)[from + i]);
             if (op == ReduceOp.AVG) {
                 acc = roundBf16(acc * scale);
             }
             for (int k = 1; k < n; k++) {
-                float x = bf16ToFloat(inputs.get((first + k) % n)[from + i]);
+                float x = LowPrecision.bf16ToFloat(inputs.get((first + k) % n)[from + i]);
                 acc = roundBf16(switch (op) {
                     case SUM -> acc + x;
                     case AVG -> Math.fma(x, scale, acc);
@@ -167,13 +154,13 @@ final class Data {
                     case MIN -> Math.min(acc, x);
                 });
             }
-            out[i] = floatToBf16(acc);
+            out[i] = LowPrecision.floatToBf16(acc);
         }
         return out;
     }
 
     private static float roundBf16(float value) {
-        return bf16ToFloat(floatToBf16(value));
+        return LowPrecision.bf16ToFloat(LowPrecision.floatToBf16(value));
     }
 
     /** INT32 {@code op} with wrap-around (AVG: wrapped sum divided by n, truncating). */
@@ -211,7 +198,7 @@ final class Data {
         double[] out = new double[count];
         for (short[] input : inputs) {
             for (int i = 0; i < count; i++) {
-                out[i] += Math.abs(bf16ToFloat(input[from + i]));
+                out[i] += Math.abs(LowPrecision.bf16ToFloat(input[from + i]));
             }
         }
         return out;

@@ -2,7 +2,8 @@ package dev.jnccl.it;
 
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
-import dev.jnccl.internal.Native;
+import dev.jnccl.Backend;
+import dev.jnccl.JncclRuntime;
 import dev.jnccl.it.Packs.Mode;
 import java.time.Duration;
 import java.util.concurrent.TimeUnit;
@@ -28,11 +29,11 @@ class GpuThreadsWorldOneTest {
     void requireCuda() {
         String backend;
         try {
-            backend = Native.libraries().backend().id();
+            backend = JncclRuntime.query().backend().toString();
         } catch (RuntimeException e) {
             backend = "unavailable (" + e.getMessage() + ")";
         }
-        assumeTrue(backend.equals("cuda"), "backend resolved to " + backend
+        assumeTrue(backend.equals(Backend.CUDA.toString()), "backend resolved to " + backend
                 + "; this test needs a CUDA device and jnccl.backend=cuda or auto");
     }
 

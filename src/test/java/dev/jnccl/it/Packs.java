@@ -4,8 +4,9 @@ import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
+import dev.jnccl.Backend;
+import dev.jnccl.JncclRuntime;
 import dev.jnccl.cuda.Cuda;
-import dev.jnccl.internal.Native;
 import dev.jnccl.threads.ThreadsCommunicators;
 import dev.jnccl.threads.ThreadsOptions;
 import java.time.Duration;
@@ -41,12 +42,12 @@ final class Packs {
         return FIXED_SEED != null ? FIXED_SEED : System.nanoTime() ^ 0x5DEECE66DL;
     }
 
-    static String backend() {
-        return Native.libraries().backend().id();
+    static Backend backend() {
+        return JncclRuntime.query().backend();
     }
 
     static boolean onHost() {
-        return backend().equals("host");
+        return backend() == Backend.HOST;
     }
 
     /**

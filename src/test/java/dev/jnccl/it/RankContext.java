@@ -1,11 +1,10 @@
 package dev.jnccl.it;
 
+import dev.jnccl.Backend;
 import dev.jnccl.Communicator;
 import dev.jnccl.DType;
 import dev.jnccl.DeviceTensor;
-import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.cuda.CudaEvent;
-import dev.jnccl.cuda.CudaException;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
 import java.lang.foreign.MemorySegment;
@@ -34,7 +33,7 @@ final class RankContext implements AutoCloseable {
         this.comm = comm;
         this.rank = comm.rank();
         this.world = comm.worldSize();
-        this.exact = comm.backend().equals("host");
+        this.exact = comm.backend() == Backend.HOST;
         this.seed = seed;
     }
 
@@ -164,19 +163,6 @@ final class RankContext implements AutoCloseable {
     private static void check(DeviceTensor tensor, DType dtype, int count) {
         if (tensor.dtype() != dtype || tensor.count() != count) {
             throw new IllegalArgumentException(tensor + " is not " + count + " x " + dtype);
-        }
-    }
-
-    /** cudaMemcpyAsync of {@code source} into {@code target} (same byte size), in order on {@code stream}. */
-    static void copyAsync(DeviceTensor target, DeviceTensor source, CudaStream stream) {
-        if (target.bytes() != source.bytes()) {
-            throw new IllegalArgumentException("copyAsync: " + source + " -> " + target + ": sizes differ");
-        }
-        int code = CudaRuntime.cudaMemcpyAsync(MemorySegment.ofAddress(target.address()),
-                MemorySegment.ofAddress(source.address()), source.bytes(), CudaRuntime.cudaMemcpyDefault(),
-                stream.handle());
-        if (code != 0) {
-            throw new CudaException("cudaMemcpyAsync", code, "error " + code, stream.device(), -1);
         }
     }
 

@@ -301,7 +301,7 @@ final class Scenarios {
             tx.execute(null);
         }
         c.comm.waitOnComms(compute);
-        RankContext.copyAsync(out, t.shard(c.rank, n), compute);
+        compute.copyAsync(t.shard(c.rank, n), out);
         compute.synchronize();
         Verify.floats(c.what("waitOnComms: copy made on the compute stream"), Data.reduce(in, ReduceOp.SUM, from, shard, Data.Ring.reduceScatter(c.rank, c.world)),
                 c.floats(out), c.exact, Data.magnitude(in, from, shard));
@@ -516,8 +516,8 @@ final class Scenarios {
         CudaEvent signal2 = c.event();
 
         // "compute" produces the inputs
-        RankContext.copyAsync(rsData, rsSource, compute);
-        RankContext.copyAsync(agShard, agSource, compute);
+        compute.copyAsync(rsSource, rsData);
+        compute.copyAsync(agSource, agShard);
         dev.jnccl.cuda.DeviceMemory.wrap(agFull.address(), agFull.bytes(), c.comm.device()).fill((byte) 0x5a, compute);
         compute.record(ready);
         try (Transaction tx = c.comm.begin(ready)) {
@@ -525,20 +525,20 @@ final class Scenarios {
             tx.execute(signal);
         }
         // more "compute" meanwhile, then the second transaction from the stream itself
-        RankContext.copyAsync(rs2Data, rs2Source, compute);
+        compute.copyAsync(rs2Source, rs2Data);
         try (Transaction tx = c.comm.begin(compute)) {
             tx.reduceScatter(rs2Data);
             tx.execute(signal2);
         }
         // "compute" consumes the results after the signals, then reuses the source buffers
         compute.waitFor(signal);
-        RankContext.copyAsync(rsOut, rsData.shard(c.rank, n), compute);
-        RankContext.copyAsync(agOut, agFull, compute);
-        RankContext.copyAsync(agShard, junk.slice(0, SHARD), compute);
-        RankContext.copyAsync(rsData, junk, compute);
+        compute.copyAsync(rsData.shard(c.rank, n), rsOut);
+        compute.copyAsync(agFull, agOut);
+        compute.copyAsync(junk.slice(0, SHARD), agShard);
+        compute.copyAsync(junk, rsData);
         compute.waitFor(signal2);
-        RankContext.copyAsync(rs2Out, rs2Data.shard(c.rank, n), compute);
-        RankContext.copyAsync(rs2Data, junk, compute);
+        compute.copyAsync(rs2Data.shard(c.rank, n), rs2Out);
+        compute.copyAsync(junk, rs2Data);
         compute.synchronize();
 
         Verify.floats(c.what("overlap: reduceScatter after the ready event"), Data.reduce(rs, ReduceOp.SUM, from, shard, Data.Ring.reduceScatter(c.rank, c.world)),

@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
+import dev.jnccl.Backend;
 import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.threads.ThreadsCommunicators;
 import dev.jnccl.threads.ThreadsOptions;
@@ -52,7 +53,7 @@ class ThreadsAffinityTest {
     @Test
     @Tag("gpu")
     void rankZeroIsPinnedToItsGpusCpusOnARealGpu() throws Exception {
-        assumeTrue(Packs.backend().equals("cuda"), "needs a real GPU with NVML (backend is " + Packs.backend() + ")");
+        assumeTrue(Packs.backend() == Backend.CUDA, "needs a real GPU with NVML (backend is " + Packs.backend() + ")");
         Map<Integer, String> allowed = new ConcurrentHashMap<>();
         List<String> reports;
         try (ThreadsPack pack = ThreadsCommunicators.launch(1, ThreadsOptions.defaults().withPinCpus(true), comm -> {

@@ -2,6 +2,7 @@ package dev.jnccl.it;
 
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.it.Packs.Mode;
+import dev.jnccl.testsupport.NativeEnv;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.TimeUnit;

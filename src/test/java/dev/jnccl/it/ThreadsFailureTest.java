@@ -20,6 +20,7 @@ import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaException;
 import dev.jnccl.cuda.DeviceMemory;
 import dev.jnccl.it.Packs.Mode;
+import dev.jnccl.testsupport.NativeEnv;
 import dev.jnccl.threads.ThreadsCommunicators;
 import dev.jnccl.threads.ThreadsOptions;
 import dev.jnccl.threads.ThreadsPack;

@@ -9,6 +9,7 @@ import dev.jnccl.NcclException;
 import dev.jnccl.cuda.Cuda;
 import dev.jnccl.threads.ThreadsCommunicators;
 import dev.jnccl.threads.ThreadsOptions;
+import dev.jnccl.testsupport.NativeEnv;
 import dev.jnccl.threads.ThreadsPack;
 import java.time.Duration;
 import java.util.List;

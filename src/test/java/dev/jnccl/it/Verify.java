@@ -1,5 +1,7 @@
 package dev.jnccl.it;
 
+import dev.jnccl.testsupport.LowPrecision;
+
 import static org.junit.jupiter.api.Assertions.fail;
 
 /**
@@ -55,14 +57,14 @@ final class Verify {
             if (exact) {
                 ok = expected[i] == actual[i];
             } else {
-                float e = Data.bf16ToFloat(expected[i]);
-                float a = Data.bf16ToFloat(actual[i]);
+                float e = LowPrecision.bf16ToFloat(expected[i]);
+                float a = LowPrecision.bf16ToFloat(actual[i]);
                 double s = Math.max(Math.abs(e), scale == null ? 0 : scale[i]);
                 ok = Math.abs((double) a - e) <= BF16_TOLERANCE * s;
             }
             if (!ok && bad++ < SHOWN) {
                 first.append(String.format("%n  [%d] expected %s (0x%04x), got %s (0x%04x)", i,
-                        Data.bf16ToFloat(expected[i]), expected[i] & 0xffff, Data.bf16ToFloat(actual[i]),
+                        LowPrecision.bf16ToFloat(expected[i]), expected[i] & 0xffff, LowPrecision.bf16ToFloat(actual[i]),
                         actual[i] & 0xffff));
             }
         }

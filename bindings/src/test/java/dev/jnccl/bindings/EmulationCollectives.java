@@ -7,6 +7,7 @@ import dev.jnccl.bindings.EmulationSupport.DType;
 import dev.jnccl.bindings.EmulationSupport.Op;
 import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.bindings.nccl.Nccl;
+import dev.jnccl.testsupport.LowPrecision;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;

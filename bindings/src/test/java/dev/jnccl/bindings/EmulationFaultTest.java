@@ -11,11 +11,11 @@ import dev.jnccl.bindings.EmulationCollectives.Case;
 import dev.jnccl.bindings.EmulationCollectives.Coll;
 import dev.jnccl.bindings.EmulationCollectives.Prepared;
 import dev.jnccl.bindings.EmulationSupport.DType;
-import dev.jnccl.bindings.EmulationSupport.Env;
 import dev.jnccl.bindings.EmulationSupport.Op;
 import dev.jnccl.bindings.EmulationSupport.World;
 import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.bindings.nccl.Nccl;
+import dev.jnccl.testsupport.NativeEnv;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
@@ -44,7 +44,7 @@ class EmulationFaultTest {
     /** Communicators and streams of a world, created while the given variables are set. */
     private static void create(World world, MemorySegment[] comms, MemorySegment[] streams, String... env)
             throws Exception {
-        try (Env _ = Env.set(env)) {
+        try (NativeEnv _ = NativeEnv.set(env)) {
             world.run(Duration.ofSeconds(30), rank -> {
                 comms[rank] = world.init(rank);
                 return null;

@@ -8,8 +8,8 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import dev.jnccl.bindings.EmulationSupport.Env;
 import dev.jnccl.bindings.cuda.CudaRuntime;
+import dev.jnccl.testsupport.NativeEnv;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.Random;
@@ -36,7 +36,7 @@ class EmulationStreamOrderingTest {
 
     /** A stream created while JNCCL_HOST_DELAY_US is set (and nothing narrows it). */
     static MemorySegment delayedStream(int delayMs, int flags, String device) {
-        try (Env _ = Env.set("JNCCL_HOST_DELAY_US", Integer.toString(delayMs * 1000),
+        try (NativeEnv _ = NativeEnv.set("JNCCL_HOST_DELAY_US", Integer.toString(delayMs * 1000),
                 "JNCCL_HOST_DELAY_RANK", null, "JNCCL_HOST_DELAY_DEVICE", device)) {
             try (Arena arena = Arena.ofConfined()) {
                 MemorySegment out = arena.allocate(java.lang.foreign.ValueLayout.ADDRESS);

@@ -13,11 +13,12 @@ import dev.jnccl.bindings.EmulationCollectives.Coll;
 import dev.jnccl.bindings.EmulationCollectives.Data;
 import dev.jnccl.bindings.EmulationCollectives.Prepared;
 import dev.jnccl.bindings.EmulationSupport.DType;
-import dev.jnccl.bindings.EmulationSupport.Env;
 import dev.jnccl.bindings.EmulationSupport.Op;
 import dev.jnccl.bindings.EmulationSupport.World;
 import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.bindings.nccl.Nccl;
+import dev.jnccl.testsupport.LowPrecision;
+import dev.jnccl.testsupport.NativeEnv;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
@@ -69,7 +70,7 @@ class EmulationWorldsTest {
         // matrix then take many rounds, with a partial last one.
         List<Case> cases = EmulationCollectives.matrix(n, List.of(DType.values()), 5000L * n);
         List<String> problems;
-        try (Env _ = Env.set("JNCCL_HOST_CHUNK_BYTES", "4096")) {
+        try (NativeEnv _ = NativeEnv.set("JNCCL_HOST_CHUNK_BYTES", "4096")) {
             problems = runCases(n, cases, Duration.ofSeconds(120));
         }
         assertTrue(problems.isEmpty(), () -> problems.size() + " problems, first ones:\n"

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeFalse;
 
+import dev.jnccl.testsupport.ChildJvm;
 import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;

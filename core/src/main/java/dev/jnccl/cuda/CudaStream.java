@@ -1,5 +1,6 @@
 package dev.jnccl.cuda;
 
+import dev.jnccl.DeviceTensor;
 import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.internal.Native;
 import java.lang.foreign.Arena;
@@ -111,6 +112,40 @@ public final class CudaStream implements AutoCloseable {
         requireOpen("record");
         Objects.requireNonNull(event, "record: event is null");
         Native.checkCuda(CudaRuntime.cudaEventRecord(event.handle(), handle), "cudaEventRecord", device, -1);
+    }
+
+    /**
+     * Copies {@code from} into {@code to}, in order on this stream (cudaMemcpyAsync): returns once
+     * the copy is enqueued; work enqueued on this stream later sees the copied data. The tensors
+     * may live on different devices: a peer copy works whether or not peer access is enabled
+     * ({@link Cuda#enablePeerAccess}); enabled, CUDA copies directly between the GPUs. A copy moves
+     * bytes: the element types may differ (as in send/recv), the byte sizes must be equal. An empty
+     * copy enqueues nothing.
+     *
+     * @throws IllegalArgumentException when the byte sizes differ or the two ranges overlap, before any native call
+     * @throws IllegalStateException    when this stream is closed
+     * @throws CudaException            when CUDA refuses the copy
+     */
+    public void copyAsync(DeviceTensor from, DeviceTensor to) {
+        Objects.requireNonNull(from, "copyAsync: from is null");
+        Objects.requireNonNull(to, "copyAsync: to is null");
+        long bytes = from.bytes();
+        if (bytes != to.bytes()) {
+            throw new IllegalArgumentException("copyAsync: from has " + bytes + " bytes (" + from.dtype() + " x "
+                    + from.count() + ") but to has " + to.bytes() + " bytes (" + to.dtype() + " x " + to.count()
+                    + ")");
+        }
+        if (bytes > 0 && from.address() < to.address() + bytes && to.address() < from.address() + bytes) {
+            throw new IllegalArgumentException("copyAsync: from [0x" + Long.toHexString(from.address()) + ", +"
+                    + bytes + ") and to [0x" + Long.toHexString(to.address()) + ", +" + bytes + ") overlap");
+        }
+        requireOpen("copyAsync");
+        if (bytes == 0) {
+            return;
+        }
+        Native.checkCuda(CudaRuntime.cudaMemcpyAsync(MemorySegment.ofAddress(to.address()),
+                MemorySegment.ofAddress(from.address()), bytes, CudaRuntime.cudaMemcpyDefault(), handle),
+                "cudaMemcpyAsync", device, -1);
     }
 
     void requireOpen(String operation) {

@@ -1,5 +1,6 @@
 package dev.jnccl.examples;
 
+import dev.jnccl.Backend;
 import dev.jnccl.Communicator;
 import dev.jnccl.DType;
 import dev.jnccl.DeviceTensor;
@@ -61,7 +62,7 @@ public final class AllGatherBenchmark {
     }
 
     /** One transport's figures: microseconds per all-gather, [size][rank]. */
-    private record Run(String transport, double[][] micros, String backend, String ncclVersion) {}
+    private record Run(String transport, double[][] micros, Backend backend, String ncclVersion) {}
 
     public static void main(String[] args) {
         System.exit(run(args));
@@ -123,7 +124,8 @@ public final class AllGatherBenchmark {
         String transport = memcpy ? "memcpy" : "nccl";
         List<Long> sizes = config.sizes();
         double[][] micros = new double[sizes.size()][config.world()];
-        String[] backend = new String[2];
+        Backend[] backend = new Backend[1];
+        String[] ncclVersion = new String[1];
         ThreadsOptions options = ThreadsOptions.defaults().withMemcpyAllGather(memcpy);
         LOG.info("{} all-gather: world {}, {} .. {}, {} warm-up + {} timed iterations per size", transport,
                 config.world(), ExampleSupport.bytes(config.minBytes()), ExampleSupport.bytes(config.maxBytes()),
@@ -131,11 +133,11 @@ public final class AllGatherBenchmark {
         ThreadsCommunicators.run(config.world(), options, comm -> {
             if (comm.rank() == 0) {
                 backend[0] = comm.backend();
-                backend[1] = comm.ncclVersion();
+                ncclVersion[0] = comm.ncclVersion();
             }
             rank(comm, config, transport, sizes, micros);
         });
-        return new Run(transport, micros, backend[0], backend[1]);
+        return new Run(transport, micros, backend[0], ncclVersion[0]);
     }
 
     private static void rank(Communicator comm, Config config, String transport, List<Long> sizes,
@@ -225,7 +227,7 @@ public final class AllGatherBenchmark {
         System.out.printf("# jnccl threads-mode all-gather: NCCL vs memcpy (ThreadsOptions.memcpyAllGather)%n");
         System.out.printf("# backend: %s%s, NCCL %s, world %d, %s, %s, warm-up %d, iterations %d%n",
                 ExampleSupport.describe(first.backend()),
-                first.backend().equals("host") ? " (no GPU: host memory copies by the emulation's stream threads)" : "",
+                first.backend() == Backend.HOST ? " (no GPU: host memory copies by the emulation's stream threads)" : "",
                 first.ncclVersion(), n, TYPE, config.inPlace() ? "in place" : "out of place", config.warmup(),
                 config.iterations());
         System.out.printf("# size = output buffer bytes (shard = size / %d); time = mean over ranks of CUDA-event time "

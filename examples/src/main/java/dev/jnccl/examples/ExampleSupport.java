@@ -1,6 +1,7 @@
 package dev.jnccl.examples;
 
-import dev.jnccl.Communicator;
+import dev.jnccl.Backend;
+import dev.jnccl.JncclRuntime;
 import dev.jnccl.cuda.Cuda;
 import java.util.HashMap;
 import java.util.List;
@@ -120,26 +121,9 @@ final class ExampleSupport {
         }
     }
 
-    /** The backend ("cuda" or "host") and NCCL version, learnt from a world-1 communicator on device 0. */
-    record Backend(String id, String ncclVersion) {
-        /** "host emulation" or "cuda". */
-        String description() {
-            return describe(id);
-        }
-    }
-
-    static String describe(String backendId) {
-        return backendId.equals("host") ? "host emulation" : backendId;
-    }
-
-    /**
-     * Asks a throw-away world-1 communicator which backend {@code -Djnccl.backend=auto} chose (the
-     * public API tells it only through a communicator).
-     */
-    static Backend probeBackend() {
-        try (Communicator probe = Communicator.single(0)) {
-            return new Backend(probe.backend(), probe.ncclVersion());
-        }
+    /** "host emulation" or "cuda", for the programs' header lines. */
+    static String describe(Backend backend) {
+        return backend == Backend.HOST ? "host emulation" : "cuda";
     }
 
     /**
@@ -148,11 +132,12 @@ final class ExampleSupport {
      * cores the machine has).
      */
     static int defaultGpus(int hostCap) {
-        int visible = Cuda.deviceCount();
+        JncclRuntime runtime = JncclRuntime.query();
+        int visible = runtime.deviceCount();
         if (visible <= hostCap) {
             return visible;
         }
-        if (probeBackend().id().equals("host")) {
+        if (runtime.backend() == Backend.HOST) {
             LOG.info("host emulation: using {} of its {} virtual devices (choose with --gpus / --world)", hostCap,
                     visible);
             return hostCap;

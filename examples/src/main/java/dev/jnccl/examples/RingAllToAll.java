@@ -3,6 +3,7 @@ package dev.jnccl.examples;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 
 import dev.jnccl.AllToAllSchedule;
+import dev.jnccl.Backend;
 import dev.jnccl.Communicator;
 import dev.jnccl.DType;
 import dev.jnccl.DeviceTensor;
@@ -55,7 +56,7 @@ public final class RingAllToAll {
     private RingAllToAll() {}
 
     /** What one rank did. */
-    private record RankResult(int rank, int device, String backend, String ncclVersion, int iterations,
+    private record RankResult(int rank, int device, Backend backend, String ncclVersion, int iterations,
                               long checked, long mismatches, List<String> firstMismatches, long commNanos,
                               long loopNanos) {}
 

@@ -5,10 +5,7 @@ import dev.jnccl.CommandBuffer;
 import dev.jnccl.Communicator;
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.UniqueId;
-import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.cuda.CudaEvent;
-import dev.jnccl.internal.Native;
-import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.List;
 
@@ -181,9 +178,7 @@ final class ThreadsCommunicator extends Communicator {
     }
 
     private void copy(DeviceTensor target, DeviceTensor source) {
-        Native.checkCuda(CudaRuntime.cudaMemcpyAsync(MemorySegment.ofAddress(target.address()),
-                MemorySegment.ofAddress(source.address()), source.bytes(), CudaRuntime.cudaMemcpyDefault(),
-                stream().handle()), "cudaMemcpyAsync", device(), rank());
+        stream().copyAsync(source, target);
     }
 
     /**

@@ -1,10 +1,11 @@
 package dev.jnccl.threads;
 
+import dev.jnccl.Backend;
 import dev.jnccl.Communicator;
+import dev.jnccl.JncclRuntime;
 import dev.jnccl.NcclException;
 import dev.jnccl.UniqueId;
 import dev.jnccl.cuda.Cuda;
-import dev.jnccl.internal.Native;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
@@ -47,7 +48,7 @@ public final class ThreadsCommunicators {
         }
         int[] deviceOfRank = deviceOfRank(gpus, options, visible);
         int size = deviceOfRank.length;
-        boolean realGpu = Native.libraries().backend().id().equals("cuda");
+        boolean realGpu = JncclRuntime.query().backend() == Backend.CUDA;
         UniqueId id = UniqueId.generate();
         PackState state = new PackState(size);
         Throwable[] errors = new Throwable[size];
@@ -155,7 +156,7 @@ public final class ThreadsCommunicators {
             }
             throw new IllegalStateException("launch: ranks " + ranksOn(device, deviceOfRank) + " share device "
                     + device + " (ThreadsOptions.devices " + options.devices() + ") and NCCL "
-                    + Native.libraries().nccl() + " refuses several ranks of one process on one GPU. NCCL 2.30 or"
+                    + JncclRuntime.query().nccl() + " refuses several ranks of one process on one GPU. NCCL 2.30 or"
                     + " newer allows it with the environment variable NCCL_MULTI_RANK_GPU_ENABLE=1 (load it with"
                     + " -Djnccl.nccl.library=/path/libnccl.so.2); otherwise use one rank per device or one process"
                     + " per rank (MPI mode)", e);

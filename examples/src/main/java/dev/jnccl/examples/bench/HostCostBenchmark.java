@@ -19,6 +19,7 @@ import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.util.Locale;
 import java.util.concurrent.TimeUnit;
 import org.openjdk.jmh.annotations.Benchmark;
 import org.openjdk.jmh.annotations.BenchmarkMode;
@@ -110,7 +111,7 @@ public class HostCostBenchmark {
             compute.record(ready);
             compute.synchronize();
             queue = new QueueBound(commsStream::synchronize);
-            System.out.println("# jnccl backend " + comm.backend() + ", NCCL " + comm.ncclVersion() + ", "
+            System.out.println("# jnccl backend " + comm.backend().name().toLowerCase(Locale.ROOT) + ", NCCL " + comm.ncclVersion() + ", "
                     + count + " x FP32, non-blocking communicator");
         }
 

@@ -1,4 +1,4 @@
-package dev.jnccl.bindings;
+package dev.jnccl.testsupport;
 
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -10,12 +10,22 @@ import java.util.Map;
 import java.util.concurrent.TimeUnit;
 
 /** Runs a main class of the test class path in a fresh JVM, bounded in time. */
-final class ChildJvm {
+public final class ChildJvm {
     private ChildJvm() {}
 
-    record Result(int exitCode, String output) {}
+    /**
+     * How the child ended.
+     *
+     * @param exitCode its exit status
+     * @param output   its standard output and error, interleaved
+     */
+    public record Result(int exitCode, String output) {}
 
-    static Result run(List<String> jvmArgs, Map<String, String> environment, Class<?> main, String... args)
+    /**
+     * Runs {@code main} with {@code args} in a new JVM of the same Java home and class path, with
+     * {@code jvmArgs} and extra {@code environment} variables; fails if it takes over 60 seconds.
+     */
+    public static Result run(List<String> jvmArgs, Map<String, String> environment, Class<?> main, String... args)
             throws IOException, InterruptedException {
         List<String> command = new ArrayList<>();
         command.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());

@@ -1,4 +1,4 @@
-package dev.jnccl.it;
+package dev.jnccl.testsupport;
 
 import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
@@ -23,7 +23,7 @@ import java.util.Map;
  * {@link #close} only while no other thread creates streams or communicators.
  */
 @SuppressWarnings("restricted")
-final class NativeEnv implements AutoCloseable {
+public final class NativeEnv implements AutoCloseable {
     private static final MethodHandle SETENV;
     private static final MethodHandle UNSETENV;
     private static final MethodHandle GETENV;
@@ -43,7 +43,7 @@ final class NativeEnv implements AutoCloseable {
     private NativeEnv() {}
 
     /** Sets {@code nameValuePairs} (name, value, name, value, ...) and remembers the previous values. */
-    static NativeEnv set(String... nameValuePairs) {
+    public static NativeEnv set(String... nameValuePairs) {
         if (nameValuePairs.length % 2 != 0) {
             throw new IllegalArgumentException("NativeEnv.set: odd number of arguments (name/value pairs expected)");
         }
@@ -62,7 +62,7 @@ final class NativeEnv implements AutoCloseable {
     }
 
     /** The current value of {@code name} in the C environment, or null. */
-    static String get(String name) {
+    public static String get(String name) {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment value = (MemorySegment) GETENV.invokeExact(arena.allocateFrom(name));
             return value.equals(MemorySegment.NULL) ? null : value.reinterpret(Integer.MAX_VALUE).getString(0);

@@ -1,0 +1,97 @@
+package dev.jnccl;
+
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+
+import dev.jnccl.bindings.LoadedLibraries;
+import dev.jnccl.bindings.NcclFeature;
+import dev.jnccl.bindings.cuda.CudaRuntime;
+import dev.jnccl.internal.Native;
+import dev.jnccl.internal.NcclTypes;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.Objects;
+
+/**
+ * What jnccl runs on in this JVM, without creating a communicator: the {@link Backend} chosen at
+ * load time, the NCCL and CUDA versions, and how many devices are visible. For example, to size a
+ * job or log the setup:
+ *
+ * <pre>{@code
+ * JncclRuntime runtime = JncclRuntime.query();
+ * if (runtime.backend() == Backend.HOST) { ... }   // no GPU: the host emulation
+ * int gpus = runtime.deviceCount();
+ * }</pre>
+ *
+ * @param backend     the real CUDA libraries or the host emulation
+ * @param nccl        the loaded NCCL's version (ncclGetVersion)
+ * @param cudaRuntime the loaded CUDA runtime's version (cudaRuntimeGetVersion; patch is 0)
+ * @param cudaDriver  the CUDA driver's version (cudaDriverGetVersion; 0.0.0 when no driver is installed)
+ * @param deviceCount the CUDA devices visible to this process (0 when none; the host emulation's
+ *                    virtual devices, {@code JNCCL_HOST_DEVICES}, default 8)
+ */
+public record JncclRuntime(Backend backend, LibraryVersion nccl, LibraryVersion cudaRuntime,
+                           LibraryVersion cudaDriver, int deviceCount) {
+
+    /**
+     * @throws NullPointerException     for a null component
+     * @throws IllegalArgumentException for a negative device count
+     */
+    public JncclRuntime {
+        Objects.requireNonNull(backend, "JncclRuntime: backend is null");
+        Objects.requireNonNull(nccl, "JncclRuntime: nccl is null");
+        Objects.requireNonNull(cudaRuntime, "JncclRuntime: cudaRuntime is null");
+        Objects.requireNonNull(cudaDriver, "JncclRuntime: cudaDriver is null");
+        if (deviceCount < 0) {
+            throw new IllegalArgumentException("JncclRuntime: deviceCount " + deviceCount + " is negative");
+        }
+    }
+
+    /**
+     * Loads the native libraries if this JVM has not yet (as the first communicator would) and
+     * reports what they are. Versions are fixed for the JVM's life; the device count is asked anew.
+     *
+     * @throws NativeLibraryException when the libraries cannot be loaded (the message says what was tried)
+     */
+    public static JncclRuntime query() {
+        LoadedLibraries libraries = Native.libraries();
+        LibraryVersion nccl = new LibraryVersion(libraries.nccl().major(), libraries.nccl().minor(),
+                libraries.nccl().patch());
+        LibraryVersion runtime = new LibraryVersion(libraries.cudaRuntime().major(), libraries.cudaRuntime().minor(), 0);
+        LibraryVersion driver = new LibraryVersion(libraries.cudaDriver().major(), libraries.cudaDriver().minor(), 0);
+        return new JncclRuntime(backendOf(libraries), nccl, runtime, driver, visibleDevices());
+    }
+
+    /**
+     * Whether the loaded NCCL has {@code dtype}: {@link DType#BF16} needs NCCL 2.10, the FP8 types
+     * 2.24; the others are in every NCCL jnccl accepts. (The hardware may still refuse: FP8
+     * reductions also need an sm_90 or newer GPU, which NCCL checks.)
+     */
+    public boolean supports(DType dtype) {
+        Objects.requireNonNull(dtype, "supports: dtype is null");
+        NcclFeature feature = NcclTypes.requiredFeature(dtype);
+        return feature == null || nccl.atLeast(feature.since().major(), feature.since().minor());
+    }
+
+    /** The public backend of what the loader resolved (never AUTO: the loader has decided by then). */
+    static Backend backendOf(LoadedLibraries libraries) {
+        return switch (libraries.backend()) {
+            case CUDA -> Backend.CUDA;
+            case HOST -> Backend.HOST;
+            case AUTO -> throw new IllegalStateException("the native loader left the backend unresolved (auto)");
+        };
+    }
+
+    /** cudaGetDeviceCount, where "no device" is the answer 0 rather than an error. */
+    private static int visibleDevices() {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment count = arena.allocate(JAVA_INT);
+            int code = CudaRuntime.cudaGetDeviceCount(count);
+            if (code == CudaRuntime.cudaErrorNoDevice()) {
+                CudaRuntime.cudaGetLastError(); // the runtime also keeps it as the thread's last error
+                return 0;
+            }
+            Native.checkCuda(code, "cudaGetDeviceCount", -1, -1);
+            return count.get(JAVA_INT, 0);
+        }
+    }
+}
