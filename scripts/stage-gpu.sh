@@ -18,3 +18,8 @@ for m in bindings core threads integration-tests; do
 done
 if [ -f examples/target/jnccl-benchmarks.jar ]; then cp examples/target/jnccl-benchmarks.jar .gpu/; fi
 du -sh .gpu
+# NCCL 2.30 for the multi-rank threads suite (scripts/gpu-test.sh --threads-multi-rank): a test tool
+# from ../shared, never committed; it is 30 MB of the 64 MiB a device call carries.
+nccl_multi=$(git rev-parse --show-toplevel)/../shared/nccl-2.30.7-sm90/libnccl.so.2.xz
+if [ -f "$nccl_multi" ] && [ "${JNCCL_STAGE_MULTI_RANK_NCCL:-1}" = 1 ]; then cp "$nccl_multi" .gpu/; fi
+du -sh .gpu
