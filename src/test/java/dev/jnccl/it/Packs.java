@@ -91,7 +91,8 @@ final class Packs {
             try (RankContext context = new RankContext(comm, seed)) {
                 work.accept(context);
             }
-        }), () -> "pack of " + world + " ranks (" + options + ", seed " + seed + ") did not finish within " + timeout);
+        }), () -> "pack of " + world + " ranks (" + placed + ", seed " + seed + ") did not finish within " + timeout
+                + "; where its threads were:\n  " + String.join("\n  ", fullStacks()));
         assertNoPackThreads();
     }
 
@@ -120,6 +121,22 @@ final class Packs {
             }
         }
         return alive;
+    }
+
+    /** Every frame of every live jnccl thread (for a pack that did not finish: where it hangs). */
+    static List<String> fullStacks() {
+        List<String> stacks = new ArrayList<>();
+        for (Map.Entry<Thread, StackTraceElement[]> entry : Thread.getAllStackTraces().entrySet()) {
+            Thread thread = entry.getKey();
+            if (thread.isAlive() && thread.getName().startsWith("jnccl-")) {
+                StringBuilder where = new StringBuilder(thread.getName()).append(" (").append(thread.getState()).append(")");
+                for (StackTraceElement frame : entry.getValue()) {
+                    where.append("\n      at ").append(frame);
+                }
+                stacks.add(where.toString());
+            }
+        }
+        return stacks;
     }
 
     /** Fails when a thread named jnccl-rank-* or jnccl-watchdog-* is still alive. */
