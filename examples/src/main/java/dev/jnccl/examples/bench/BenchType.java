@@ -77,8 +77,9 @@ enum BenchType {
     long reductionValue(long seed, int rank, long index, ReduceOp op, int ranks) {
         long bits = mix(seed, rank, index);
         if (op == ReduceOp.PROD) {
-            // ±1 or ±2 (never 0, so products stay informative); |product| <= 2^ranks must stay exact.
-            boolean two = ranks <= 6 && (bits & 2) != 0;
+            // ±1 or ±2 (never 0, so products stay informative). Integers wrap like NCCL's (the reference
+            // wraps too); floating types keep |product| <= 2^ranks exact (f8e4m3 reaches 448: up to 8 ranks).
+            boolean two = (isInteger() || ranks <= 8) && (bits & 2) != 0;
             long magnitude = two ? 2 : 1;
             return isUnsigned() || (bits & 1) == 0 ? magnitude : -magnitude;
         }

@@ -122,7 +122,8 @@ final class SvgPlot {
                 + "</text>%n", LEFT + plotW / 2, HEIGHT - 25));
         svg.append(String.format(Locale.ROOT, "<text x=\"20\" y=\"%d\" text-anchor=\"middle\" transform=\"rotate(-90 20 "
                 + "%d)\">bus bandwidth (GB/s)</text>%n", TOP + plotH / 2, TOP + plotH / 2));
-        // lines and legend
+        // lines and legend (the legend squeezes to fit the plot's height)
+        double legendStep = series.isEmpty() ? 20 : Math.min(20, (plotH - 10) / (double) series.size());
         for (int i = 0; i < series.size(); i++) {
             Series s = series.get(i);
             String color = COLORS[i % COLORS.length];
@@ -140,11 +141,12 @@ final class SvgPlot {
                             px.applyAsDouble(p[0]), py.applyAsDouble(p[1]), color));
                 }
             }
-            int ly = TOP + 10 + i * 20;
+            int ly = TOP + 10 + (int) (i * legendStep);
             int lx = LEFT + plotW + 15;
             svg.append(String.format(Locale.ROOT, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" "
                     + "stroke-width=\"2\"%s/>%n", lx, ly, lx + 30, ly, color, s.dashed() ? " stroke-dasharray=\"6 3\"" : ""));
-            svg.append(String.format(Locale.ROOT, "<text x=\"%d\" y=\"%d\">%s</text>%n", lx + 36, ly + 4, xml(s.label())));
+            svg.append(String.format(Locale.ROOT, "<text x=\"%d\" y=\"%d\"%s>%s</text>%n", lx + 36, ly + 4,
+                    legendStep < 14 ? " font-size=\"9\"" : "", xml(s.label())));
         }
         svg.append("</svg>\n");
         return svg.toString();
