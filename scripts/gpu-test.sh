@@ -1,25 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (prepared by scripts/stage-gpu.sh, with .gpu carried): every `gpu`-tagged
-# test, plus the backend-agnostic world-1 conformance tests against real NCCL (-Djnccl.backend=cuda),
-# through JUnit's console launcher and a portable JRE. Reports go to $OUT when set.
+# test, plus the backend-agnostic world-1 conformance tests against real NCCL (-Djnccl.backend=cuda;
+# JNCCL_TEST_BACKEND=host for the emulation), through the bundle's bin/gpu-tests (JUnit's console
+# launcher on the bundle's Java runtime). Reports go to $OUT when set, else /tmp/jnccl-gpu.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[ -x /tmp/jre/bin/java ] || tar xzf .gpu/jre.tar.gz -C /tmp
-java=/tmp/jre/bin/java
-out=${OUT:-/tmp/jnccl-gpu}
-mkdir -p "$out"
-cp=$(ls .gpu/lib/*.jar | tr '\n' ':').gpu/cp/bindings-test:.gpu/cp/core-test:.gpu/cp/threads-test:.gpu/cp/integration-tests-test
-roots=.gpu/cp/bindings-test:.gpu/cp/core-test:.gpu/cp/integration-tests-test
-status=0
-run() { # name, extra launcher args...
-  local name=$1; shift
-  echo "=== $name"
-  "$java" --enable-native-access=ALL-UNNAMED -Djnccl.backend=${JNCCL_TEST_BACKEND:-cuda} -jar .gpu/junit-console.jar execute \
-    -cp "$cp" --details=summary --disable-banner --reports-dir="$out/$name" "$@" 2>&1 | tee "$out/$name.log" \
-    | grep -E "tests (successful|failed|skipped|aborted)|MethodSource|=>|Exception" | head -60
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
-}
-run gpu-tagged --scan-classpath "$roots" --include-tag gpu
-run conformance --select-class dev.jnccl.bindings.EmulationWorldOneConformanceTest \
-  --select-class dev.jnccl.CommunicatorWorldOneTest
-exit $status
+. scripts/lib/gpu-bundle.sh
+bundle=$(gpu_bundle) || exit 1
+OUT=${OUT:-/tmp/jnccl-gpu} exec "$bundle/bin/gpu-tests"
