@@ -36,8 +36,10 @@ interface BenchLauncher {
 
     /**
      * One process per rank under mpirun. Wired once the MPI mode (module {@code jnccl-mpi},
-     * {@code dev.jnccl.mpi.MpiCommunicators.create()}) exists: then {@code run} creates the process's
-     * communicator and runs {@code work} on it.
+     * {@code dev.jnccl.mpi.MpiCommunicators.create()}) exists: then {@code run} checks
+     * {@code ranks == 1} ({@code -g} is per process), creates the process's communicator with
+     * {@code MpiCommunicators.create()}, runs {@code work} on it and closes it. Everything else
+     * (rank 0 prints, times and #wrong gathered over ranks) already works per communicator.
      */
     final class Mpi implements BenchLauncher {
         @Override

@@ -82,7 +82,9 @@ public final class CollectiveBenchmark {
                 BenchRun[] result = new BenchRun[1];
                 launcher.run(options.ranks(), transport,
                         comm -> new RankRunner(comm, options, transport, out, progress, result).run());
-                runs.add(result[0]);
+                if (result[0] != null) { // null in the MPI processes of ranks other than 0: rank 0 reports
+                    runs.add(result[0]);
+                }
             }
         } catch (BenchOptions.UsageException e) {
             progress.clear();
@@ -97,6 +99,9 @@ public final class CollectiveBenchmark {
             err.println(text);
             LOG.debug("failure", e);
             return EXIT_ERROR;
+        }
+        if (runs.isEmpty()) {
+            return 0;
         }
         try {
             if (options.json() != null) {
