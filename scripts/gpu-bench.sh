@@ -7,10 +7,9 @@
 #   scripts/gpu-bench.sh [--host] [JMH arguments...]
 #
 # Default (GPU machine, no JDK or Maven needed): real NCCL and CUDA (jnccl.backend=cuda).
-#   needs  .gpu/jnccl-benchmarks.jar  (or examples/target/jnccl-benchmarks.jar): built elsewhere with
-#            ./mvnw -B -q install -DskipTests -Djnccl.skipSanitizers=true
-#            cp examples/target/jnccl-benchmarks.jar .gpu/
-#          .gpu/jre.tar.gz  (/work/shared/tools/portable-jre.sh), unpacked to /tmp/jre; or $JAVA / $JAVA_HOME
+#   needs  .gpu/jnccl-bundle.tar.gz (scripts/stage-gpu.sh, built elsewhere): its JMH jar and Java runtime;
+#          or, as before, .gpu/jnccl-benchmarks.jar (or examples/target/jnccl-benchmarks.jar) and
+#          .gpu/jre.tar.gz (unpacked to /tmp/jre) or $JAVA / $JAVA_HOME
 #          nvcc (PATH or /usr/local/cuda/bin), nccl.h and libnccl.so where nvcc finds them
 # --host (any Linux machine, no GPU): jnccl's host emulation (jnccl.backend=host); the C program is
 #   built with gcc against the libjnccl_host.so inside the benchmark jar, with nccl.h from
@@ -41,9 +40,17 @@ trap 'rm -rf "$work"' EXIT
 
 log() { echo "gpu-bench.sh: $*" >&2; }
 
+# The bundle that scripts/stage-gpu.sh packed (GPU machine): its JMH jar and Java runtime.
+bundle=""
+if [ "$mode" = gpu ] && [ -s "$root/.gpu/jnccl-bundle.tar.gz" ]; then
+  . "$root/scripts/lib/gpu-bundle.sh"
+  bundle=$(gpu_bundle)
+fi
+
 # ---------------------------------------------------------------- the benchmark jar
 jar=""
-for candidate in "${JNCCL_BENCH_JAR:-}" "$root/.gpu/jnccl-benchmarks.jar" "$root/examples/target/jnccl-benchmarks.jar"; do
+for candidate in "${JNCCL_BENCH_JAR:-}" "${bundle:+$bundle/jmh/jnccl-benchmarks.jar}" "$root/.gpu/jnccl-benchmarks.jar" \
+    "$root/examples/target/jnccl-benchmarks.jar"; do
   if [ -n "$candidate" ] && [ -s "$candidate" ]; then jar=$candidate; break; fi
 done
 if [ -z "$jar" ]; then
@@ -56,6 +63,8 @@ fi
 java_bin=""
 if [ -n "${JAVA:-}" ]; then
   java_bin=$JAVA
+elif [ -n "$bundle" ]; then
+  java_bin=$bundle/runtime/bin/java
 elif [ "$mode" = gpu ] && [ -x /tmp/jre/bin/java ]; then
   java_bin=/tmp/jre/bin/java
 elif [ "$mode" = gpu ] && [ -s "$root/.gpu/jre.tar.gz" ]; then

@@ -1,25 +1,21 @@
 #!/usr/bin/env bash
 # Prepares .gpu/ (git-ignored) for a run on the GPU machine, which has no JDK, Maven or network:
-# a portable Java 25 runtime, JUnit's console launcher, the jnccl jars with their runtime
-# dependencies, the test classes, and the benchmark jar. Carry `.gpu` and run scripts/gpu-test.sh
-# (tests) and scripts/gpu-bench.sh (benchmarks) there.
+# .gpu/jnccl-bundle.tar.gz, the bundle of scripts/bundle.sh (a jlinked Java runtime, the jars, the
+# test classes, JUnit's console launcher, the JMH jar and the launchers bin/run-example, bin/bench,
+# bin/gpu-tests), packed to about 36 MB. Carry `.gpu` and run there scripts/gpu-test.sh (tests),
+# scripts/gpu-bench.sh (host-cost benchmarks) or /tmp/jnccl-bundle/bin/bench (after either
+# unpacked it; or: tar xzf .gpu/jnccl-bundle.tar.gz -C /tmp). SKIP_BUILD=1: see scripts/bundle.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export JAVA_HOME=${JAVA_HOME:-/usr/lib/jvm/temurin-25-jdk-amd64}
-JUNIT_CONSOLE_VERSION=1.14.4 bash ../shared/tools/portable-jre.sh .gpu >/dev/null 2>&1 \
-  || JUNIT_CONSOLE_VERSION=1.14.4 bash "$(git rev-parse --show-toplevel)/../shared/tools/portable-jre.sh" .gpu
-./mvnw -B -q install -DskipTests -Djnccl.skipSanitizers=true
-rm -rf .gpu/lib .gpu/cp
-./mvnw -B -q -pl integration-tests dependency:copy-dependencies -DincludeScope=test -DoutputDirectory="$PWD/.gpu/lib" \
-  -DexcludeGroupIds=org.junit.jupiter,org.junit.platform,org.opentest4j,org.apiguardian
-mkdir -p .gpu/cp
-for m in bindings core threads integration-tests; do
-  [ -d "$m/target/test-classes" ] && cp -r "$m/target/test-classes" ".gpu/cp/$m-test"
-done
-if [ -f examples/target/jnccl-benchmarks.jar ]; then cp examples/target/jnccl-benchmarks.jar .gpu/; fi
-du -sh .gpu
+work=$(mktemp -d "${TMPDIR:-/tmp}/jnccl-stage.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+scripts/bundle.sh "$work/jnccl-bundle"
+rm -rf .gpu
+mkdir -p .gpu
+tar czf .gpu/jnccl-bundle.tar.gz -C "$work" jnccl-bundle
+du -sh .gpu/jnccl-bundle.tar.gz
 # NCCL 2.30 for the multi-rank threads suite (scripts/gpu-test.sh --threads-multi-rank): a test tool
-# from ../shared, never committed; it is 30 MB of the 64 MiB a device call carries.
+# from ../shared, never committed; 29 MB of the 64 MiB a device call carries.
 nccl_multi=$(git rev-parse --show-toplevel)/../shared/nccl-2.30.7-sm90/libnccl.so.2.xz
 if [ -f "$nccl_multi" ] && [ "${JNCCL_STAGE_MULTI_RANK_NCCL:-1}" = 1 ]; then cp "$nccl_multi" .gpu/; fi
 du -sh .gpu

@@ -1,4 +1,4 @@
-# Shared by run-example.sh and bench-allgather.sh: builds the examples module (and what it depends
+# Shared by run-example.sh and bench.sh: builds the examples module (and what it depends
 # on) and runs one of its main classes on the class path. Source it from the repository root, after
 # scripts/lib/jdk.sh's require_jdk, then call `run_example_main NAME CLASS ARGS...`.
 #
