@@ -545,6 +545,14 @@ public abstract class Communicator implements AutoCloseable {
     /** Called once after the communicator was aborted, so subclasses can release waiting threads. */
     protected void onAbort(String reason) {}
 
+    /**
+     * Called on the calling thread when a call finds this communicator aborted, just before it throws
+     * {@link CommunicatorAbortedException} (possibly holding the communicator's internal lock, so it
+     * must not wait for this communicator). Threads mode waits here, bounded, until no peer still
+     * copies from this rank's buffers, so that the caller may free them once the exception arrives.
+     */
+    protected void beforeAbortedException() {}
+
     /** Called once by {@link #close()} after NCCL is done with the comms stream: free subclass resources. */
     protected void onClose() {}
 
@@ -934,6 +942,7 @@ public abstract class Communicator implements AutoCloseable {
             return;
         }
         if (current == State.ABORTED) {
+            beforeAbortedException();
             throw new CommunicatorAbortedException(operation + ": communicator of rank " + rank + " was aborted: "
                     + abortReason);
         }

@@ -50,7 +50,7 @@ public final class ThreadsCommunicators {
         }
         boolean realGpu = Native.libraries().backend().id().equals("cuda");
         UniqueId id = UniqueId.generate();
-        PackState state = new PackState(size);
+        PackState state = new PackState(size, options.communicator().closeTimeout());
         Throwable[] errors = new Throwable[size];
         List<Thread> threads = new ArrayList<>(size);
         for (int rank = 0; rank < size; rank++) {
