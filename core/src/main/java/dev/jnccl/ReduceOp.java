@@ -4,9 +4,13 @@ import dev.jnccl.bindings.nccl.Nccl;
 
 /** Reduction operations, mapped to NCCL's built-in ncclRedOp_t. */
 public enum ReduceOp {
+    /** Sum. */
     SUM(Nccl.ncclSum()),
+    /** Product. */
     PROD(Nccl.ncclProd()),
+    /** Maximum. */
     MAX(Nccl.ncclMax()),
+    /** Minimum. */
     MIN(Nccl.ncclMin()),
     /** Sum divided by the world size (NCCL 2.10+). */
     AVG(Nccl.ncclAvg());
@@ -17,7 +21,7 @@ public enum ReduceOp {
         this.ncclOp = ncclOp;
     }
 
-    /** The ncclRedOp_t value. */
+    /** {@return the ncclRedOp_t value} */
     public int ncclOp() {
         return ncclOp;
     }

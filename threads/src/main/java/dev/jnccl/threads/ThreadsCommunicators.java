@@ -32,6 +32,7 @@ public final class ThreadsCommunicators {
      * @param gpus    number of GPUs (ranks); 0 means all visible devices
      * @param options threads-mode options
      * @param work    what each rank runs with its communicator (closed afterwards)
+     * @return the running pack, to be joined or closed
      */
     public static ThreadsPack launch(int gpus, ThreadsOptions options, Consumer<Communicator> work) {
         Objects.requireNonNull(options, "launch: options are null");
@@ -62,7 +63,13 @@ public final class ThreadsCommunicators {
         return new ThreadsPack(List.copyOf(threads), state, errors);
     }
 
-    /** {@link #launch} then {@link ThreadsPack#join()}. */
+    /**
+     * {@link #launch} then {@link ThreadsPack#join()}.
+     *
+     * @param gpus number of GPUs (ranks); 0 means all visible devices
+     * @param options threads-mode options
+     * @param work what each rank runs with its communicator (closed afterwards)
+     */
     public static void run(int gpus, ThreadsOptions options, Consumer<Communicator> work) {
         try (ThreadsPack pack = launch(gpus, options, work)) {
             pack.join();

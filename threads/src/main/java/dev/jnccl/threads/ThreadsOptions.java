@@ -18,6 +18,7 @@ import java.util.Objects;
 public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAllGather, boolean memcpySendRecv,
                              int maxLead, boolean pinCpus) {
 
+    /** Checks the values: communicator options given, a lead of at least 1. */
     public ThreadsOptions {
         Objects.requireNonNull(communicator, "ThreadsOptions: communicator options are null");
         if (maxLead < 1) {
@@ -25,27 +26,61 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
         }
     }
 
-    /** NCCL transports, default communicator options, a lead of 8 transactions, CPU pinning on. */
+    /**
+     * The defaults.
+     *
+     * @return NCCL transports, default communicator options, a lead of 8 transactions, CPU pinning on
+     */
     public static ThreadsOptions defaults() {
         return new ThreadsOptions(CommunicatorOptions.defaults(), false, false, 8, true);
     }
 
+    /**
+     * These options with other communicator options.
+     *
+     * @param options options of each rank's communicator
+     * @return a copy with {@code communicator} replaced
+     */
     public ThreadsOptions withCommunicator(CommunicatorOptions options) {
         return new ThreadsOptions(options, memcpyAllGather, memcpySendRecv, maxLead, pinCpus);
     }
 
+    /**
+     * These options with the all-gathers as device-to-device copies, or not.
+     *
+     * @param enabled whether all-gathers use cudaMemcpyAsync
+     * @return a copy with {@code memcpyAllGather} replaced
+     */
     public ThreadsOptions withMemcpyAllGather(boolean enabled) {
         return new ThreadsOptions(communicator, enabled, memcpySendRecv, maxLead, pinCpus);
     }
 
+    /**
+     * These options with the sends and receives as device-to-device copies, or not.
+     *
+     * @param enabled whether sends and receives use cudaMemcpyAsync
+     * @return a copy with {@code memcpySendRecv} replaced
+     */
     public ThreadsOptions withMemcpySendRecv(boolean enabled) {
         return new ThreadsOptions(communicator, memcpyAllGather, enabled, maxLead, pinCpus);
     }
 
+    /**
+     * These options with another launch-queue lead.
+     *
+     * @param lead how many transactions a rank may run ahead (at least 1)
+     * @return a copy with {@code maxLead} replaced
+     */
     public ThreadsOptions withMaxLead(int lead) {
         return new ThreadsOptions(communicator, memcpyAllGather, memcpySendRecv, lead, pinCpus);
     }
 
+    /**
+     * These options with CPU pinning on or off.
+     *
+     * @param pin whether to pin rank threads to their GPU's CPUs
+     * @return a copy with {@code pinCpus} replaced
+     */
     public ThreadsOptions withPinCpus(boolean pin) {
         return new ThreadsOptions(communicator, memcpyAllGather, memcpySendRecv, maxLead, pin);
     }
