@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command of jnccl: finds a JDK >= 25, makes sure the system packages the tests need are
 # installed (installing them when it runs as root with apt-get, else printing the command), then
-# runs `./mvnw -B verify` (extra arguments are passed to Maven, e.g. -Djnccl.skipSanitizers=true).
+# runs `./mvnw -B install` (verify plus the local repository; extra arguments are passed to Maven,
+# e.g. -Djnccl.skipSanitizers=true) and the consumer check of src/test/consumer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,4 +27,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-exec ./mvnw -B verify "$@"
+# install (verify, then into the local repository) so that the consumer check below resolves jnccl
+# as a user's project does.
+./mvnw -B install "$@"
+
+# The consumer check (src/test/consumer, not a reactor module): imports jnccl-bom, depends on
+# jnccl-threads, builds and runs on the module path. Only after a build of the whole reactor.
+for arg in "$@"; do
+  case "$arg" in
+    -pl|--projects|-pl=*|--projects=*|-rf|--resume-from|-rf=*|--resume-from=*)
+      echo "test.sh: a part of the reactor was selected ($arg): skipping the consumer check"
+      exit 0 ;;
+  esac
+done
+version=$(sed -n 's:^  <version>\(.*\)</version>$:\1:p' pom.xml | head -n 1)
+./mvnw -B -f src/test/consumer/pom.xml verify -Djnccl.version="$version"

@@ -38,7 +38,13 @@ public final class AllToAllSchedule {
 
     private AllToAllSchedule() {}
 
-    /** The rounds of {@code rank} in a world of {@code worldSize}, in execution order. */
+    /**
+     * The rounds of {@code rank} in a world of {@code worldSize}, in execution order.
+     *
+     * @param rank the rank whose rounds are listed
+     * @param worldSize the number of ranks
+     * @return the rounds, in the order they run
+     */
     public static List<Round> rounds(int rank, int worldSize) {
         check(rank, worldSize);
         List<Round> rounds = new ArrayList<>(worldSize - 1);
@@ -53,6 +59,11 @@ public final class AllToAllSchedule {
     /**
      * The rank whose shard for {@code rank} sits in {@code slot} afterwards, or -1 for the stale
      * slot (with world size 1, slot 0 keeps the rank's own shard: 0).
+     *
+     * @param rank the rank whose tensor is asked about
+     * @param worldSize the number of ranks
+     * @param slot a slot index in {@code [0, worldSize)}
+     * @return the source rank of the slot's data, or -1 for the stale slot
      */
     public static int sourceOfSlot(int rank, int worldSize, int slot) {
         check(rank, worldSize);
@@ -66,7 +77,13 @@ public final class AllToAllSchedule {
         return i == worldSize ? -1 : Math.floorMod(rank - i, worldSize);
     }
 
-    /** The slot that is stale afterwards, or -1 with world size 1. */
+    /**
+     * The slot that is stale afterwards, or -1 with world size 1.
+     *
+     * @param rank the rank whose tensor is asked about
+     * @param worldSize the number of ranks
+     * @return the index of the stale slot, or -1
+     */
     public static int staleSlot(int rank, int worldSize) {
         check(rank, worldSize);
         return worldSize == 1 ? -1 : Math.floorMod(rank - 1, worldSize);

@@ -11,11 +11,17 @@ import java.util.Objects;
  */
 public sealed interface Command {
 
-    /** Bytes this rank contributes or moves (for logs and telemetry). */
+    /** {@return the bytes this rank contributes or moves (for logs and telemetry)} */
     long bytes();
 
-    /** All-gather: every rank's {@code shard} ends up in {@code full} at the rank's index. */
+    /**
+     * All-gather: every rank's {@code shard} ends up in {@code full} at the rank's index.
+     *
+     * @param shard this rank's shard
+     * @param full the gathered tensor (world size times the shard)
+     */
     record Gather(DeviceTensor shard, DeviceTensor full) implements Command {
+        /** Checks that both tensors are given. */
         public Gather {
             Objects.requireNonNull(shard, "Gather: shard is null");
             Objects.requireNonNull(full, "Gather: full is null");
@@ -27,8 +33,14 @@ public sealed interface Command {
         }
     }
 
-    /** In-place reduce-scatter: shard {@code rank} of {@code tensor} receives the reduction of all ranks' shards. */
+    /**
+     * In-place reduce-scatter: shard {@code rank} of {@code tensor} receives the reduction of all ranks' shards.
+     *
+     * @param tensor the tensor, world size times the shard
+     * @param op the reduction
+     */
     record ScatterReduce(DeviceTensor tensor, ReduceOp op) implements Command {
+        /** Checks that the tensor and the operation are given. */
         public ScatterReduce {
             Objects.requireNonNull(tensor, "ScatterReduce: tensor is null");
             Objects.requireNonNull(op, "ScatterReduce: op is null");
@@ -40,8 +52,14 @@ public sealed interface Command {
         }
     }
 
-    /** Point-to-point send of {@code tensor} to {@code peer}. */
+    /**
+     * Point-to-point send of {@code tensor} to {@code peer}.
+     *
+     * @param tensor what is sent
+     * @param peer the receiving rank
+     */
     record Send(DeviceTensor tensor, int peer) implements Command {
+        /** Checks that the tensor is given. */
         public Send {
             Objects.requireNonNull(tensor, "Send: tensor is null");
         }
@@ -52,8 +70,14 @@ public sealed interface Command {
         }
     }
 
-    /** Point-to-point receive into {@code tensor} from {@code peer}. */
+    /**
+     * Point-to-point receive into {@code tensor} from {@code peer}.
+     *
+     * @param tensor where the message lands
+     * @param peer the sending rank
+     */
     record Recv(DeviceTensor tensor, int peer) implements Command {
+        /** Checks that the tensor is given. */
         public Recv {
             Objects.requireNonNull(tensor, "Recv: tensor is null");
         }
@@ -64,8 +88,13 @@ public sealed interface Command {
         }
     }
 
-    /** Destructive all-to-all of {@code tensor}'s world-size slots; layout in {@link AllToAllSchedule}. */
+    /**
+     * Destructive all-to-all of {@code tensor}'s world-size slots; layout in {@link AllToAllSchedule}.
+     *
+     * @param tensor the tensor, world size slots
+     */
     record AllToAll(DeviceTensor tensor) implements Command {
+        /** Checks that the tensor is given. */
         public AllToAll {
             Objects.requireNonNull(tensor, "AllToAll: tensor is null");
         }

@@ -19,20 +19,30 @@ public final class CommandBuffer {
         commands.clear();
     }
 
-    /** The commands, in order (a read-only view). */
+    /** {@return the commands, in order (a read-only view)} */
     public List<Command> commands() {
         return view;
     }
 
+    /**
+     * Whether no command was added.
+     *
+     * @return whether the buffer is empty
+     */
     public boolean isEmpty() {
         return commands.isEmpty();
     }
 
+    /**
+     * The number of commands.
+     *
+     * @return the number of commands added
+     */
     public int size() {
         return commands.size();
     }
 
-    /** Total bytes of all commands. */
+    /** {@return the total bytes of all commands} */
     public long bytes() {
         long total = 0;
         for (Command command : commands) {

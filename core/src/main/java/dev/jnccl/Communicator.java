@@ -80,6 +80,11 @@ public abstract class Communicator implements AutoCloseable {
      * Creates this rank's communicator on {@code device} (made the calling thread's current device)
      * and waits, up to {@link CommunicatorOptions#initTimeout()}, for all ranks to join.
      *
+     * @param id the unique id every rank of the communicator uses
+     * @param rank this rank, in {@code [0, worldSize)}
+     * @param worldSize the number of ranks
+     * @param device the CUDA device of this rank
+     * @param options deadlines and diagnostics
      * @throws IllegalArgumentException     for a bad rank, world size or device, before any native call
      * @throws NcclException                when NCCL refuses the communicator
      * @throws CommunicatorAbortedException when the other ranks did not join before the deadline
@@ -93,6 +98,13 @@ public abstract class Communicator implements AutoCloseable {
      * other ranks also ends (with {@link CommunicatorAbortedException}) as soon as
      * {@code initCancellation} returns a reason: a launcher uses it when another rank has already
      * failed, so nobody waits for the full init timeout.
+     *
+     * @param id the unique id every rank of the communicator uses
+     * @param rank this rank, in {@code [0, worldSize)}
+     * @param worldSize the number of ranks
+     * @param device the CUDA device of this rank
+     * @param options deadlines and diagnostics
+     * @param initCancellation polled while waiting; a non-null answer is the reason the init ends
      */
     protected Communicator(UniqueId id, int rank, int worldSize, int device, CommunicatorOptions options,
                            java.util.function.Supplier<String> initCancellation) {
@@ -158,12 +170,21 @@ public abstract class Communicator implements AutoCloseable {
     /**
      * A world-1 communicator on {@code device} for single-GPU code paths: same API, no MPI, no
      * threads. Host-side helpers are trivial.
+     *
+     * @param device the CUDA device
+     * @return the communicator, to be closed by the caller
      */
     public static Communicator single(int device) {
         return single(device, CommunicatorOptions.defaults());
     }
 
-    /** A world-1 communicator on {@code device} with {@code options}. See {@link #single(int)}. */
+    /**
+     * A world-1 communicator on {@code device} with {@code options}. See {@link #single(int)}.
+     *
+     * @param device the CUDA device
+     * @param options deadlines and diagnostics
+     * @return the communicator, to be closed by the caller
+     */
     public static Communicator single(int device, CommunicatorOptions options) {
         return new SingleRankCommunicator(device, options);
     }
@@ -215,59 +236,89 @@ public abstract class Communicator implements AutoCloseable {
 
     // ---------------------------------------------------------------- identity
 
+    /**
+     * This rank, in {@code [0, worldSize())}.
+     *
+     * @return this rank
+     */
     public final int rank() {
         return rank;
     }
 
+    /**
+     * The number of ranks.
+     *
+     * @return the number of ranks
+     */
     public final int worldSize() {
         return worldSize;
     }
 
-    /** The CUDA device of this rank. */
+    /** {@return the CUDA device of this rank} */
     public final int device() {
         return device;
     }
 
-    /** The comms stream: all communication of this communicator runs on it, in order. */
+    /** {@return the comms stream: all communication of this communicator runs on it, in order} */
     public final CudaStream stream() {
         return stream;
     }
 
-    /** The NCCL version in use, e.g. "2.28.3". */
+    /** {@return the NCCL version in use, e.g. "2.28.3"} */
     public final String ncclVersion() {
         return libraries.nccl().toString();
     }
 
-    /** {@link Backend#CUDA} (real NCCL) or {@link Backend#HOST} (the host emulation); see {@link JncclRuntime}. */
+    /** {@return {@link Backend#CUDA} (real NCCL) or {@link Backend#HOST} (the host emulation); see {@link JncclRuntime}} */
     public final Backend backend() {
         return JncclRuntime.backendOf(libraries);
     }
 
+    /**
+     * The options this communicator was created with.
+     *
+     * @return the options
+     */
     public final CommunicatorOptions options() {
         return options;
     }
 
+    /**
+     * Whether the communicator was aborted (by {@link #abort}, a deadline or the watchdog).
+     *
+     * @return whether it was aborted
+     */
     public final boolean isAborted() {
         return state == State.ABORTED;
     }
 
+    /**
+     * Whether {@link #close()} has run.
+     *
+     * @return whether it is closed
+     */
     public final boolean isClosed() {
         return state == State.CLOSED;
     }
 
-    /** Why the communicator was aborted, or null. */
+    /** {@return why the communicator was aborted, or null} */
     public final String abortReason() {
         return abortReason;
     }
 
-    /** The flight recorder's dump of the most recent transactions (for diagnostics). */
+    /** {@return the flight recorder's dump of the most recent transactions (for diagnostics)} */
     public final String recentTransactions() {
         return recorder.dump();
     }
 
     // ---------------------------------------------------------------- transactions
 
-    /** Starts a transaction whose commands run after {@code ready} (recorded on any stream, any device). */
+    /**
+     * Starts a transaction whose commands run after {@code ready} (recorded on any stream, any device).
+     *
+     * @param ready the event the commands wait for
+     * @return the open transaction; execute or close it
+     */
     public final Transaction begin(CudaEvent ready) {
         Objects.requireNonNull(ready, "begin: ready event is null");
         if (ready.isClosed()) {
@@ -276,7 +327,12 @@ public abstract class Communicator implements AutoCloseable {
         return open("begin", ready);
     }
 
-    /** Starts a transaction whose commands run after all work enqueued on {@code waitFor} so far. */
+    /**
+     * Starts a transaction whose commands run after all work enqueued on {@code waitFor} so far.
+     *
+     * @param waitFor the stream whose work so far the commands wait for
+     * @return the open transaction; execute or close it
+     */
     public final Transaction begin(CudaStream waitFor) {
         requireStream("begin", waitFor);
         nativeLock.lock();
@@ -481,14 +537,22 @@ public abstract class Communicator implements AutoCloseable {
 
     // ---------------------------------------------------------------- transports (hooks)
 
-    /** The all-gather of a transaction. Threads mode overrides it with device-to-device copies. */
+    /**
+     * The all-gather of a transaction. Threads mode overrides it with device-to-device copies.
+     *
+     * @param gather the all-gather command
+     */
     protected void gatherWeight(Command.Gather gather) {
         DeviceTensor shard = gather.shard();
         checkNccl(Nccl.ncclAllGather(segment(shard.address()), segment(gather.full().address()), shard.count(),
                 NcclTypes.of(shard.dtype()), comm, stream.handle()), "ncclAllGather");
     }
 
-    /** A send of a transaction. Threads mode may override it with device-to-device copies. */
+    /**
+     * A send of a transaction. Threads mode may override it with device-to-device copies.
+     *
+     * @param send the send command
+     */
     protected void send(Command.Send send) {
         ncclSend(send.tensor(), send.peer());
     }
@@ -498,7 +562,11 @@ public abstract class Communicator implements AutoCloseable {
                 stream.handle()), "ncclSend");
     }
 
-    /** A receive of a transaction. Threads mode may override it with device-to-device copies. */
+    /**
+     * A receive of a transaction. Threads mode may override it with device-to-device copies.
+     *
+     * @param recv the receive command
+     */
     protected void recv(Command.Recv recv) {
         ncclRecv(recv.tensor(), recv.peer());
     }
@@ -516,13 +584,19 @@ public abstract class Communicator implements AutoCloseable {
                 NcclTypes.of(tensor.dtype()), ncclOp(scatter.op()), comm, stream.handle()), "ncclReduceScatter");
     }
 
-    /** Called with the commands before they are enqueued (threads mode matches memcpy transfers here). */
+    /**
+     * Called with the commands before they are enqueued (threads mode matches memcpy transfers here).
+     *
+     * @param commands the transaction's commands
+     */
     protected void onExecute(CommandBuffer commands) {}
 
     /**
      * Called after the commands were enqueued and right before {@code signal} (may be null) is
      * recorded on the comms stream: the place to make the comms stream wait for peers (threads
      * mode: until every peer has finished reading this rank's buffers).
+     *
+     * @param signal the event to be recorded after the commands, or null
      */
     protected void onFinish(CudaEvent signal) {}
 
@@ -531,6 +605,8 @@ public abstract class Communicator implements AutoCloseable {
      * failed) each transaction. Threads mode uses it to keep one rank's thread from queuing far
      * ahead of the others (many GPUs driven from one process share the driver's launch queue); the
      * default does nothing.
+     *
+     * @param beforeTransaction true before the transaction, false after it
      */
     protected void throttleLaunchQueue(boolean beforeTransaction) {}
 
@@ -538,25 +614,50 @@ public abstract class Communicator implements AutoCloseable {
      * The reason recorded for an abort. A subclass that knows an earlier root cause (threads mode: a
      * rank of the pack failed, and the abort of its communicator reached this one as a remote error
      * first) puts it in front, so every rank's exception names the rank that failed.
+     *
+     * @param reason the reason given to {@link #abort}
+     * @return the reason to record and report
      */
     protected String explainAbort(String reason) {
         return reason;
     }
 
-    /** Called once after the communicator was aborted, so subclasses can release waiting threads. */
+    /**
+     * Called once after the communicator was aborted, so subclasses can release waiting threads.
+     *
+     * @param reason the recorded reason
+     */
     protected void onAbort(String reason) {}
+
+    /**
+     * Called on the calling thread when a call finds this communicator aborted, just before it throws
+     * {@link CommunicatorAbortedException} (possibly holding the communicator's internal lock, so it
+     * must not wait for this communicator). Threads mode waits here, bounded, until no peer still
+     * copies from this rank's buffers, so that the caller may free them once the exception arrives.
+     */
+    protected void beforeAbortedException() {}
 
     /** Called once by {@link #close()} after NCCL is done with the comms stream: free subclass resources. */
     protected void onClose() {}
 
     // ---------------------------------------------------------------- convenience operations
 
-    /** In-place reduce-scatter (sum) of {@code tensor}, ordered after and before work on {@code stream}. */
+    /**
+     * In-place reduce-scatter (sum) of {@code tensor}, ordered after and before work on {@code stream}.
+     *
+     * @param tensor the tensor, world size times the shard
+     * @param stream the stream the operation is ordered with
+     */
     public final void reduceScatter(DeviceTensor tensor, CudaStream stream) {
         reduceScatter(List.of(Objects.requireNonNull(tensor, "reduceScatter: tensor is null")), stream);
     }
 
-    /** In-place reduce-scatter (sum) of each tensor, as one transaction ordered with {@code stream}. */
+    /**
+     * In-place reduce-scatter (sum) of each tensor, as one transaction ordered with {@code stream}.
+     *
+     * @param tensors the tensors, each world size times its shard
+     * @param stream the stream the operation is ordered with
+     */
     public final void reduceScatter(List<DeviceTensor> tensors, CudaStream stream) {
         Objects.requireNonNull(tensors, "reduceScatter: tensors is null");
         requireStream("reduceScatter", stream);
@@ -569,7 +670,13 @@ public abstract class Communicator implements AutoCloseable {
         waitOnComms(stream);
     }
 
-    /** In-place all-reduce of {@code tensor} with {@code op}, ordered after and before work on {@code stream}. */
+    /**
+     * In-place all-reduce of {@code tensor} with {@code op}, ordered after and before work on {@code stream}.
+     *
+     * @param tensor the tensor
+     * @param op the reduction
+     * @param stream the stream the operation is ordered with
+     */
     public final void allReduce(DeviceTensor tensor, ReduceOp op, CudaStream stream) {
         Objects.requireNonNull(tensor, "allReduce: tensor is null");
         Objects.requireNonNull(op, "allReduce: op is null");
@@ -595,17 +702,32 @@ public abstract class Communicator implements AutoCloseable {
         }
     }
 
-    /** In-place mean over ranks ({@link ReduceOp#AVG}). */
+    /**
+     * In-place mean over ranks ({@link ReduceOp#AVG}).
+     *
+     * @param tensor the tensor
+     * @param stream the stream the operation is ordered with
+     */
     public final void reduceMean(DeviceTensor tensor, CudaStream stream) {
         allReduce(tensor, ReduceOp.AVG, stream);
     }
 
-    /** In-place maximum over ranks. */
+    /**
+     * In-place maximum over ranks.
+     *
+     * @param tensor the tensor
+     * @param stream the stream the operation is ordered with
+     */
     public final void reduceMax(DeviceTensor tensor, CudaStream stream) {
         allReduce(tensor, ReduceOp.MAX, stream);
     }
 
-    /** Sums one FP32 value (a local squared norm) over ranks, in place. */
+    /**
+     * Sums one FP32 value (a local squared norm) over ranks, in place.
+     *
+     * @param value one FP32 element
+     * @param stream the stream the operation is ordered with
+     */
     public final void reduceNormSquared(DeviceTensor value, CudaStream stream) {
         Objects.requireNonNull(value, "reduceNormSquared: value is null");
         if (value.dtype() != DType.FP32 || value.count() != 1) {
@@ -615,7 +737,11 @@ public abstract class Communicator implements AutoCloseable {
         allReduce(value, ReduceOp.SUM, stream);
     }
 
-    /** Makes {@code stream} wait for all communication enqueued on this communicator so far. */
+    /**
+     * Makes {@code stream} wait for all communication enqueued on this communicator so far.
+     *
+     * @param stream the stream that waits
+     */
     public final void waitOnComms(CudaStream stream) {
         requireStream("waitOnComms", stream);
         nativeLock.lock();
@@ -646,6 +772,8 @@ public abstract class Communicator implements AutoCloseable {
     /**
      * Blocks until {@code event} has completed, throwing {@link CommunicatorAbortedException} if this
      * communicator is aborted meanwhile.
+     *
+     * @param event the event to wait for
      */
     public final void await(CudaEvent event) {
         Objects.requireNonNull(event, "await: event is null");
@@ -703,7 +831,13 @@ public abstract class Communicator implements AutoCloseable {
         hostBarrier();
     }
 
-    /** Gathers every rank's bytes on {@code root} (rank order); other ranks get an empty list. */
+    /**
+     * Gathers every rank's bytes on {@code root} (rank order); other ranks get an empty list.
+     *
+     * @param local this rank's bytes
+     * @param root the rank that receives them all
+     * @return every rank's bytes on {@code root}, an empty list elsewhere
+     */
     public final List<byte[]> gatherBytesHost(byte[] local, int root) {
         Objects.requireNonNull(local, "gatherBytesHost: local is null");
         if (root < 0 || root >= worldSize) {
@@ -713,14 +847,24 @@ public abstract class Communicator implements AutoCloseable {
         return hostGather(local, root);
     }
 
-    /** Every rank's bytes, in rank order, on every rank. */
+    /**
+     * Every rank's bytes, in rank order, on every rank.
+     *
+     * @param local this rank's bytes
+     * @return every rank's bytes, in rank order
+     */
     public final List<byte[]> allGatherBytesHost(byte[] local) {
         Objects.requireNonNull(local, "allGatherBytesHost: local is null");
         requireUsable("allGatherBytesHost");
         return hostAllGather(local);
     }
 
-    /** Every rank's {@code value}, in rank order, on every rank. */
+    /**
+     * Every rank's {@code value}, in rank order, on every rank.
+     *
+     * @param value this rank's value
+     * @return every rank's value, in rank order
+     */
     public final long[] allGatherLongsHost(long value) {
         List<byte[]> all = allGatherBytesHost(ByteBuffer.allocate(Long.BYTES).putLong(value).array());
         long[] values = new long[all.size()];
@@ -733,10 +877,21 @@ public abstract class Communicator implements AutoCloseable {
     /** The barrier of {@link #barrier()}, supplied by the subclass. */
     protected abstract void hostBarrier();
 
-    /** The gather of {@link #gatherBytesHost}, supplied by the subclass (arguments already checked). */
+    /**
+     * The gather of {@link #gatherBytesHost}, supplied by the subclass (arguments already checked).
+     *
+     * @param local this rank's bytes
+     * @param root the rank that receives them all
+     * @return every rank's bytes on {@code root}, an empty list elsewhere
+     */
     protected abstract List<byte[]> hostGather(byte[] local, int root);
 
-    /** The all-gather of {@link #allGatherBytesHost}, supplied by the subclass. */
+    /**
+     * The all-gather of {@link #allGatherBytesHost}, supplied by the subclass.
+     *
+     * @param local this rank's bytes
+     * @return every rank's bytes, in rank order
+     */
     protected abstract List<byte[]> hostAllGather(byte[] local);
 
     // ---------------------------------------------------------------- abort and close
@@ -745,6 +900,8 @@ public abstract class Communicator implements AutoCloseable {
      * Aborts the communicator (ncclCommAbort): pending and stuck operations end, every later use
      * and every thread waiting through this communicator gets {@link CommunicatorAbortedException}
      * with {@code reason}. Idempotent; callable from any thread.
+     *
+     * @param reason why; reported by every exception that follows
      */
     public final void abort(String reason) {
         Objects.requireNonNull(reason, "abort: reason is null");
@@ -935,6 +1092,7 @@ public abstract class Communicator implements AutoCloseable {
             return;
         }
         if (current == State.ABORTED) {
+            beforeAbortedException();
             throw new CommunicatorAbortedException(operation + ": communicator of rank " + rank + " was aborted: "
                     + abortReason);
         }

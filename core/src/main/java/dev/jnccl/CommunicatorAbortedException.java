@@ -8,10 +8,21 @@ package dev.jnccl;
 public final class CommunicatorAbortedException extends JncclException {
     private static final long serialVersionUID = 1L;
 
+    /**
+     * An abort, explained by {@code message}.
+     *
+     * @param message what was aborted and why
+     */
     public CommunicatorAbortedException(String message) {
         super(message);
     }
 
+    /**
+     * An abort caused by {@code cause}.
+     *
+     * @param message what was aborted and why
+     * @param cause the failure that led to the abort
+     */
     public CommunicatorAbortedException(String message, Throwable cause) {
         super(message, cause);
     }

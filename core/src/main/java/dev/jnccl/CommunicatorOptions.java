@@ -18,6 +18,10 @@ import java.util.Objects;
 public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, Duration watchdogTimeout,
                                   Duration watchdogInterval, int flightRecorderSize) {
 
+    /**
+     * Checks the values: timeouts and the poll interval positive, the watchdog timeout not negative, a recorder of at
+     * least one entry.
+     */
     public CommunicatorOptions {
         requirePositive("initTimeout", initTimeout);
         requirePositive("closeTimeout", closeTimeout);
@@ -39,34 +43,67 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
         }
     }
 
-    /** 120 s init, 30 s close, no watchdog, 100 ms poll interval, 64 recorded transactions. */
+    /**
+     * The defaults.
+     *
+     * @return 120 s init, 30 s close, no watchdog, 100 ms poll interval, 64 recorded transactions
+     */
     public static CommunicatorOptions defaults() {
         return new CommunicatorOptions(Duration.ofSeconds(120), Duration.ofSeconds(30), Duration.ZERO,
                 Duration.ofMillis(100), 64);
     }
 
+    /**
+     * These options with another init timeout.
+     *
+     * @param timeout how long init waits for the other ranks (positive)
+     * @return a copy with {@code initTimeout} replaced
+     */
     public CommunicatorOptions withInitTimeout(Duration timeout) {
         return new CommunicatorOptions(timeout, closeTimeout, watchdogTimeout, watchdogInterval, flightRecorderSize);
     }
 
+    /**
+     * These options with another close timeout.
+     *
+     * @param timeout how long {@code close()} waits before it aborts instead (positive)
+     * @return a copy with {@code closeTimeout} replaced
+     */
     public CommunicatorOptions withCloseTimeout(Duration timeout) {
         return new CommunicatorOptions(initTimeout, timeout, watchdogTimeout, watchdogInterval, flightRecorderSize);
     }
 
-    /** Enables the watchdog: a transaction not complete after {@code timeout} aborts the communicator. */
+    /**
+     * Enables the watchdog: a transaction not complete after {@code timeout} aborts the communicator.
+     *
+     * @param timeout the watchdog timeout ({@link Duration#ZERO} disables it)
+     * @return a copy with {@code watchdogTimeout} replaced
+     */
     public CommunicatorOptions withWatchdog(Duration timeout) {
         return new CommunicatorOptions(initTimeout, closeTimeout, timeout, watchdogInterval, flightRecorderSize);
     }
 
+    /**
+     * These options with another watchdog poll interval.
+     *
+     * @param interval how often the watchdog polls (positive)
+     * @return a copy with {@code watchdogInterval} replaced
+     */
     public CommunicatorOptions withWatchdogInterval(Duration interval) {
         return new CommunicatorOptions(initTimeout, closeTimeout, watchdogTimeout, interval, flightRecorderSize);
     }
 
+    /**
+     * These options with another flight recorder size.
+     *
+     * @param size how many recent transactions to keep (at least 1)
+     * @return a copy with {@code flightRecorderSize} replaced
+     */
     public CommunicatorOptions withFlightRecorderSize(int size) {
         return new CommunicatorOptions(initTimeout, closeTimeout, watchdogTimeout, watchdogInterval, size);
     }
 
-    /** Whether the watchdog runs. */
+    /** {@return whether the watchdog runs} */
     public boolean watchdogEnabled() {
         return !watchdogTimeout.isZero();
     }

@@ -40,17 +40,17 @@ public enum DType {
         this.floating = floating;
     }
 
-    /** Bytes per element. */
+    /** {@return the bytes per element} */
     public int size() {
         return size;
     }
 
-    /** Whether this is a floating-point type. */
+    /** {@return whether this is a floating-point type} */
     public boolean isFloatingPoint() {
         return floating;
     }
 
-    /** Whether reductions (reduce-scatter, all-reduce) are defined on it: every type but {@link #BYTE}. */
+    /** {@return whether reductions (reduce-scatter, all-reduce) are defined on it: every type but {@link #BYTE}} */
     public boolean isReducible() {
         return this != BYTE;
     }

@@ -12,6 +12,7 @@ import java.util.Objects;
  */
 public record DeviceTensor(long address, DType dtype, long count) {
 
+    /** Checks the view: a non-zero address unless the count is 0, a data type, a count not negative. */
     public DeviceTensor {
         Objects.requireNonNull(dtype, "DeviceTensor: dtype is null");
         if (count < 0) {
@@ -25,7 +26,7 @@ public record DeviceTensor(long address, DType dtype, long count) {
         }
     }
 
-    /** Size in bytes. */
+    /** {@return the size in bytes} */
     public long bytes() {
         return count * dtype.size();
     }
@@ -33,6 +34,9 @@ public record DeviceTensor(long address, DType dtype, long count) {
     /**
      * Shard {@code index} of {@code shards} equal shards.
      *
+     * @param index which shard, in {@code [0, shards)}
+     * @param shards the number of equal shards
+     * @return the shard, a view of this tensor's memory
      * @throws IllegalArgumentException when the count is not divisible or the index is out of range
      */
     public DeviceTensor shard(int index, int shards) {
@@ -49,7 +53,13 @@ public record DeviceTensor(long address, DType dtype, long count) {
         return new DeviceTensor(address + index * shardCount * dtype.size(), dtype, shardCount);
     }
 
-    /** Elements {@code [offset, offset + length)} of this tensor. */
+    /**
+     * Elements {@code [offset, offset + length)} of this tensor.
+     *
+     * @param offset the first element
+     * @param length the number of elements
+     * @return the slice, a view of this tensor's memory
+     */
     public DeviceTensor slice(long offset, long length) {
         if (offset < 0 || length < 0 || offset > count || length > count - offset) {
             throw new IllegalArgumentException("slice: [" + offset + ", " + offset + " + " + length

@@ -4,10 +4,21 @@ package dev.jnccl;
 public class JncclException extends RuntimeException {
     private static final long serialVersionUID = 1L;
 
+    /**
+     * A failure explained by {@code message}.
+     *
+     * @param message what failed
+     */
     public JncclException(String message) {
         super(message);
     }
 
+    /**
+     * A failure caused by {@code cause}.
+     *
+     * @param message what failed
+     * @param cause the underlying failure
+     */
     public JncclException(String message, Throwable cause) {
         super(message, cause);
     }

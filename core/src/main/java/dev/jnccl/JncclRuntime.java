@@ -33,6 +33,8 @@ public record JncclRuntime(Backend backend, LibraryVersion nccl, LibraryVersion 
                            LibraryVersion cudaDriver, int deviceCount) {
 
     /**
+     * Checks the components.
+     *
      * @throws NullPointerException     for a null component
      * @throws IllegalArgumentException for a negative device count
      */
@@ -50,6 +52,7 @@ public record JncclRuntime(Backend backend, LibraryVersion nccl, LibraryVersion 
      * Loads the native libraries if this JVM has not yet (as the first communicator would) and
      * reports what they are. Versions are fixed for the JVM's life; the device count is asked anew.
      *
+     * @return the backend, library versions and visible device count
      * @throws NativeLibraryException when the libraries cannot be loaded (the message says what was tried)
      */
     public static JncclRuntime query() {
@@ -65,6 +68,9 @@ public record JncclRuntime(Backend backend, LibraryVersion nccl, LibraryVersion 
      * Whether the loaded NCCL has {@code dtype}: {@link DType#BF16} needs NCCL 2.10, the FP8 types
      * 2.24; the others are in every NCCL jnccl accepts. (The hardware may still refuse: FP8
      * reductions also need an sm_90 or newer GPU, which NCCL checks.)
+     *
+     * @param dtype the data type
+     * @return whether the loaded NCCL can move and reduce {@code dtype}
      */
     public boolean supports(DType dtype) {
         Objects.requireNonNull(dtype, "supports: dtype is null");

@@ -9,7 +9,11 @@ package dev.jnccl;
  */
 public record LibraryVersion(int major, int minor, int patch) implements Comparable<LibraryVersion> {
 
-    /** @throws IllegalArgumentException when a component is negative */
+    /**
+     * Checks the components.
+     *
+     * @throws IllegalArgumentException when a component is negative
+     */
     public LibraryVersion {
         if (major < 0 || minor < 0 || patch < 0) {
             throw new IllegalArgumentException("LibraryVersion: negative component in " + major + "." + minor + "."
@@ -21,6 +25,8 @@ public record LibraryVersion(int major, int minor, int patch) implements Compara
      * Parses "major.minor" or "major.minor.patch" (a missing patch is 0), as {@link #toString()}
      * writes it.
      *
+     * @param text the version text
+     * @return the version
      * @throws IllegalArgumentException when {@code text} is not such a version
      */
     public static LibraryVersion parse(String text) {
@@ -44,7 +50,13 @@ public record LibraryVersion(int major, int minor, int patch) implements Compara
         return new LibraryVersion(numbers[0], numbers[1], numbers[2]);
     }
 
-    /** Whether this version is {@code major.minor} or newer. */
+    /**
+     * Whether this version is {@code major.minor} or newer.
+     *
+     * @param major the major version to compare with
+     * @param minor the minor version to compare with
+     * @return whether this version is at least {@code major.minor}
+     */
     public boolean atLeast(int major, int minor) {
         return compareTo(new LibraryVersion(major, minor, 0)) >= 0;
     }

@@ -7,6 +7,12 @@ package dev.jnccl;
 public final class NativeLibraryException extends JncclException {
     private static final long serialVersionUID = 1L;
 
+    /**
+     * A failure to load or check the native libraries.
+     *
+     * @param message what failed, with every place tried
+     * @param cause the underlying failure
+     */
     public NativeLibraryException(String message, Throwable cause) {
         super(message, cause);
     }

@@ -26,12 +26,23 @@ public final class Transaction implements AutoCloseable {
         this.number = number;
     }
 
-    /** In-place reduce-scatter (sum) of {@code tensor}: this rank's shard receives the sum over all ranks. */
+    /**
+     * In-place reduce-scatter (sum) of {@code tensor}: this rank's shard receives the sum over all ranks.
+     *
+     * @param tensor the tensor, world size times the shard
+     * @return this transaction
+     */
     public Transaction reduceScatter(DeviceTensor tensor) {
         return reduceScatter(tensor, ReduceOp.SUM);
     }
 
-    /** In-place reduce-scatter of {@code tensor} with {@code op}: this rank's shard receives the reduction. */
+    /**
+     * In-place reduce-scatter of {@code tensor} with {@code op}: this rank's shard receives the reduction.
+     *
+     * @param tensor the tensor, world size times the shard
+     * @param op the reduction
+     * @return this transaction
+     */
     public Transaction reduceScatter(DeviceTensor tensor, ReduceOp op) {
         requireOpen("reduceScatter");
         Objects.requireNonNull(tensor, "reduceScatter: tensor is null");
@@ -42,7 +53,13 @@ public final class Transaction implements AutoCloseable {
         return this;
     }
 
-    /** All-gather: every rank's {@code shard} lands in {@code full} at that rank's index. In place when {@code shard} is this rank's shard of {@code full}. */
+    /**
+     * All-gather: every rank's {@code shard} lands in {@code full} at that rank's index. In place when {@code shard} is this rank's shard of {@code full}.
+     *
+     * @param shard this rank's shard
+     * @param full the gathered tensor (world size times the shard)
+     * @return this transaction
+     */
     public Transaction allGather(DeviceTensor shard, DeviceTensor full) {
         requireOpen("allGather");
         Objects.requireNonNull(shard, "allGather: shard is null");
@@ -64,6 +81,9 @@ public final class Transaction implements AutoCloseable {
     /**
      * Destructive all-to-all of {@code tensor}'s world-size slots; which slot holds which rank's
      * shard afterwards (and which one is stale) is documented in {@link AllToAllSchedule}.
+     *
+     * @param tensor the tensor, world size slots
+     * @return this transaction
      */
     public Transaction destructiveAllToAll(DeviceTensor tensor) {
         requireOpen("destructiveAllToAll");
@@ -74,7 +94,13 @@ public final class Transaction implements AutoCloseable {
         return this;
     }
 
-    /** Sends {@code tensor} to {@code peer}; the peer must post a matching {@link #recv}. */
+    /**
+     * Sends {@code tensor} to {@code peer}; the peer must post a matching {@link #recv}.
+     *
+     * @param tensor what is sent
+     * @param peer the receiving rank
+     * @return this transaction
+     */
     public Transaction send(DeviceTensor tensor, int peer) {
         requireOpen("send");
         Objects.requireNonNull(tensor, "send: tensor is null");
@@ -84,7 +110,13 @@ public final class Transaction implements AutoCloseable {
         return this;
     }
 
-    /** Receives into {@code tensor} from {@code peer}; the peer must post a matching {@link #send}. */
+    /**
+     * Receives into {@code tensor} from {@code peer}; the peer must post a matching {@link #send}.
+     *
+     * @param tensor where the message lands
+     * @param peer the sending rank
+     * @return this transaction
+     */
     public Transaction recv(DeviceTensor tensor, int peer) {
         requireOpen("recv");
         Objects.requireNonNull(tensor, "recv: tensor is null");
@@ -103,6 +135,8 @@ public final class Transaction implements AutoCloseable {
      * <p>If NCCL fails after the group was opened, the group is closed, the communicator is
      * aborted, and the exception is thrown; if the failure comes before (e.g. a CUDA error waiting
      * for the ready event), nothing was enqueued and the communicator stays usable.
+     *
+     * @param signal recorded on the comms stream after the commands (may be null)
      */
     public void execute(CudaEvent signal) {
         requireOpen("execute");
@@ -123,16 +157,21 @@ public final class Transaction implements AutoCloseable {
         }
     }
 
-    /** The commands added so far. */
+    /** {@return the commands added so far} */
     public CommandBuffer commands() {
         return buffer;
     }
 
-    /** Sequence number of this transaction on its communicator (1, 2, ...). */
+    /** {@return the sequence number of this transaction on its communicator (1, 2, ...)} */
     public long number() {
         return number;
     }
 
+    /**
+     * Whether commands can still be added (neither executed nor closed).
+     *
+     * @return whether the transaction is open
+     */
     public boolean isOpen() {
         return state == State.OPEN;
     }

@@ -25,7 +25,7 @@ public final class UniqueId {
         this.bytes = bytes;
     }
 
-    /** A new id from ncclGetUniqueId. */
+    /** {@return a new id from ncclGetUniqueId} */
     public static UniqueId generate() {
         Native.libraries();
         try (Arena arena = Arena.ofConfined()) {
@@ -35,7 +35,11 @@ public final class UniqueId {
         }
     }
 
-    /** An id received from another process. */
+    /**
+     * {@return an id received from another process}
+     *
+     * @param bytes the 128 bytes of {@link #bytes()} on the generating side
+     */
     public static UniqueId fromBytes(byte[] bytes) {
         Objects.requireNonNull(bytes, "fromBytes: bytes is null");
         if (bytes.length != BYTES) {
@@ -44,7 +48,7 @@ public final class UniqueId {
         return new UniqueId(bytes.clone());
     }
 
-    /** A copy of the 128 bytes. */
+    /** {@return a copy of the 128 bytes} */
     public byte[] bytes() {
         return bytes.clone();
     }

@@ -76,6 +76,13 @@ final class Packs {
         return options.withDevices(deviceOfRank);
     }
 
+    /** Skips (visibly) a world larger than the visible devices, for a test that needs a device per rank. */
+    static void assumeDevices(int world) {
+        int devices = Cuda.deviceCount();
+        assumeTrue(world <= devices, "world " + world + " needs " + world + " devices; backend " + backend()
+                + " has " + devices);
+    }
+
     static void assumeHost(String why) {
         assumeTrue(onHost(), "needs the host emulation (" + why + "); backend is " + backend());
     }

@@ -14,10 +14,12 @@ public enum Backend {
     /** {@link #CUDA} when a CUDA device is visible, else {@link #HOST} with a WARN log line. */
     AUTO;
 
+    /** The system property that selects the backend: {@value}. */
     public static final String PROPERTY = "jnccl.backend";
+    /** The environment variable read when the system property is not set: {@value}. */
     public static final String ENVIRONMENT = "JNCCL_BACKEND";
 
-    /** The configured backend: the system property, else the environment variable, else {@link #CUDA}. */
+    /** {@return the configured backend: the system property, else the environment variable, else {@link #CUDA}} */
     public static Backend configured() {
         String value = System.getProperty(PROPERTY);
         String source = "system property " + PROPERTY;
@@ -40,7 +42,7 @@ public enum Backend {
         }
     }
 
-    /** Lower-case name, as written in the property. */
+    /** {@return the lower-case name, as written in the property} */
     public String id() {
         return name().toLowerCase(Locale.ROOT);
     }

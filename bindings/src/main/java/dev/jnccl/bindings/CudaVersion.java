@@ -9,6 +9,12 @@ package dev.jnccl.bindings;
  */
 public record CudaVersion(int major, int minor) {
 
+    /**
+     * Decodes the integer of {@code cudaRuntimeGetVersion} (major * 1000 + minor * 10).
+     *
+     * @param code the encoded version
+     * @return the version it encodes
+     */
     public static CudaVersion decode(int code) {
         if (code < 0) {
             throw new IllegalArgumentException("CUDA version code " + code + " is not a version");

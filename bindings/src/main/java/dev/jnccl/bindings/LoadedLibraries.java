@@ -15,11 +15,17 @@ import java.nio.file.Path;
 public record LoadedLibraries(Backend backend, Path ncclPath, Path cudartPath, NcclVersion nccl,
                               CudaVersion cudaRuntime, CudaVersion cudaDriver) {
 
+    /**
+     * Whether the loaded NCCL has {@code feature}.
+     *
+     * @param feature the feature asked about
+     * @return whether this NCCL version is at least the feature's first version
+     */
     public boolean supports(NcclFeature feature) {
         return feature.isSupportedBy(nccl);
     }
 
-    /** One line for logs: backend, versions and files. */
+    /** {@return one line for logs: backend, versions and files} */
     public String describe() {
         return "backend " + backend.id() + ", NCCL " + nccl + " (" + ncclPath + "), CUDA runtime " + cudaRuntime
                 + " (" + cudartPath + "), driver " + cudaDriver;

@@ -11,12 +11,16 @@ public final class NativeAccess {
 
     private NativeAccess() {}
 
-    /** Whether native access is enabled for jnccl's native layer. */
+    /** {@return whether native access is enabled for jnccl's native layer} */
     public static boolean isEnabled() {
         return NativeAccess.class.getModule().isNativeAccessEnabled();
     }
 
-    /** The message telling the user how to enable native access for {@code module}. */
+    /**
+     * {@return the message telling the user how to enable native access for {@code module}}
+     *
+     * @param module the module that needs native access
+     */
     public static String message(Module module) {
         String where = module.isNamed() ? "module " + module.getName() : "the class path (unnamed module)";
         return "jnccl calls NCCL and the CUDA runtime through the FFM API, and native access is not enabled for "

@@ -28,9 +28,13 @@ import org.slf4j.LoggerFactory;
  * failure is one {@link NativeLoadException} that lists every place tried with the loader's error.
  */
 public final class NativeLibraries {
+    /** The system property naming the libnccl file to load: {@value}. */
     public static final String NCCL_PROPERTY = "jnccl.nccl.library";
+    /** The environment variable naming the libnccl file to load: {@value}. */
     public static final String NCCL_ENVIRONMENT = "JNCCL_NCCL_LIBRARY";
+    /** The system property naming the libcudart file to load: {@value}. */
     public static final String CUDART_PROPERTY = "jnccl.cudart.library";
+    /** The environment variable naming the libcudart file to load: {@value}. */
     public static final String CUDART_ENVIRONMENT = "JNCCL_CUDART_LIBRARY";
 
     private static final Logger LOG = LoggerFactory.getLogger(NativeLibraries.class);
@@ -61,6 +65,7 @@ public final class NativeLibraries {
      * Loads the libraries of the configured {@link Backend} (once; later calls return the same
      * result) and checks their versions.
      *
+     * @return the loaded libraries, their versions and the backend
      * @throws NativeLoadException when they cannot be found, loaded, or are too old
      */
     public static synchronized LoadedLibraries load() {
@@ -79,7 +84,7 @@ public final class NativeLibraries {
         return result;
     }
 
-    /** The libraries loaded so far, or null when {@link #load()} has not succeeded yet. */
+    /** {@return the libraries loaded so far, or null when {@link #load()} has not succeeded yet} */
     public static synchronized LoadedLibraries loadedOrNull() {
         return loaded;
     }

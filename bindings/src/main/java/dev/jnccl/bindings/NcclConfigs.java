@@ -16,7 +16,11 @@ public final class NcclConfigs {
 
     private NcclConfigs() {}
 
-    /** A new ncclConfig_t as NCCL_CONFIG_INITIALIZER would make it. */
+    /**
+     * {@return a new ncclConfig_t as NCCL_CONFIG_INITIALIZER would make it}
+     *
+     * @param allocator where the struct is allocated
+     */
     public static MemorySegment allocate(SegmentAllocator allocator) {
         MemorySegment config = ncclConfig_t.allocate(allocator);
         int undefined = Nccl.NCCL_CONFIG_UNDEF_INT();

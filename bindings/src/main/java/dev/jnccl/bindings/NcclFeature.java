@@ -23,11 +23,17 @@ public enum NcclFeature {
         this.since = new NcclVersion(major, minor, 0);
     }
 
-    /** The first NCCL version with this feature. */
+    /** {@return the first NCCL version with this feature} */
     public NcclVersion since() {
         return since;
     }
 
+    /**
+     * Whether NCCL {@code version} has this feature.
+     *
+     * @param version an NCCL version
+     * @return whether {@code version} is at least {@link #since()}
+     */
     public boolean isSupportedBy(NcclVersion version) {
         return version.compareTo(since) >= 0;
     }

@@ -11,7 +11,7 @@ import java.lang.foreign.MemorySegment;
 public final class Cuda {
     private Cuda() {}
 
-    /** Number of CUDA devices visible to this process (virtual devices on the host emulation). */
+    /** {@return the number of CUDA devices visible to this process (virtual devices on the host emulation)} */
     public static int deviceCount() {
         Native.libraries();
         try (Arena arena = Arena.ofConfined()) {
@@ -21,12 +21,16 @@ public final class Cuda {
         }
     }
 
-    /** The calling thread's current device. */
+    /** {@return the calling thread's current device} */
     public static int currentDevice() {
         return Native.currentDevice();
     }
 
-    /** Makes {@code device} the calling thread's current device. */
+    /**
+     * Makes {@code device} the calling thread's current device.
+     *
+     * @param device the device index, in {@code [0, deviceCount())}
+     */
     public static void setDevice(int device) {
         int count = deviceCount();
         if (device < 0 || device >= count) {
@@ -41,7 +45,12 @@ public final class Cuda {
         Native.checkCuda(CudaRuntime.cudaDeviceSynchronize(), "cudaDeviceSynchronize", currentDevice(), -1);
     }
 
-    /** Whether {@code device} can access {@code peer}'s memory directly. */
+    /**
+     * {@return whether {@code device} can access {@code peer}'s memory directly}
+     *
+     * @param device the accessing device
+     * @param peer the device whose memory is accessed
+     */
     public static boolean canAccessPeer(int device, int peer) {
         Native.libraries();
         try (Arena arena = Arena.ofConfined()) {
@@ -55,6 +64,9 @@ public final class Cuda {
     /**
      * Enables access from the current device to {@code peer}'s memory. Returns false when it was
      * already enabled (not an error).
+     *
+     * @param peer the device whose memory becomes accessible
+     * @return true when access was enabled now, false when it already was
      */
     public static boolean enablePeerAccess(int peer) {
         Native.libraries();

@@ -27,12 +27,16 @@ public final class CudaEvent implements AutoCloseable {
         this.timing = timing;
     }
 
-    /** An event without timing (the cheapest kind, for ordering) on the current device. */
+    /** {@return an event without timing (the cheapest kind, for ordering) on the current device} */
     public static CudaEvent create() {
         return create(false);
     }
 
-    /** An event on the current device; with {@code timing}, {@link #elapsedMillis} works on it. */
+    /**
+     * {@return an event on the current device; with {@code timing}, {@link #elapsedMillis} works on it}
+     *
+     * @param timing whether the event records timestamps
+     */
     public static CudaEvent create(boolean timing) {
         Native.libraries();
         int device = Native.currentDevice();
@@ -49,6 +53,7 @@ public final class CudaEvent implements AutoCloseable {
      *
      * @param handle the cudaEvent_t value (not 0)
      * @param device the device it was created on
+     * @return the wrapper
      */
     public static CudaEvent wrap(MemorySegment handle, int device) {
         Objects.requireNonNull(handle, "wrap: handle is null");
@@ -62,36 +67,61 @@ public final class CudaEvent implements AutoCloseable {
         return new CudaEvent(MemorySegment.ofAddress(handle.address()), device, false, true);
     }
 
-    /** Wraps a cudaEvent_t given as a raw address. See {@link #wrap(MemorySegment, int)}. */
+    /**
+     * Wraps a cudaEvent_t given as a raw address. See {@link #wrap(MemorySegment, int)}.
+     *
+     * @param handle the cudaEvent_t value (not 0)
+     * @param device the device it was created on
+     * @return the wrapper
+     */
     public static CudaEvent wrap(long handle, int device) {
         return wrap(MemorySegment.ofAddress(handle), device);
     }
 
-    /** The cudaEvent_t. */
+    /** {@return the cudaEvent_t} */
     public MemorySegment handle() {
         requireOpen("handle");
         return handle;
     }
 
+    /**
+     * The device the event was created on.
+     *
+     * @return the device
+     */
     public int device() {
         return device;
     }
 
+    /**
+     * Whether this object owns (and will destroy) the event.
+     *
+     * @return whether it is owned
+     */
     public boolean isOwned() {
         return owned;
     }
 
+    /**
+     * Whether {@link #close()} has run.
+     *
+     * @return whether it is closed
+     */
     public boolean isClosed() {
         return closed;
     }
 
-    /** Records this event at the current end of {@code stream}. */
+    /**
+     * Records this event at the current end of {@code stream}.
+     *
+     * @param stream the stream, on the event's device
+     */
     public void record(CudaStream stream) {
         Objects.requireNonNull(stream, "record: stream is null");
         stream.record(this);
     }
 
-    /** Whether the work before the most recent record has completed (true if never recorded). */
+    /** {@return whether the work before the most recent record has completed (true if never recorded)} */
     public boolean isComplete() {
         requireOpen("isComplete");
         int code = CudaRuntime.cudaEventQuery(handle);
@@ -108,7 +138,12 @@ public final class CudaEvent implements AutoCloseable {
         Native.checkCuda(CudaRuntime.cudaEventSynchronize(handle), "cudaEventSynchronize", device, -1);
     }
 
-    /** Milliseconds between {@code start} and this event (both recorded, completed, created with timing). */
+    /**
+     * Milliseconds between {@code start} and this event (both recorded, completed, created with timing).
+     *
+     * @param start the earlier event
+     * @return the elapsed time in milliseconds
+     */
     public float elapsedMillis(CudaEvent start) {
         requireOpen("elapsedMillis");
         Objects.requireNonNull(start, "elapsedMillis: start is null");

@@ -6,12 +6,26 @@ import dev.jnccl.JncclException;
 public final class CudaException extends JncclException {
     private static final long serialVersionUID = 1L;
 
+    /** The CUDA runtime function that failed. */
     private final String function;
+    /** The cudaError_t value. */
     private final int code;
+    /** cudaGetErrorString of the code. */
     private final String text;
+    /** The device of the call. */
     private final int device;
+    /** The rank of the communicator that made the call, -1 when none did. */
     private final int rank;
 
+    /**
+     * A failed CUDA runtime call.
+     *
+     * @param function the CUDA runtime function that failed
+     * @param code the cudaError_t value
+     * @param text cudaGetErrorString of {@code code}
+     * @param device the current device of the calling thread, or the device the call was about
+     * @param rank the rank of the communicator that made the call, -1 when none did
+     */
     public CudaException(String function, int code, String text, int device, int rank) {
         super(function + " failed" + (rank >= 0 ? " on rank " + rank : "") + " (device " + device + "): CUDA error "
                 + code + " (" + text + ")");
@@ -22,27 +36,27 @@ public final class CudaException extends JncclException {
         this.rank = rank;
     }
 
-    /** The CUDA runtime function that failed, e.g. {@code cudaMemcpyAsync}. */
+    /** {@return the CUDA runtime function that failed, e.g. {@code cudaMemcpyAsync}} */
     public String function() {
         return function;
     }
 
-    /** The cudaError_t value. */
+    /** {@return the cudaError_t value} */
     public int code() {
         return code;
     }
 
-    /** cudaGetErrorString of {@link #code()}. */
+    /** {@return cudaGetErrorString of {@link #code()}} */
     public String text() {
         return text;
     }
 
-    /** The current CUDA device of the calling thread, or the device the call was about. */
+    /** {@return the current CUDA device of the calling thread, or the device the call was about} */
     public int device() {
         return device;
     }
 
-    /** The rank of the communicator that made the call, -1 when none did. */
+    /** {@return the rank of the communicator that made the call, -1 when none did} */
     public int rank() {
         return rank;
     }

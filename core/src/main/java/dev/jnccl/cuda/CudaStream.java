@@ -27,6 +27,8 @@ public final class CudaStream implements AutoCloseable {
     /**
      * Creates a non-blocking stream (it does not synchronize with the legacy default stream) on the
      * calling thread's current device.
+     *
+     * @return the new stream, to be closed by the caller
      */
     public static CudaStream create() {
         Native.libraries();
@@ -46,6 +48,7 @@ public final class CudaStream implements AutoCloseable {
      *
      * @param handle the cudaStream_t value
      * @param device the device the stream belongs to
+     * @return the wrapper
      */
     public static CudaStream wrap(MemorySegment handle, int device) {
         Objects.requireNonNull(handle, "wrap: handle is null");
@@ -59,26 +62,46 @@ public final class CudaStream implements AutoCloseable {
         return new CudaStream(MemorySegment.ofAddress(handle.address()), device, false);
     }
 
-    /** Wraps a cudaStream_t given as a raw address. See {@link #wrap(MemorySegment, int)}. */
+    /**
+     * Wraps a cudaStream_t given as a raw address. See {@link #wrap(MemorySegment, int)}.
+     *
+     * @param handle the cudaStream_t value (not 0)
+     * @param device the device it was created on
+     * @return the wrapper
+     */
     public static CudaStream wrap(long handle, int device) {
         return wrap(MemorySegment.ofAddress(handle), device);
     }
 
-    /** The cudaStream_t. */
+    /**
+     * The cudaStream_t.
+     *
+     * @return whether every rank finished within {@code timeout}
+     */
     public MemorySegment handle() {
         requireOpen("handle");
         return handle;
     }
 
+    /**
+     * The device the stream was created on.
+     *
+     * @return the device
+     */
     public int device() {
         return device;
     }
 
-    /** Whether this object owns (and will destroy) the stream. */
+    /** {@return whether this object owns (and will destroy) the stream} */
     public boolean isOwned() {
         return owned;
     }
 
+    /**
+     * Whether {@link #close()} has run.
+     *
+     * @return whether it is closed
+     */
     public boolean isClosed() {
         return closed;
     }
@@ -89,7 +112,7 @@ public final class CudaStream implements AutoCloseable {
         Native.checkCuda(CudaRuntime.cudaStreamSynchronize(handle), "cudaStreamSynchronize", device, -1);
     }
 
-    /** Whether all work enqueued so far is done (cudaStreamQuery). */
+    /** {@return whether all work enqueued so far is done (cudaStreamQuery)} */
     public boolean isIdle() {
         requireOpen("isIdle");
         int code = CudaRuntime.cudaStreamQuery(handle);
@@ -100,14 +123,22 @@ public final class CudaStream implements AutoCloseable {
         return true;
     }
 
-    /** Makes later work on this stream wait until {@code event}'s most recent record has completed. */
+    /**
+     * Makes later work on this stream wait until {@code event}'s most recent record has completed.
+     *
+     * @param event the event to wait for
+     */
     public void waitFor(CudaEvent event) {
         requireOpen("waitFor");
         Objects.requireNonNull(event, "waitFor: event is null");
         Native.checkCuda(CudaRuntime.cudaStreamWaitEvent(handle, event.handle(), 0), "cudaStreamWaitEvent", device, -1);
     }
 
-    /** Records {@code event} at the current end of this stream. */
+    /**
+     * Records {@code event} at the current end of this stream.
+     *
+     * @param event the event to record
+     */
     public void record(CudaEvent event) {
         requireOpen("record");
         Objects.requireNonNull(event, "record: event is null");
@@ -122,6 +153,8 @@ public final class CudaStream implements AutoCloseable {
      * bytes: the element types may differ (as in send/recv), the byte sizes must be equal. An empty
      * copy enqueues nothing.
      *
+     * @param from the source tensor (device memory)
+     * @param to   the destination tensor (device memory, same byte size)
      * @throws IllegalArgumentException when the byte sizes differ or the two ranges overlap, before any native call
      * @throws IllegalStateException    when this stream is closed
      * @throws CudaException            when CUDA refuses the copy

@@ -29,7 +29,12 @@ public final class DeviceMemory implements AutoCloseable {
         this.owned = owned;
     }
 
-    /** Allocates {@code bytes} on the calling thread's current device. */
+    /**
+     * Allocates {@code bytes} on the calling thread's current device.
+     *
+     * @param bytes the size in bytes (not negative)
+     * @return the memory, to be closed by the caller
+     */
     public static DeviceMemory allocate(long bytes) {
         if (bytes <= 0) {
             throw new IllegalArgumentException("allocate: bytes " + bytes + " must be positive");
@@ -43,7 +48,13 @@ public final class DeviceMemory implements AutoCloseable {
         }
     }
 
-    /** Allocates room for {@code count} elements of {@code dtype} on the current device. */
+    /**
+     * Allocates room for {@code count} elements of {@code dtype} on the current device.
+     *
+     * @param dtype the element type
+     * @param count the number of elements (not negative)
+     * @return the memory, to be closed by the caller
+     */
     public static DeviceMemory allocate(DType dtype, long count) {
         Objects.requireNonNull(dtype, "allocate: dtype is null");
         if (count <= 0) {
@@ -58,6 +69,7 @@ public final class DeviceMemory implements AutoCloseable {
      * @param address device pointer (not 0)
      * @param bytes   size of the allocation
      * @param device  the device it lives on
+     * @return the wrapper
      */
     public static DeviceMemory wrap(long address, long bytes, int device) {
         if (address == 0) {
@@ -73,41 +85,75 @@ public final class DeviceMemory implements AutoCloseable {
         return new DeviceMemory(address, bytes, device, false);
     }
 
-    /** The device address. */
+    /** {@return the device address} */
     public long address() {
         requireOpen("address");
         return address;
     }
 
+    /**
+     * The size in bytes.
+     *
+     * @return the size in bytes
+     */
     public long bytes() {
         return bytes;
     }
 
+    /**
+     * The device the memory lives on.
+     *
+     * @return the device
+     */
     public int device() {
         return device;
     }
 
+    /**
+     * Whether this object owns (and will free) the memory.
+     *
+     * @return whether it is owned
+     */
     public boolean isOwned() {
         return owned;
     }
 
+    /**
+     * Whether {@link #close()} has run.
+     *
+     * @return whether it is closed
+     */
     public boolean isClosed() {
         return closed;
     }
 
-    /** This memory as a tensor of as many {@code dtype} elements as fit. */
+    /**
+     * This memory as a tensor of as many {@code dtype} elements as fit.
+     *
+     * @param dtype the element type
+     * @return a tensor view of the whole memory
+     */
     public DeviceTensor tensor(DType dtype) {
         Objects.requireNonNull(dtype, "tensor: dtype is null");
         requireOpen("tensor");
         return new DeviceTensor(address, dtype, bytes / dtype.size());
     }
 
-    /** Copies all of {@code source} to the start of this memory, synchronously. */
+    /**
+     * Copies all of {@code source} to the start of this memory, synchronously.
+     *
+     * @param source host memory to copy
+     */
     public void copyFromHost(MemorySegment source) {
         copyFromHost(source, 0);
     }
 
-    /** Copies all of {@code source} to {@code offset} bytes into this memory, synchronously. */
+    /**
+     * Copies all of {@code source} to {@code offset} bytes into this memory, synchronously.
+     *
+     * @param source host memory to copy
+     * @param offset the byte offset into this memory
+     */
     public void copyFromHost(MemorySegment source, long offset) {
         Objects.requireNonNull(source, "copyFromHost: source is null");
         requireOpen("copyFromHost");
@@ -128,12 +174,21 @@ public final class DeviceMemory implements AutoCloseable {
         }
     }
 
-    /** Fills all of {@code target} from the start of this memory, synchronously. */
+    /**
+     * Fills all of {@code target} from the start of this memory, synchronously.
+     *
+     * @param target host memory to fill
+     */
     public void copyToHost(MemorySegment target) {
         copyToHost(target, 0);
     }
 
-    /** Fills all of {@code target} from {@code offset} bytes into this memory, synchronously. */
+    /**
+     * Fills all of {@code target} from {@code offset} bytes into this memory, synchronously.
+     *
+     * @param target host memory to fill
+     * @param offset the byte offset into this memory
+     */
     public void copyToHost(MemorySegment target, long offset) {
         Objects.requireNonNull(target, "copyToHost: target is null");
         requireOpen("copyToHost");
@@ -157,7 +212,12 @@ public final class DeviceMemory implements AutoCloseable {
         }
     }
 
-    /** Sets every byte to {@code value}, in order on {@code stream}. */
+    /**
+     * Sets every byte to {@code value}, in order on {@code stream}.
+     *
+     * @param value the byte value
+     * @param stream the stream the fill is ordered on
+     */
     public void fill(byte value, CudaStream stream) {
         Objects.requireNonNull(stream, "fill: stream is null");
         requireOpen("fill");

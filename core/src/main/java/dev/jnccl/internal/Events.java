@@ -15,38 +15,62 @@ import jdk.jfr.StackTrace;
 public final class Events {
     private Events() {}
 
+    /** Communicator init: the JFR event {@code jnccl.CommInit}. */
     @Name("jnccl.CommInit")
     @Label("Communicator Init")
     @Category({"jnccl"})
     @Description("Creation of one rank's NCCL communicator, including the wait for the other ranks")
     @StackTrace(false)
     public static final class CommInit extends Event {
+        /** The rank. */
         @Label("Rank") public int rank;
+        /** The number of ranks. */
         @Label("World Size") public int worldSize;
+        /** The CUDA device. */
         @Label("Device") public int device;
+        /** The backend, cuda or host. */
         @Label("Backend") public String backend;
+        /** The NCCL version. */
         @Label("NCCL Version") public String ncclVersion;
+
+        /** Creates the event; {@code begin()} and {@code commit()} time it. */
+        public CommInit() {}
     }
 
+    /** One transaction's host-side enqueue: the JFR event {@code jnccl.Transaction}. */
     @Name("jnccl.Transaction")
     @Label("Transaction")
     @Category({"jnccl"})
     @Description("Host-side enqueue of one transaction (duration = host time, not GPU time)")
     @StackTrace(false)
     public static final class Transaction extends Event {
+        /** The rank. */
         @Label("Rank") public int rank;
+        /** The transaction's sequence number on its communicator. */
         @Label("Sequence") public long sequence;
+        /** The number of commands. */
         @Label("Commands") public int commands;
+        /** The commands' kinds. */
         @Label("Operations") public String operations;
+        /** The bytes of all commands. */
         @Label("Bytes") @DataAmount public long bytes;
+
+        /** Creates the event; {@code begin()} and {@code commit()} time it. */
+        public Transaction() {}
     }
 
+    /** A communicator abort: the JFR event {@code jnccl.Abort}. */
     @Name("jnccl.Abort")
     @Label("Communicator Abort")
     @Category({"jnccl"})
     @Description("A communicator was aborted")
     public static final class Abort extends Event {
+        /** The rank. */
         @Label("Rank") public int rank;
+        /** The reason of the abort. */
         @Label("Reason") public String reason;
+
+        /** Creates the event. */
+        public Abort() {}
     }
 }

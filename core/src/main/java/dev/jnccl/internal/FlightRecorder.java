@@ -29,14 +29,30 @@ public final class FlightRecorder {
             this.completion = completion;
         }
 
+        /**
+         * The transaction's sequence number on its communicator.
+         *
+         * @return the sequence number
+         */
         public long sequence() {
             return sequence;
         }
 
+        /**
+         * The time since the transaction was executed.
+         *
+         * @param now the current {@link System#nanoTime()}
+         * @return nanoseconds since the execute
+         */
         public long ageNanos(long now) {
             return now - executedNanos;
         }
 
+        /**
+         * Whether the transaction is known to be complete.
+         *
+         * @return whether its completion event fired (false when not tracked)
+         */
         public boolean isCompleted() {
             return completedNanos != 0;
         }
@@ -78,6 +94,11 @@ public final class FlightRecorder {
     private final ArrayDeque<Entry> entries;
     private final ArrayDeque<CudaEvent> freeEvents = new ArrayDeque<>();
 
+    /**
+     * A recorder of the last {@code capacity} transactions.
+     *
+     * @param capacity how many transactions it keeps (at least 1)
+     */
     public FlightRecorder(int capacity) {
         this.capacity = capacity;
         this.entries = new ArrayDeque<>(capacity);
@@ -86,6 +107,10 @@ public final class FlightRecorder {
     /**
      * Adds an executed transaction; {@code commands} must be immutable; {@code completion} (nullable)
      * was recorded after it on the comms stream.
+     *
+     * @param sequence the transaction's number
+     * @param commands the executed commands
+     * @param completion the completion event, or null
      */
     public synchronized void add(long sequence, List<Command> commands, CudaEvent completion) {
         if (entries.size() == capacity) {
@@ -102,7 +127,11 @@ public final class FlightRecorder {
 
     private final List<CudaEvent> retired = new ArrayList<>();
 
-    /** An event for tracking completion, reused from completed entries (created by the caller when null). */
+    /**
+     * An event for tracking completion, reused from completed entries (created by the caller when null).
+     *
+     * @return a free event, or null
+     */
     public synchronized CudaEvent takeFreeEvent() {
         return freeEvents.pollFirst();
     }
@@ -110,6 +139,8 @@ public final class FlightRecorder {
     /**
      * Marks entries whose completion event fired; returns the oldest entry still pending, or null.
      * Called by the watchdog only.
+     *
+     * @return the oldest pending entry, or null
      */
     public synchronized Entry pollOldestPending() {
         Entry oldest = null;
@@ -128,7 +159,7 @@ public final class FlightRecorder {
         return oldest;
     }
 
-    /** A multi-line dump of the recorded transactions, oldest first. */
+    /** {@return a multi-line dump of the recorded transactions, oldest first} */
     public synchronized String dump() {
         long now = System.nanoTime();
         StringBuilder sb = new StringBuilder();

@@ -18,7 +18,11 @@ import java.lang.foreign.ValueLayout;
 public final class NcclTypes {
     private NcclTypes() {}
 
-    /** The ncclDataType_t of {@code dtype} ({@link DType#BYTE} is ncclUint8). */
+    /**
+     * {@return the ncclDataType_t of {@code dtype} ({@link DType#BYTE} is ncclUint8)}
+     *
+     * @param dtype the type
+     */
     public static int of(DType dtype) {
         return switch (dtype) {
             case FP32 -> Nccl.ncclFloat32();
@@ -36,7 +40,11 @@ public final class NcclTypes {
         };
     }
 
-    /** The ncclRedOp_t of {@code op}. */
+    /**
+     * {@return the ncclRedOp_t of {@code op}}
+     *
+     * @param op the operation
+     */
     public static int of(ReduceOp op) {
         return switch (op) {
             case SUM -> Nccl.ncclSum();
@@ -47,7 +55,11 @@ public final class NcclTypes {
         };
     }
 
-    /** The NCCL feature {@code dtype} needs beyond jnccl's minimum NCCL version, or null. */
+    /**
+     * {@return the NCCL feature {@code dtype} needs beyond jnccl's minimum NCCL version, or null}
+     *
+     * @param dtype the type
+     */
     public static NcclFeature requiredFeature(DType dtype) {
         return switch (dtype) {
             case BF16 -> NcclFeature.BFLOAT16_AND_AVG;
@@ -56,7 +68,12 @@ public final class NcclTypes {
         };
     }
 
-    /** {@code id} as an ncclUniqueId struct allocated in {@code arena} (NCCL takes it by value). */
+    /**
+     * {@return {@code id} as an ncclUniqueId struct allocated in {@code arena} (NCCL takes it by value)}
+     *
+     * @param id    the unique id
+     * @param arena where the struct is allocated
+     */
     public static MemorySegment segment(UniqueId id, Arena arena) {
         MemorySegment segment = ncclUniqueId.allocate(arena);
         MemorySegment.copy(id.bytes(), 0, segment, ValueLayout.JAVA_BYTE, 0, UniqueId.BYTES);

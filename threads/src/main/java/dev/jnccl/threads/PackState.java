@@ -2,21 +2,42 @@ package dev.jnccl.threads;
 
 import dev.jnccl.Communicator;
 import dev.jnccl.CommunicatorAbortedException;
+import dev.jnccl.cuda.CudaEvent;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.locks.LockSupport;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * What the ranks of one pack share: a barrier that breaks when any rank fails, slots for host
  * gathers and for the per-transaction exchange of threads mode, the launch-queue throttle's
  * counters, and the first failure.
+ *
+ * <p>A failing pack and the memcpy transports: a rank's comms stream copies from its peers'
+ * buffers (pulls), so a peer that is released by the failure and frees its buffers at once could be
+ * read after the free. Therefore every rank enqueues such copies only through {@link #enqueueReads}
+ * (which refuses once the pack has failed, and records the rank's {@code readsDone} event after
+ * them), and every exception that releases a rank because of the pack's failure first waits,
+ * bounded by the close timeout, until every rank's {@code readsDone} has completed
+ * ({@link #awaitReadsDrained}); so does each rank's close, hence {@link ThreadsPack#join()}.
  */
 final class PackState {
+    private static final Logger LOG = LoggerFactory.getLogger(PackState.class);
+
     /** The first failure of the pack. */
     record Failure(int rank, Throwable error) {}
 
     private final int size;
+    private final Duration drainTimeout;
+    /** Per rank: held while the rank enqueues copies from peers' buffers (see {@link #enqueueReads}). */
+    private final Object[] readLocks;
+    /** Per rank: recorded after its latest copies from peers' buffers; null without memcpy transports. */
+    private final CudaEvent[] readsDone;
     private final Object lock = new Object();
     private final AtomicReference<Failure> failure = new AtomicReference<>();
     private final Communicator[] communicators;
@@ -30,8 +51,16 @@ final class PackState {
     private String generationOperation;
     private int generationRank;
 
-    PackState(int size) {
+    /**
+     * @param drainTimeout how long a rank released by a failure waits for its peers' copies from its
+     *                     buffers (the communicators' close timeout)
+     */
+    PackState(int size, Duration drainTimeout) {
         this.size = size;
+        this.drainTimeout = drainTimeout;
+        this.readLocks = new Object[size];
+        Arrays.setAll(readLocks, i -> new Object());
+        this.readsDone = new CudaEvent[size];
         this.communicators = new Communicator[size];
         this.slots = new Object[size];
         this.started = new long[size];
@@ -93,12 +122,100 @@ final class PackState {
             lock.notifyAll();
             toAbort = communicators.clone();
         }
-        for (Communicator communicator : toAbort) {
-            if (communicator != null) {
-                communicator.abort(reason(failed));
+        // The failing rank's own communicator last: its abort may wait for the peers' copies (see
+        // awaitReadsDrained), which the peers' aborts let finish when a collective is stuck.
+        for (int r = 0; r < toAbort.length; r++) {
+            if (r != rank && toAbort[r] != null) {
+                toAbort[r].abort(reason(failed));
+            }
+        }
+        if (rank >= 0 && rank < toAbort.length && toAbort[rank] != null) {
+            toAbort[rank].abort(reason(failed));
+        }
+        return true;
+    }
+
+    /** Registers the event {@code rank} records after its copies from peers' buffers (memcpy transports). */
+    void trackReads(int rank, CudaEvent done) {
+        synchronized (readLocks[rank]) {
+            readsDone[rank] = done;
+        }
+    }
+
+    /**
+     * Runs {@code reads} (enqueue copies from peers' buffers, then record the rank's
+     * {@code readsDone}) unless the pack has failed; then it waits for the enqueued reads and throws
+     * {@link CommunicatorAbortedException}. The check and the enqueue are atomic against
+     * {@link #awaitReadsDrained}: a drain that starts after the failure either sees these copies in
+     * {@code readsDone} or they are never enqueued.
+     */
+    void enqueueReads(String operation, int rank, Runnable reads) {
+        boolean failed;
+        synchronized (readLocks[rank]) {
+            failed = failure.get() != null;
+            if (!failed) {
+                reads.run();
+            }
+        }
+        if (failed) {
+            CommunicatorAbortedException released = released(operation, rank);
+            awaitReadsDrained(rank);
+            throw released;
+        }
+    }
+
+    /**
+     * After a failure of the pack: blocks, at most the drain timeout, until no comms stream of the
+     * pack still copies from or into buffers that {@code rank}'s user code may free once the
+     * caller's exception reaches it: every rank's {@code readsDone} (this rank's own included: its
+     * copies read its own shard and write its targets) has completed. Returns whether they did. Does
+     * nothing while the pack has not failed.
+     *
+     * <p>The caller may hold its communicator's lock, so a stream stuck behind a collective that only
+     * this rank's abort would end makes this wait the full timeout; a pack reaches that only with a
+     * collective that hangs by itself (the watchdog's case) and copies enqueued after it.
+     */
+    boolean awaitReadsDrained(int rank) {
+        if (failure.get() == null) {
+            return true;
+        }
+        long deadline = System.nanoTime() + drainTimeout.toNanos();
+        for (int reader = 0; reader < size; reader++) {
+            CudaEvent done;
+            // Taking the reader's lock once waits out a batch of copies being enqueued right now;
+            // batches after this see the failure and are never enqueued.
+            synchronized (readLocks[reader]) {
+                done = readsDone[reader];
+            }
+            if (done != null && !awaitComplete(done, deadline)) {
+                LOG.warn("rank {}: released by the pack's failure although rank {}'s comms stream may still copy"
+                        + " from its buffers after {} ms (the close timeout)", rank, reader, drainTimeout.toMillis());
+                return false;
             }
         }
         return true;
+    }
+
+    private static boolean awaitComplete(CudaEvent event, long deadline) {
+        long spins = 0;
+        while (true) {
+            try {
+                if (event.isComplete()) {
+                    return true;
+                }
+            } catch (RuntimeException e) {
+                // An event in error (its stream failed) will not copy any more.
+                return true;
+            }
+            if (System.nanoTime() - deadline > 0) {
+                return false;
+            }
+            if (spins++ < 64) {
+                Thread.onSpinWait();
+            } else {
+                LockSupport.parkNanos(TimeUnit.MICROSECONDS.toNanos(spins < 1024 ? 20 : 200));
+            }
+        }
     }
 
     private CommunicatorAbortedException released(String operation, int rank) {
@@ -115,9 +232,16 @@ final class PackState {
      */
     void barrier(String operation, int rank) {
         // fail() aborts communicators, which take their owners' locks: never call it holding ours.
-        RuntimeException own = awaitOthers(operation, rank);
+        RuntimeException own;
+        try {
+            own = awaitOthers(operation, rank);
+        } catch (CommunicatorAbortedException released) {
+            awaitReadsDrained(rank);
+            throw released;
+        }
         if (own != null) {
             fail(rank, own);
+            awaitReadsDrained(rank);
             throw own;
         }
     }
@@ -180,6 +304,15 @@ final class PackState {
      * when no rank is more than {@code maxLead} transactions behind.
      */
     void throttle(int rank, long sequence, int maxLead) {
+        try {
+            awaitLead(rank, sequence, maxLead);
+        } catch (CommunicatorAbortedException released) {
+            awaitReadsDrained(rank);
+            throw released;
+        }
+    }
+
+    private void awaitLead(int rank, long sequence, int maxLead) {
         synchronized (lock) {
             started[rank] = sequence;
             lock.notifyAll();

@@ -3,6 +3,7 @@ package dev.jnccl.threads;
 import dev.jnccl.Command;
 import dev.jnccl.CommandBuffer;
 import dev.jnccl.Communicator;
+import dev.jnccl.CommunicatorAbortedException;
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.UniqueId;
 import dev.jnccl.cuda.CudaEvent;
@@ -21,6 +22,11 @@ import java.util.List;
  * {@code doneReading} before the signal is recorded. So a signal means: my receives are complete
  * AND every peer has finished reading my buffers. With memcpy transports every transaction is
  * collective over the pack: every rank executes the same number of transactions.
+ *
+ * <p>When the pack fails, the signals above may never be recorded, so each batch of copies is
+ * followed by a record of {@code readsDone}, and a rank released by the failure (an aborted
+ * communicator call, a released barrier or exchange, its own abort, its close) first waits for every
+ * rank's {@code readsDone}: see {@link PackState}.
  */
 final class ThreadsCommunicator extends Communicator {
 
@@ -61,6 +67,9 @@ final class ThreadsCommunicator extends Communicator {
     private final ThreadsOptions options;
     private final CudaEvent readyForPeers;
     private final CudaEvent doneReading;
+    private final CudaEvent readsDone;
+    /** The rank's thread: an abort that happens on it releases user code that may free buffers. */
+    private final Thread owner = Thread.currentThread();
     private long transactions;
     private List<Published> published;
     private int gatherIndex;
@@ -73,9 +82,12 @@ final class ThreadsCommunicator extends Communicator {
         if (options.usesMemcpy()) {
             readyForPeers = CudaEvent.create();
             doneReading = CudaEvent.create();
+            readsDone = CudaEvent.create();
+            pack.trackReads(rank, readsDone);
         } else {
             readyForPeers = null;
             doneReading = null;
+            readsDone = null;
         }
     }
 
@@ -149,13 +161,16 @@ final class ThreadsCommunicator extends Communicator {
             return;
         }
         int index = gatherIndex++;
-        for (Published peer : published) {
-            DeviceTensor source = peer.rank() == rank() ? gather.shard() : peer.gathers().get(index).shard();
-            DeviceTensor target = gather.full().shard(peer.rank(), worldSize());
-            if (source.address() != target.address()) {
-                copy(target, source);
+        pack.enqueueReads("execute", rank(), () -> {
+            for (Published peer : published) {
+                DeviceTensor source = peer.rank() == rank() ? gather.shard() : peer.gathers().get(index).shard();
+                DeviceTensor target = gather.full().shard(peer.rank(), worldSize());
+                if (source.address() != target.address()) {
+                    copy(target, source);
+                }
             }
-        }
+            stream().record(readsDone);
+        });
     }
 
     @Override
@@ -174,7 +189,10 @@ final class ThreadsCommunicator extends Communicator {
         }
         int peer = recv.peer();
         Command.Send matching = published.get(peer).sendsTo(rank()).get(recvIndex[peer]++);
-        copy(recv.tensor(), matching.tensor());
+        pack.enqueueReads("execute", rank(), () -> {
+            copy(recv.tensor(), matching.tensor());
+            stream().record(readsDone);
+        });
     }
 
     private void copy(DeviceTensor target, DeviceTensor source) {
@@ -235,9 +253,12 @@ final class ThreadsCommunicator extends Communicator {
 
     @Override
     protected void onClose() {
+        // A failed pack: this rank's thread (and with it ThreadsPack.join) ends only after every
+        // copy from or into buffers that user code may free once the pack is gone.
+        pack.awaitReadsDrained(rank());
         if (readyForPeers != null) {
             // Peers may still be about to wait on these (a failing pack unwinds at different speeds).
-            pack.retire(readyForPeers, doneReading);
+            pack.retire(readyForPeers, doneReading, readsDone);
         }
     }
 
@@ -249,7 +270,18 @@ final class ThreadsCommunicator extends Communicator {
 
     @Override
     protected void onAbort(String reason) {
-        pack.fail(rank(), new dev.jnccl.CommunicatorAbortedException("communicator of rank " + rank()
-                + " aborted: " + reason));
+        pack.fail(rank(), new CommunicatorAbortedException("communicator of rank " + rank() + " aborted: " + reason));
+        if (Thread.currentThread() == owner) {
+            // This rank failed in its own call (a CUDA or NCCL error): its exception is about to reach user code.
+            pack.awaitReadsDrained(rank());
+        }
+    }
+
+    @Override
+    protected void beforeAbortedException() {
+        // The abort may be this communicator's own (watchdog): make it the pack's failure before draining.
+        pack.fail(rank(), new CommunicatorAbortedException("communicator of rank " + rank() + " aborted: "
+                + abortReason()));
+        pack.awaitReadsDrained(rank());
     }
 }

@@ -35,6 +35,7 @@ public final class ThreadsCommunicators {
      *                {@link ThreadsOptions#withDevices(int...)} when set
      * @param options threads-mode options
      * @param work    what each rank runs with its communicator (closed afterwards)
+     * @return the running pack, to be joined or closed
      */
     public static ThreadsPack launch(int gpus, ThreadsOptions options, Consumer<Communicator> work) {
         Objects.requireNonNull(options, "launch: options are null");
@@ -50,7 +51,7 @@ public final class ThreadsCommunicators {
         int size = deviceOfRank.length;
         boolean realGpu = JncclRuntime.query().backend() == Backend.CUDA;
         UniqueId id = UniqueId.generate();
-        PackState state = new PackState(size);
+        PackState state = new PackState(size, options.communicator().closeTimeout());
         Throwable[] errors = new Throwable[size];
         List<Thread> threads = new ArrayList<>(size);
         for (int rank = 0; rank < size; rank++) {
@@ -93,7 +94,14 @@ public final class ThreadsCommunicators {
         }
         return result;
     }
-    /** {@link #launch} then {@link ThreadsPack#join()}. */
+
+    /**
+     * {@link #launch} then {@link ThreadsPack#join()}.
+     *
+     * @param gpus number of GPUs (ranks); 0 means all visible devices
+     * @param options threads-mode options
+     * @param work what each rank runs with its communicator (closed afterwards)
+     */
     public static void run(int gpus, ThreadsOptions options, Consumer<Communicator> work) {
         try (ThreadsPack pack = launch(gpus, options, work)) {
             pack.join();

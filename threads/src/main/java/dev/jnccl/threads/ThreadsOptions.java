@@ -21,7 +21,10 @@ import java.util.Objects;
 public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAllGather, boolean memcpySendRecv,
                              int maxLead, boolean pinCpus, List<Integer> devices) {
 
-    /** Checks the options; {@code devices} is copied. */
+    /**
+     * Checks the values: communicator options and devices given, a lead of at least 1, no negative
+     * device; {@code devices} is copied.
+     */
     public ThreadsOptions {
         Objects.requireNonNull(communicator, "ThreadsOptions: communicator options are null");
         Objects.requireNonNull(devices, "ThreadsOptions: devices is null");
@@ -37,32 +40,62 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
         }
     }
 
-    /** NCCL transports, default communicator options, a lead of 8 transactions, CPU pinning on, a rank per device. */
+    /**
+     * The defaults.
+     *
+     * @return NCCL transports, default communicator options, a lead of 8 transactions, CPU pinning on,
+     *         one rank per device
+     */
     public static ThreadsOptions defaults() {
         return new ThreadsOptions(CommunicatorOptions.defaults(), false, false, 8, true, List.of());
     }
 
-    /** These options with {@code options} for each rank's communicator. */
+    /**
+     * These options with other communicator options.
+     *
+     * @param options options of each rank's communicator
+     * @return a copy with {@code communicator} replaced
+     */
     public ThreadsOptions withCommunicator(CommunicatorOptions options) {
         return new ThreadsOptions(options, memcpyAllGather, memcpySendRecv, maxLead, pinCpus, devices);
     }
 
-    /** These options with the memcpy all-gather transport on or off. */
+    /**
+     * These options with the all-gathers as device-to-device copies, or not.
+     *
+     * @param enabled whether all-gathers use cudaMemcpyAsync
+     * @return a copy with {@code memcpyAllGather} replaced
+     */
     public ThreadsOptions withMemcpyAllGather(boolean enabled) {
         return new ThreadsOptions(communicator, enabled, memcpySendRecv, maxLead, pinCpus, devices);
     }
 
-    /** These options with the memcpy send/recv transport on or off. */
+    /**
+     * These options with the sends and receives as device-to-device copies, or not.
+     *
+     * @param enabled whether sends and receives use cudaMemcpyAsync
+     * @return a copy with {@code memcpySendRecv} replaced
+     */
     public ThreadsOptions withMemcpySendRecv(boolean enabled) {
         return new ThreadsOptions(communicator, memcpyAllGather, enabled, maxLead, pinCpus, devices);
     }
 
-    /** These options with a lead of at most {@code lead} transactions. */
+    /**
+     * These options with another launch-queue lead.
+     *
+     * @param lead how many transactions a rank may run ahead (at least 1)
+     * @return a copy with {@code maxLead} replaced
+     */
     public ThreadsOptions withMaxLead(int lead) {
         return new ThreadsOptions(communicator, memcpyAllGather, memcpySendRecv, lead, pinCpus, devices);
     }
 
-    /** These options with CPU pinning on or off. */
+    /**
+     * These options with CPU pinning on or off.
+     *
+     * @param pin whether to pin rank threads to their GPU's CPUs
+     * @return a copy with {@code pinCpus} replaced
+     */
     public ThreadsOptions withPinCpus(boolean pin) {
         return new ThreadsOptions(communicator, memcpyAllGather, memcpySendRecv, maxLead, pin, devices);
     }
@@ -73,6 +106,9 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
      * {@code withDevices(0, 0, 0, 0)}: four ranks on device 0). The host emulation allows it; real
      * NCCL needs 2.30 or newer with {@code NCCL_MULTI_RANK_GPU_ENABLE=1} (2.28 refuses ranks of one
      * process on one GPU). No arguments go back to one rank per device.
+     *
+     * @param deviceOfRank the device of each rank, index = rank (none: one rank per device)
+     * @return a copy with {@code devices} replaced
      */
     public ThreadsOptions withDevices(int... deviceOfRank) {
         Objects.requireNonNull(deviceOfRank, "withDevices: deviceOfRank is null");

@@ -25,17 +25,17 @@ public final class ThreadsPack implements AutoCloseable {
         this.errors = errors;
     }
 
-    /** Number of ranks. */
+    /** {@return the number of ranks} */
     public int size() {
         return threads.size();
     }
 
-    /** What each rank's thread did about CPU affinity, in rank order (for logs and tests). */
+    /** {@return what each rank's thread did about CPU affinity, in rank order (for logs and tests)} */
     public List<String> affinityReports() {
         return state.affinityReports();
     }
 
-    /** Whether any rank has failed so far. */
+    /** {@return whether any rank has failed so far} */
     public boolean hasException() {
         return state.failure() != null;
     }
@@ -63,7 +63,13 @@ public final class ThreadsPack implements AutoCloseable {
         rethrow();
     }
 
-    /** As {@link #join()}, but gives up after {@code timeout}; returns whether all ranks finished. */
+    /**
+     * As {@link #join()}, but gives up after {@code timeout}; returns whether all ranks finished.
+     *
+     * @param timeout the longest wait
+     * @return whether every rank finished within {@code timeout}
+     * @throws InterruptedException when the calling thread is interrupted while waiting
+     */
     public boolean join(Duration timeout) throws InterruptedException {
         long deadline = System.nanoTime() + timeout.toNanos();
         for (Thread thread : threads) {

@@ -1,0 +1,4 @@
+/** A training-code-shaped consumer of jnccl, on the module path. */
+module dev.jnccl.consumer {
+    requires dev.jnccl.threads;
+}
