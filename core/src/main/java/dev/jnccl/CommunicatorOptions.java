@@ -14,11 +14,22 @@ import java.util.Objects;
  *                           transaction not complete after this long aborts the communicator
  * @param watchdogInterval   how often the watchdog polls (default 100 ms)
  * @param flightRecorderSize how many recent transactions the flight recorder keeps (default 64)
+ * @param mode               how NCCL is driven (default {@link CommunicatorMode#BLOCKING_SPLIT}: bounded
+ *                           init, blocking-speed transactions); see {@link CommunicatorMode}
  */
 public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, Duration watchdogTimeout,
-                                  Duration watchdogInterval, int flightRecorderSize) {
+                                  Duration watchdogInterval, int flightRecorderSize, CommunicatorMode mode) {
 
+    /** The options with the default {@link CommunicatorMode#BLOCKING_SPLIT} mode. */
+    public CommunicatorOptions(Duration initTimeout, Duration closeTimeout, Duration watchdogTimeout,
+                               Duration watchdogInterval, int flightRecorderSize) {
+        this(initTimeout, closeTimeout, watchdogTimeout, watchdogInterval, flightRecorderSize,
+                CommunicatorMode.BLOCKING_SPLIT);
+    }
+
+    /** Checks every value; see the component descriptions. */
     public CommunicatorOptions {
+        Objects.requireNonNull(mode, "CommunicatorOptions: mode is null");
         requirePositive("initTimeout", initTimeout);
         requirePositive("closeTimeout", closeTimeout);
         Objects.requireNonNull(watchdogTimeout, "CommunicatorOptions: watchdogTimeout is null (use Duration.ZERO to disable)");
@@ -39,31 +50,40 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
         }
     }
 
-    /** 120 s init, 30 s close, no watchdog, 100 ms poll interval, 64 recorded transactions. */
+    /**
+     * 120 s init, 30 s close, no watchdog, 100 ms poll interval, 64 recorded transactions,
+     * {@link CommunicatorMode#BLOCKING_SPLIT}.
+     */
     public static CommunicatorOptions defaults() {
         return new CommunicatorOptions(Duration.ofSeconds(120), Duration.ofSeconds(30), Duration.ZERO,
-                Duration.ofMillis(100), 64);
+                Duration.ofMillis(100), 64, CommunicatorMode.BLOCKING_SPLIT);
     }
 
     public CommunicatorOptions withInitTimeout(Duration timeout) {
-        return new CommunicatorOptions(timeout, closeTimeout, watchdogTimeout, watchdogInterval, flightRecorderSize);
+        return new CommunicatorOptions(timeout, closeTimeout, watchdogTimeout, watchdogInterval, flightRecorderSize, mode);
     }
 
     public CommunicatorOptions withCloseTimeout(Duration timeout) {
-        return new CommunicatorOptions(initTimeout, timeout, watchdogTimeout, watchdogInterval, flightRecorderSize);
+        return new CommunicatorOptions(initTimeout, timeout, watchdogTimeout, watchdogInterval, flightRecorderSize, mode);
     }
 
     /** Enables the watchdog: a transaction not complete after {@code timeout} aborts the communicator. */
     public CommunicatorOptions withWatchdog(Duration timeout) {
-        return new CommunicatorOptions(initTimeout, closeTimeout, timeout, watchdogInterval, flightRecorderSize);
+        return new CommunicatorOptions(initTimeout, closeTimeout, timeout, watchdogInterval, flightRecorderSize, mode);
     }
 
     public CommunicatorOptions withWatchdogInterval(Duration interval) {
-        return new CommunicatorOptions(initTimeout, closeTimeout, watchdogTimeout, interval, flightRecorderSize);
+        return new CommunicatorOptions(initTimeout, closeTimeout, watchdogTimeout, interval, flightRecorderSize, mode);
     }
 
     public CommunicatorOptions withFlightRecorderSize(int size) {
-        return new CommunicatorOptions(initTimeout, closeTimeout, watchdogTimeout, watchdogInterval, size);
+        return new CommunicatorOptions(initTimeout, closeTimeout, watchdogTimeout, watchdogInterval, size, mode);
+    }
+
+    /** The same options with communicator {@code mode} (see {@link CommunicatorMode} for what each costs and bounds). */
+    public CommunicatorOptions withMode(CommunicatorMode mode) {
+        return new CommunicatorOptions(initTimeout, closeTimeout, watchdogTimeout, watchdogInterval, flightRecorderSize,
+                mode);
     }
 
     /** Whether the watchdog runs. */

@@ -85,7 +85,7 @@ class ReliabilityTest {
                 comm.waitOnComms(user);
                 Native.checkCuda(CudaRuntime.cudaMemcpyAsync(MemorySegment.ofAddress(copy.address()),
                         MemorySegment.ofAddress(full.address()), full.bytes(), CudaRuntime.cudaMemcpyDefault(),
-                        user.handle()), "cudaMemcpyAsync", 0, -1);
+                        user.handle()), "cudaMemcpyAsync", 0);
                 user.synchronize();
                 MemorySegment result = arena.allocate(copy.bytes());
                 copy.copyToHost(result);

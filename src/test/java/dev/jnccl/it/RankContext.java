@@ -176,7 +176,7 @@ final class RankContext implements AutoCloseable {
                 MemorySegment.ofAddress(source.address()), source.bytes(), CudaRuntime.cudaMemcpyDefault(),
                 stream.handle());
         if (code != 0) {
-            throw new CudaException("cudaMemcpyAsync", code, "error " + code, stream.device(), -1);
+            throw new CudaException("cudaMemcpyAsync", code, "error " + code, -1, stream.device());
         }
     }
 

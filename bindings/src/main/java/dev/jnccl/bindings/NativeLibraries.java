@@ -53,7 +53,8 @@ public final class NativeLibraries {
                     + " LD_LIBRARY_PATH, or set -D" + NCCL_PROPERTY + "=/path/to/libnccl.so.2. Without a GPU, use -D"
                     + Backend.PROPERTY + "=host (the host emulation).");
 
-    private static LoadedLibraries loaded;
+    /** The one cache of the loaded libraries in the JVM (core reads it through here, keeps no copy). */
+    private static volatile LoadedLibraries loaded;
 
     private NativeLibraries() {}
 
@@ -63,7 +64,12 @@ public final class NativeLibraries {
      *
      * @throws NativeLoadException when they cannot be found, loaded, or are too old
      */
-    public static synchronized LoadedLibraries load() {
+    public static LoadedLibraries load() {
+        LoadedLibraries result = loaded;
+        return result != null ? result : loadOnce();
+    }
+
+    private static synchronized LoadedLibraries loadOnce() {
         if (loaded != null) {
             return loaded;
         }
@@ -80,7 +86,7 @@ public final class NativeLibraries {
     }
 
     /** The libraries loaded so far, or null when {@link #load()} has not succeeded yet. */
-    public static synchronized LoadedLibraries loadedOrNull() {
+    public static LoadedLibraries loadedOrNull() {
         return loaded;
     }
 

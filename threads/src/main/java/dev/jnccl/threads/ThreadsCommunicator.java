@@ -181,9 +181,9 @@ final class ThreadsCommunicator extends Communicator {
     }
 
     private void copy(DeviceTensor target, DeviceTensor source) {
-        Native.checkCuda(CudaRuntime.cudaMemcpyAsync(MemorySegment.ofAddress(target.address()),
+        Native.checkCudaOnRank(CudaRuntime.cudaMemcpyAsync(MemorySegment.ofAddress(target.address()),
                 MemorySegment.ofAddress(source.address()), source.bytes(), CudaRuntime.cudaMemcpyDefault(),
-                stream().handle()), "cudaMemcpyAsync", device(), rank());
+                stream().handle()), "cudaMemcpyAsync", rank(), device());
     }
 
     /**
