@@ -111,7 +111,7 @@ public class HostCostBenchmark {
             compute.synchronize();
             queue = new QueueBound(commsStream::synchronize);
             System.out.println("# jnccl backend " + comm.backend() + ", NCCL " + comm.ncclVersion() + ", "
-                    + count + " x FP32, non-blocking communicator");
+                    + count + " x FP32, communicator mode " + comm.options().mode());
         }
 
         @Setup(Level.Iteration)
