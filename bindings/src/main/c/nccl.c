@@ -74,7 +74,7 @@
 /* ================================================================ constants */
 
 #define COMM_MAGIC 0x6a6e63636c636f6dull
-#define SEG_VERSION 1
+#define SEG_VERSION 2
 #define HDRQ 64                 /* message sizes queued per channel */
 #define WAIT_SLICE_MS 5         /* every wait re-checks abort/failure this often */
 #define PID_CHECK_NS 100000000ull /* how often waits check that peer processes live */
@@ -112,7 +112,7 @@ typedef struct {
 typedef struct {
   jn_seg_prefix prefix;
   pthread_mutex_t mu;
-  pthread_cond_t cv;
+  jn_pcond cv;  /* a futex, not a pthread_cond_t: see jn_pcond in internal.h */
   uint64_t gen; /* incremented on every state change (lost-wake-up-free waits) */
   int32_t version, nranks;
   int32_t joined, attached, unlinked;
@@ -165,7 +165,7 @@ static void seg_init(void *base, void *arg) {
 
 static void seg_notify(seg_hdr *h) {
   h->gen++;
-  pthread_cond_broadcast(&h->cv);
+  jn_pcond_broadcast(&h->cv);
 }
 
 /* ========================================================= communicator */
