@@ -11,6 +11,7 @@ import dev.jnccl.internal.Events;
 import dev.jnccl.internal.FlightRecorder;
 import dev.jnccl.internal.NcclComm;
 import dev.jnccl.internal.Native;
+import dev.jnccl.internal.Resources;
 import dev.jnccl.internal.Watchdog;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
@@ -111,28 +112,21 @@ public abstract class Communicator implements AutoCloseable {
         Cuda.setDevice(device);
         List<AutoCloseable> created = new ArrayList<>();
         try {
-            this.stream = remember(created, CudaStream.create());
-            this.transactionReady = remember(created, CudaEvent.create());
-            this.operationReady = remember(created, CudaEvent.create());
-            this.commsDone = remember(created, CudaEvent.create());
+            this.stream = Resources.remember(created, CudaStream.create());
+            this.transactionReady = Resources.remember(created, CudaEvent.create());
+            this.operationReady = Resources.remember(created, CudaEvent.create());
+            this.commsDone = Resources.remember(created, CudaEvent.create());
             this.comm = NcclComm.init(id, rank, worldSize, device, options.mode(), options.initTimeout(),
                     initCancellation, nativeLock);
         } catch (RuntimeException e) {
-            closeAll(created, e);
+            Resources.closeAll(created, e, LOG);
             throw e;
         }
         long initMillis = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
         LOG.info("jnccl communicator ready: rank {} of {}, device {}, backend {}, mode {}, NCCL {}, CUDA runtime {}"
                         + " (driver {}), init {} ms", rank, worldSize, device, libraries.backend().id(), options.mode(),
                 libraries.nccl(), libraries.cudaRuntime(), libraries.cudaDriver(), initMillis);
-        if (initEvent.shouldCommit()) {
-            initEvent.rank = rank;
-            initEvent.worldSize = worldSize;
-            initEvent.device = device;
-            initEvent.backend = libraries.backend().id();
-            initEvent.ncclVersion = libraries.nccl().toString();
-            initEvent.commit();
-        }
+        initEvent.commit(rank, worldSize, device, libraries.backend().id(), libraries.nccl().toString());
         watchdog = options.watchdogEnabled()
                 ? new Watchdog(rank, comm, recorder, options.watchdogTimeout(), options.watchdogInterval(),
                         () -> state == State.OPEN, this::abort)
@@ -283,14 +277,7 @@ public abstract class Communicator implements AutoCloseable {
             LOG.debug("rank {} transaction #{}: {} command(s), {} bytes: {}", rank, transaction.number(),
                     executed.size(), bytes(executed), executed);
         }
-        if (event.shouldCommit()) {
-            event.rank = rank;
-            event.sequence = transaction.number();
-            event.commands = executed.size();
-            event.bytes = bytes(executed);
-            event.operations = executed.stream().map(c -> c.getClass().getSimpleName()).toList().toString();
-            event.commit();
-        }
+        event.commit(rank, transaction.number(), executed, bytes(executed));
     }
 
     private void enqueue(Transaction transaction, CudaEvent signal, CommandBuffer buffer, List<Command> executed) {
@@ -649,29 +636,14 @@ public abstract class Communicator implements AutoCloseable {
         if (watchdog != null) {
             watchdog.stop();
         }
-        boolean locked = false;
-        try {
-            locked = nativeLock.tryLock(options.closeTimeout().toNanos(), TimeUnit.NANOSECONDS);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
-        if (!locked) {
-            // A thread is held inside NCCL (blocking mode, a peer gone): abort, which ends that call.
-            abort("close: another thread of rank " + rank + " did not leave NCCL within "
-                    + options.closeTimeout().toMillis() + " ms (CommunicatorOptions.closeTimeout)");
-            try {
-                locked = nativeLock.tryLock(options.closeTimeout().toNanos(), TimeUnit.NANOSECONDS);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
+        // A thread held inside NCCL (blocking mode, a peer gone) is ended by an abort.
+        if (!comm.lockForClose(options.closeTimeout(), () -> abort("close: another thread of rank " + rank
+                + " did not leave NCCL within " + options.closeTimeout().toMillis()
+                + " ms (CommunicatorOptions.closeTimeout)"))) {
+            synchronized (lifecycle) {
+                state = State.CLOSED;
             }
-            if (!locked) {
-                LOG.error("rank {}: close gave up waiting for a thread inside NCCL; its stream and events are left",
-                        rank);
-                synchronized (lifecycle) {
-                    state = State.CLOSED;
-                }
-                return;
-            }
+            return;
         }
         try {
             openTransaction = null;
@@ -689,7 +661,7 @@ public abstract class Communicator implements AutoCloseable {
                 LOG.warn("rank {}: onClose hook failed", rank, e);
             }
             List<AutoCloseable> resources = List.of(commsDone, operationReady, transactionReady, stream);
-            closeAll(resources, null);
+            Resources.closeAll(resources, null, LOG);
         } finally {
             nativeLock.unlock();
         }
@@ -778,25 +750,6 @@ public abstract class Communicator implements AutoCloseable {
      */
     private int ncclOp(ReduceOp op) {
         return op == ReduceOp.AVG && worldSize == 1 ? ReduceOp.SUM.ncclOp() : op.ncclOp();
-    }
-
-    private static <T extends AutoCloseable> T remember(List<AutoCloseable> created, T resource) {
-        created.add(resource);
-        return resource;
-    }
-
-    private static void closeAll(List<AutoCloseable> resources, RuntimeException primary) {
-        for (AutoCloseable resource : resources) {
-            try {
-                resource.close();
-            } catch (Exception e) {
-                if (primary != null) {
-                    primary.addSuppressed(e);
-                } else {
-                    LOG.warn("closing {} failed", resource, e);
-                }
-            }
-        }
     }
 
     @Override

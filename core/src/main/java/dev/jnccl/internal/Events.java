@@ -1,5 +1,7 @@
 package dev.jnccl.internal;
 
+import dev.jnccl.Command;
+import java.util.List;
 import jdk.jfr.Category;
 import jdk.jfr.DataAmount;
 import jdk.jfr.Description;
@@ -26,6 +28,18 @@ public final class Events {
         @Label("Device") public int device;
         @Label("Backend") public String backend;
         @Label("NCCL Version") public String ncclVersion;
+
+        /** Fills in and commits the event when JFR records it (nothing otherwise). */
+        public void commit(int rank, int worldSize, int device, String backend, String ncclVersion) {
+            if (shouldCommit()) {
+                this.rank = rank;
+                this.worldSize = worldSize;
+                this.device = device;
+                this.backend = backend;
+                this.ncclVersion = ncclVersion;
+                commit();
+            }
+        }
     }
 
     @Name("jnccl.Transaction")
@@ -39,6 +53,18 @@ public final class Events {
         @Label("Commands") public int commands;
         @Label("Operations") public String operations;
         @Label("Bytes") @DataAmount public long bytes;
+
+        /** Fills in and commits the event when JFR records it (nothing otherwise). */
+        public void commit(int rank, long sequence, List<Command> commands, long bytes) {
+            if (shouldCommit()) {
+                this.rank = rank;
+                this.sequence = sequence;
+                this.commands = commands.size();
+                this.bytes = bytes;
+                this.operations = commands.stream().map(c -> c.getClass().getSimpleName()).toList().toString();
+                commit();
+            }
+        }
     }
 
     @Name("jnccl.Abort")

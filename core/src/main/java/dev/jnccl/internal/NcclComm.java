@@ -373,6 +373,32 @@ public final class NcclComm {
         }
     }
 
+    /**
+     * Takes the lock for close within {@code timeout}; if a thread still holds it then (held inside
+     * a blocking NCCL call), runs {@code abort} (which ends that call) and tries once more. Returns
+     * whether the caller now holds the lock; false: it gave up, and logged what is left behind.
+     */
+    public boolean lockForClose(Duration timeout, Runnable abort) {
+        if (tryLock(timeout)) {
+            return true;
+        }
+        abort.run();
+        if (tryLock(timeout)) {
+            return true;
+        }
+        LOG.error("rank {}: close gave up waiting for a thread inside NCCL; its stream and events are left", rank);
+        return false;
+    }
+
+    private boolean tryLock(Duration timeout) {
+        try {
+            return lock.tryLock(timeout.toNanos(), TimeUnit.NANOSECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return false;
+        }
+    }
+
     /** Closes the native memory once the handles are gone (after an abort that had to skip it). Caller holds the lock. */
     public void closeArena() {
         if (isReleased() && arena.scope().isAlive()) {
