@@ -806,17 +806,22 @@ static ncclResult_t settle(ncclComm_t c) {
   return ae;
 }
 
+/* A non-blocking communicator for x, polled until ready. */
+static void init_nonblocking(rank_ctx *x) {
+  ncclConfig_t cfg = config_init();
+  cfg.blocking = 0;
+  ncclResult_t rc = ncclCommInitRankConfig(&x->comm, x->w->n, x->w->id, x->rank, &cfg);
+  EXPECT(rc == ncclInProgress || rc == ncclSuccess, "nonblocking init -> %d", rc);
+  EXPECT(settle(x->comm) == ncclSuccess, "nonblocking parent init failed");
+}
+
 /* jnccl's BLOCKING_SPLIT sequence, as NCCL 2.28 behaves: non-blocking parent; its split into a
  * blocking child is ncclInProgress with the child NULL until the parent settles; collectives
  * then run on the blocking child; the child is finalized (blocking) and the parent
  * finalized (non-blocking) before both are destroyed. */
 static void body_split_nonblocking(rank_ctx *x) {
   world *w = x->w;
-  ncclConfig_t cfg = config_init();
-  cfg.blocking = 0;
-  ncclResult_t rc = ncclCommInitRankConfig(&x->comm, w->n, w->id, x->rank, &cfg);
-  EXPECT(rc == ncclInProgress || rc == ncclSuccess, "nonblocking init -> %d", rc);
-  EXPECT(settle(x->comm) == ncclSuccess, "nonblocking parent init failed");
+  init_nonblocking(x);
   ncclConfig_t child_cfg = config_init();
   child_cfg.blocking = 1;
   child_cfg.splitShare = 1;
@@ -849,12 +854,7 @@ static void body_split_nonblocking(rank_ctx *x) {
 
 /* A split that one rank never joins ends when the parent is aborted: the child stays NULL. */
 static void body_split_abort(rank_ctx *x) {
-  world *w = x->w;
-  ncclConfig_t cfg = config_init();
-  cfg.blocking = 0;
-  ncclResult_t rc = ncclCommInitRankConfig(&x->comm, w->n, w->id, x->rank, &cfg);
-  EXPECT(rc == ncclInProgress || rc == ncclSuccess, "nonblocking init -> %d", rc);
-  EXPECT(settle(x->comm) == ncclSuccess, "nonblocking parent init failed");
+  init_nonblocking(x);
   if (x->rank == 0) {
     ncclConfig_t child_cfg = config_init();
     child_cfg.blocking = 1;

@@ -2,16 +2,12 @@ package dev.jnccl.it;
 
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
-import dev.jnccl.CommunicatorMode;
 import dev.jnccl.internal.Native;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.CsvSource;
-import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * {@link MultiProcessLifecycleTest} on real NCCL: W processes on GPU 0, each with its own
@@ -20,7 +16,7 @@ import org.junit.jupiter.params.provider.ValueSource;
  */
 @Tag("gpu")
 @Timeout(value = 900, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
-class GpuMultiProcessLifecycleTest {
+class GpuMultiProcessLifecycleTest extends MultiProcessLifecycleChecks {
     private final MultiProcessWorlds worlds = new MultiProcessWorlds("cuda",
             Map.of("NCCL_SOCKET_IFNAME", "lo", "NCCL_NVLS_ENABLE", "0"));
 
@@ -36,21 +32,8 @@ class GpuMultiProcessLifecycleTest {
                 + "; this test needs a CUDA device and jnccl.backend=cuda or auto");
     }
 
-    @ParameterizedTest(name = "W = {0}")
-    @ValueSource(ints = {2, 4})
-    void everyOperationInBothModes(int world) throws Exception {
-        worlds.everyOperationInBothModes(world);
-    }
-
-    @ParameterizedTest(name = "W = {0}")
-    @ValueSource(ints = {2, 4})
-    void initEndsAtTheDeadlineWhenARankNeverJoins(int world) throws Exception {
-        worlds.rankThatNeverJoins(world);
-    }
-
-    @ParameterizedTest(name = "W = {0}, {1}")
-    @CsvSource({"2, BLOCKING_SPLIT", "2, NON_BLOCKING", "4, BLOCKING_SPLIT", "4, NON_BLOCKING"})
-    void watchdogAbortsWhenARankIsKilled(int world, CommunicatorMode mode) throws Exception {
-        worlds.killedRank(world, mode);
+    @Override
+    MultiProcessWorlds worlds() {
+        return worlds;
     }
 }
