@@ -134,13 +134,23 @@ ncclResult_t jn_seg_attach(const char *name, size_t create_size, void (*init)(vo
 void jn_seg_detach(jn_seg *seg);
 void jn_seg_unlink(const char *name);
 
-/* Process-shared, robust mutex and process-shared CLOCK_MONOTONIC condition variable. */
+/*
+ * Process-shared, robust mutex, and a process-shared condition made of a futex word. Not a
+ * pthread_cond_t: glibc's process-shared condvar keeps waiter state in the shared memory, and a
+ * waiter process killed (SIGKILL) inside pthread_cond_timedwait can leave pthread_cond_broadcast
+ * blocked forever in every other process. A futex holds no such state: a dead waiter is just gone.
+ */
+typedef struct {
+  _Atomic uint32_t seq; /* bumped by every broadcast; waiters sleep on it (FUTEX_WAIT) */
+} jn_pcond;
 void jn_pshared_mutex_init(pthread_mutex_t *mu);
-void jn_pshared_cond_init(pthread_cond_t *cv);
+void jn_pshared_cond_init(jn_pcond *cv);
+/* Wakes every waiter of cv. Call it with the mutex held (that makes waits lost-wake-up-free). */
+void jn_pcond_broadcast(jn_pcond *cv);
 /* Locks a robust mutex; if its previous owner died, makes it consistent and returns 1. */
 int jn_plock(pthread_mutex_t *mu);
 void jn_punlock(pthread_mutex_t *mu);
-/* Timed wait on a process-shared condvar (robust-mutex aware). */
-void jn_pcond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms);
+/* Timed wait on cv (mutex held on entry and exit; robust-mutex aware). May wake spuriously. */
+void jn_pcond_wait_ms(jn_pcond *cv, pthread_mutex_t *mu, long ms);
 
 #endif /* JNCCL_INTERNAL_H */

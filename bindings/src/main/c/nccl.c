@@ -74,7 +74,7 @@
 /* ================================================================ constants */
 
 #define COMM_MAGIC 0x6a6e63636c636f6dull
-#define SEG_VERSION 1
+#define SEG_VERSION 2
 #define HDRQ 64                 /* message sizes queued per channel */
 #define WAIT_SLICE_MS 5         /* every wait re-checks abort/failure this often */
 #define PID_CHECK_NS 100000000ull /* how often waits check that peer processes live */
@@ -112,7 +112,7 @@ typedef struct {
 typedef struct {
   jn_seg_prefix prefix;
   pthread_mutex_t mu;
-  pthread_cond_t cv;
+  jn_pcond cv;  /* a futex, not a pthread_cond_t: see jn_pcond in internal.h */
   uint64_t gen; /* incremented on every state change (lost-wake-up-free waits) */
   int32_t version, nranks;
   int32_t joined, attached, unlinked;
@@ -165,7 +165,7 @@ static void seg_init(void *base, void *arg) {
 
 static void seg_notify(seg_hdr *h) {
   h->gen++;
-  pthread_cond_broadcast(&h->cv);
+  jn_pcond_broadcast(&h->cv);
 }
 
 /* ========================================================= communicator */
@@ -202,6 +202,14 @@ struct ncclComm {
   _Atomic uint64_t next_pid_check;
   /* API-side state */
   uint64_t split_gen;
+  /* A split of a non-blocking communicator runs on a thread, as NCCL's group job does: the
+   * parent's async state is ncclInProgress (split_busy) until the child is ready, and the
+   * caller's newcomm is written only then. split_child (under mu) is the child being set up,
+   * so that ncclCommAbort of the parent can abort its initialisation. */
+  _Atomic int split_busy;
+  int split_thread_live; /* under mu */
+  pthread_t split_thread;
+  struct ncclComm *split_child;
   /* configuration read from the environment at creation */
   uint64_t chunk_env;
   long init_timeout_ms;
@@ -361,9 +369,18 @@ static void init_join(struct ncclComm *c) {
   if (live) pthread_join(c->init_thread, NULL);
 }
 
+static void split_join(struct ncclComm *c) {
+  pthread_mutex_lock(&c->mu);
+  int live = c->split_thread_live;
+  c->split_thread_live = 0;
+  pthread_mutex_unlock(&c->mu);
+  if (live) pthread_join(c->split_thread, NULL);
+}
+
 /* Leaves the segment (unlinking it if this was the last rank attached), unmaps it, frees. */
 static void comm_teardown(struct ncclComm *c) {
   init_join(c);
+  split_join(c);
   if (c->seg != NULL) {
     seg_hdr *h = c->seg->base;
     int unlink_now = 0;
@@ -944,7 +961,7 @@ static ncclResult_t get_comm(const char *fn, ncclComm_t h, struct ncclComm **out
 /* The comm must have finished its initialisation without error (NCCL's ncclCommEnsureReady). */
 static ncclResult_t ensure_ready(const char *fn, struct ncclComm *c) {
   if (atomic_load(&c->aborted)) return failf(ncclInvalidUsage, "%s : the communicator was aborted", fn);
-  if (atomic_load(&c->state) == CS_INIT)
+  if (atomic_load(&c->state) == CS_INIT || atomic_load(&c->split_busy))
     return failf(ncclInvalidArgument,
                  "%s : Attempt to use communicator before the previous operation returned ncclSuccess", fn);
   return comm_async(c);
@@ -958,12 +975,13 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
     comm_put(c);
     return failf(ncclInvalidArgument, "ncclCommGetAsyncError : asyncError argument is NULL");
   }
-  if (atomic_load(&c->state) == CS_INIT) {
+  if (atomic_load(&c->state) == CS_INIT || atomic_load(&c->split_busy)) {
     *asyncError = ncclInProgress;
     comm_put(c);
     return ncclSuccess;
   }
   init_join(c); /* a non-blocking init's thread has finished: join it */
+  split_join(c); /* likewise a non-blocking split's */
   ncclResult_t e = atomic_load(&c->async_err);
   if (e == ncclSuccess && atomic_load(&c->state) == CS_READY) {
     /* A peer that failed because of us (send/recv size mismatch) makes us fail too. */
@@ -1058,9 +1076,11 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   }
   atomic_store(&c->aborted, 1);
   pthread_mutex_lock(&c->mu);
+  if (c->split_child != NULL) atomic_store(&c->split_child->aborted, 1); /* as NCCL's shared abort flag */
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
   init_join(c); /* its waits re-check the abort flag */
+  split_join(c); /* likewise: the split fails and frees the child it was setting up */
   if (c->joined) { /* tell the peers, and wake every waiter of the segment */
     jn_plock(&c->sh->mu);
     seg_rank *me = &c->ranks[c->rank];
@@ -1165,6 +1185,99 @@ static void split_name(char out[64], const char *parent, uint64_t gen, int color
   snprintf(out, 64, NAME_PREFIX "%016llx%016llx", (unsigned long long)h1, (unsigned long long)h2);
 }
 
+/* Exchanges (color, key) through the parent's segment and works out the child's size and
+ * rank (newn = 0 for NCCL_SPLIT_NOCOLOR). Fails on abort, a dead peer, or the init timeout. */
+static ncclResult_t split_exchange(struct ncclComm *c, int color, int key, uint64_t gen, int *newn_out,
+                                   int *newrank_out, op_err *e) {
+  split_arg a = {gen};
+  int n = c->nranks, newn = 0, newrank = 0;
+  jn_plock(&c->sh->mu);
+  c->ranks[c->rank].split[gen & 1].color = color;
+  c->ranks[c->rank].split[gen & 1].key = key;
+  c->ranks[c->rank].split[gen & 1].gen = gen;
+  seg_notify(c->sh);
+  ncclResult_t rc = wait_ranks(c, -1, ready_split, &a, jn_now_ns() + (uint64_t)c->init_timeout_ms * 1000000ull, e);
+  if (rc == ncclSuccess && color != JN_NCCL_SPLIT_NOCOLOR) {
+    for (int r = 0; r < n; r++) { /* new rank = position in (key, old rank) order */
+      const seg_rank *p = &c->ranks[r];
+      if (p->split[gen & 1].color != color) continue;
+      newn++;
+      int pk = p->split[gen & 1].key;
+      if (pk < key || (pk == key && r < c->rank)) newrank++;
+    }
+  }
+  jn_punlock(&c->sh->mu);
+  *newn_out = newn;
+  *newrank_out = newrank;
+  return rc;
+}
+
+typedef struct {
+  struct ncclComm *parent;
+  ncclComm_t *out;
+  int color, key, blocking;
+  uint64_t gen;
+} split_job;
+
+/* Records a failure of an asynchronous operation of c as its async error (locally, as NCCL's
+ * ncclCommSetAsyncError: the peers are not told). */
+static void comm_set_async_local(struct ncclComm *c, ncclResult_t code, const char *text) {
+  pthread_mutex_lock(&c->mu);
+  if (atomic_load(&c->async_err) == ncclSuccess) {
+    text_copy(c->async_text, sizeof c->async_text, text);
+    atomic_store(&c->async_err, code);
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* The split of a non-blocking parent, on its own thread: exchange, create the child, wait for
+ * all its ranks, then publish the handle and leave ncclInProgress (NCCL sets *newcomm only
+ * when the child is complete). The parent outlives the thread: abort, destroy and teardown
+ * join it first, and destroy/finalize refuse while the split is running. */
+static void *split_main(void *arg) {
+  split_job *j = arg;
+  struct ncclComm *c = j->parent;
+  op_err e = {ncclSuccess, -1, ""};
+  int newn = 0, newrank = 0;
+  ncclResult_t rc = split_exchange(c, j->color, j->key, j->gen, &newn, &newrank, &e);
+  if (rc == ncclSuccess && j->color != JN_NCCL_SPLIT_NOCOLOR) {
+    char name[64];
+    split_name(name, c->name, j->gen, j->color);
+    struct ncclComm *nc = comm_new(newn, name, newrank, c->device, j->blocking);
+    if (nc == NULL) {
+      rc = ncclSystemError;
+      errf(&e, rc, -1, "out of memory");
+    } else {
+      pthread_mutex_lock(&c->mu);
+      c->split_child = nc;
+      if (atomic_load(&c->aborted)) atomic_store(&nc->aborted, 1);
+      pthread_mutex_unlock(&c->mu);
+      rendezvous(nc);
+      pthread_mutex_lock(&c->mu);
+      c->split_child = NULL;
+      pthread_mutex_unlock(&c->mu);
+      if (atomic_load(&nc->state) != CS_READY) {
+        rc = atomic_load(&nc->async_err);
+        pthread_mutex_lock(&nc->mu);
+        errf(&e, rc == ncclSuccess ? ncclSystemError : rc, -1, "%s", nc->async_text);
+        pthread_mutex_unlock(&nc->mu);
+        rc = e.code;
+        comm_discard(nc);
+      } else {
+        *j->out = nc;
+      }
+    }
+  }
+  if (rc != ncclSuccess) {
+    char text[300];
+    snprintf(text, sizeof text, "ncclCommSplit : %s", e.text);
+    comm_set_async_local(c, rc, text);
+  }
+  atomic_store(&c->split_busy, 0); /* after *out: who sees "not in progress" sees the handle */
+  free(j);
+  return NULL;
+}
+
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
   static const char fn[] = "ncclCommSplit";
   struct ncclComm *c;
@@ -1179,28 +1292,37 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     comm_put(c);
     return rc;
   }
-  /* Exchange (color, key) through the parent's segment. This exchange is synchronous even
-   * for a non-blocking config; only the child's rendezvous runs in the background. */
   uint64_t gen = ++c->split_gen;
-  op_err e = {ncclSuccess, -1, ""};
-  split_arg a = {gen};
-  int n = c->nranks, newn = 0, newrank = 0;
-  jn_plock(&c->sh->mu);
-  c->ranks[c->rank].split[gen & 1].color = color;
-  c->ranks[c->rank].split[gen & 1].key = key;
-  c->ranks[c->rank].split[gen & 1].gen = gen;
-  seg_notify(c->sh);
-  rc = wait_ranks(c, -1, ready_split, &a, jn_now_ns() + (uint64_t)c->init_timeout_ms * 1000000ull, &e);
-  if (rc == ncclSuccess && color != JN_NCCL_SPLIT_NOCOLOR) {
-    for (int r = 0; r < n; r++) { /* new rank = position in (key, old rank) order */
-      const seg_rank *p = &c->ranks[r];
-      if (p->split[gen & 1].color != color) continue;
-      newn++;
-      int pk = p->split[gen & 1].key;
-      if (pk < key || (pk == key && r < c->rank)) newrank++;
+  if (!c->blocking) {
+    /* As NCCL: the split is a job of the parent's group, which is non-blocking because the
+     * parent is, whatever the child's config says. *newcomm is NULL until the parent's async
+     * state leaves ncclInProgress; then it is the ready child (or NULL for NOCOLOR/failure). */
+    *newcomm = NULL;
+    split_job *j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+      comm_put(c);
+      return failf(ncclSystemError, "%s : out of memory", fn);
     }
+    *j = (split_job){c, newcomm, color, key, blocking, gen};
+    atomic_store(&c->split_busy, 1);
+    pthread_mutex_lock(&c->mu);
+    int err = pthread_create(&c->split_thread, NULL, split_main, j);
+    c->split_thread_live = err == 0;
+    pthread_mutex_unlock(&c->mu);
+    if (err != 0) {
+      atomic_store(&c->split_busy, 0);
+      free(j);
+      comm_put(c);
+      return failf(ncclSystemError, "%s : cannot start the split thread: %s", fn, strerror(err));
+    }
+    comm_put(c);
+    return ncclInProgress;
   }
-  jn_punlock(&c->sh->mu);
+  /* A blocking parent: the exchange and (for a blocking child) the child's rendezvous happen
+   * here; a non-blocking child's rendezvous runs in the background. */
+  op_err e = {ncclSuccess, -1, ""};
+  int newn = 0, newrank = 0;
+  rc = split_exchange(c, color, key, gen, &newn, &newrank, &e);
   if (rc != ncclSuccess) {
     *newcomm = NULL;
     rc = failf(rc, "%s : %s", fn, e.text);

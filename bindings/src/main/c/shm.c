@@ -16,11 +16,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static pthread_mutex_t g_seg_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -175,13 +178,12 @@ void jn_pshared_mutex_init(pthread_mutex_t *mu) {
   pthread_mutexattr_destroy(&a);
 }
 
-void jn_pshared_cond_init(pthread_cond_t *cv) {
-  pthread_condattr_t a;
-  pthread_condattr_init(&a);
-  pthread_condattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-  pthread_cond_init(cv, &a);
-  pthread_condattr_destroy(&a);
+void jn_pshared_cond_init(jn_pcond *cv) { atomic_store(&cv->seq, 0); }
+
+void jn_pcond_broadcast(jn_pcond *cv) {
+  atomic_fetch_add(&cv->seq, 1);
+  /* A shared (not FUTEX_PRIVATE) futex: the word lives in a mapping shared between processes. */
+  syscall(SYS_futex, (uint32_t *)&cv->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
 int jn_plock(pthread_mutex_t *mu) {
@@ -195,8 +197,12 @@ int jn_plock(pthread_mutex_t *mu) {
 
 void jn_punlock(pthread_mutex_t *mu) { pthread_mutex_unlock(mu); }
 
-void jn_pcond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms) {
-  struct timespec ts;
-  jn_deadline_ms(&ts, ms);
-  if (pthread_cond_timedwait(cv, mu, &ts) == EOWNERDEAD) pthread_mutex_consistent(mu);
+void jn_pcond_wait_ms(jn_pcond *cv, pthread_mutex_t *mu, long ms) {
+  /* The sequence is read with the mutex held, and broadcasts bump it with the mutex held: a
+   * broadcast after the unlock changes the word, so FUTEX_WAIT returns at once (no lost wake-up). */
+  uint32_t seen = atomic_load(&cv->seq);
+  pthread_mutex_unlock(mu);
+  struct timespec rel = {ms / 1000, (ms % 1000) * 1000000L};
+  syscall(SYS_futex, (uint32_t *)&cv->seq, FUTEX_WAIT, seen, &rel, NULL, 0);
+  jn_plock(mu);
 }

@@ -809,11 +809,101 @@ static void body_duplicate(rank_ctx *x) {
   EXPECT(strstr(ncclGetLastError(NULL), "Duplicate GPU detected") != NULL, "text: %s", ncclGetLastError(NULL));
 }
 
+/* Polls a non-blocking communicator's async state until it leaves ncclInProgress (30 s cap). */
+static ncclResult_t settle(ncclComm_t c) {
+  ncclResult_t ae = ncclInProgress;
+  double t0 = now_s();
+  while (ae == ncclInProgress && now_s() - t0 < 30) {
+    NK(ncclCommGetAsyncError(c, &ae));
+    if (ae == ncclInProgress) sleep_ms(1);
+  }
+  return ae;
+}
+
+/* A non-blocking communicator for x, polled until ready. */
+static void init_nonblocking(rank_ctx *x) {
+  ncclConfig_t cfg = config_init();
+  cfg.blocking = 0;
+  ncclResult_t rc = ncclCommInitRankConfig(&x->comm, x->w->n, x->w->id, x->rank, &cfg);
+  EXPECT(rc == ncclInProgress || rc == ncclSuccess, "nonblocking init -> %d", rc);
+  EXPECT(settle(x->comm) == ncclSuccess, "nonblocking parent init failed");
+}
+
+/* jnccl's BLOCKING_SPLIT sequence, as NCCL 2.28 behaves: non-blocking parent; its split into a
+ * blocking child is ncclInProgress with the child NULL until the parent settles; collectives
+ * then run on the blocking child; the child is finalized (blocking) and the parent
+ * finalized (non-blocking) before both are destroyed. */
+static void body_split_nonblocking(rank_ctx *x) {
+  world *w = x->w;
+  init_nonblocking(x);
+  ncclConfig_t child_cfg = config_init();
+  child_cfg.blocking = 1;
+  child_cfg.splitShare = 1;
+  ncclComm_t child = (ncclComm_t)(uintptr_t)1; /* must be overwritten with NULL at once */
+  if (x->rank == 0) barrier(x); /* rank 0 splits only after the others: its split must wait */
+  EXPECT_NCCL(ncclCommSplit(x->comm, 0, x->rank, &child, &child_cfg), ncclInProgress);
+  /* The others' splits cannot finish before rank 0 splits (after this barrier): their child is
+   * still NULL. (Rank 0's may be written by the split thread at any moment: not read here.) */
+  if (x->rank != 0) {
+    EXPECT(child == NULL, "split of a non-blocking parent: child %p before the parent settled", (void *)child);
+    barrier(x);
+  }
+  EXPECT(settle(x->comm) == ncclSuccess, "split: parent async state");
+  EXPECT(child != NULL, "split: child still NULL after the parent settled");
+  if (child == NULL) return;
+  int n, r;
+  NK(ncclCommCount(child, &n));
+  NK(ncclCommUserRank(child, &r));
+  EXPECT(n == w->n && r == x->rank, "split child: rank %d of %d", r, n);
+  ncclComm_t parent = x->comm;
+  x->comm = child; /* coll_case runs on x->comm: a blocking call returns ncclSuccess */
+  CK(cudaStreamCreateWithFlags(&x->stream, JN_cudaStreamNonBlocking));
+  coll_case(x, C_REDUCESCATTER, ncclFloat32, ncclSum, 1, 777, 0);
+  coll_case(x, C_ALLGATHER, ncclBfloat16, ncclSum, 0, 333, 0);
+  CK(cudaStreamSynchronize(x->stream));
+  NK(ncclCommFinalize(child)); /* blocking: returns when flushed */
+  NK(ncclCommDestroy(child));
+  EXPECT_NCCL(ncclCommFinalize(parent), ncclInProgress);
+  EXPECT(settle(parent) == ncclSuccess, "parent finalize");
+  NK(ncclCommDestroy(parent));
+  CK(cudaStreamDestroy(x->stream));
+  x->comm = NULL;
+}
+
+/* A split that one rank never joins ends when the parent is aborted: the child stays NULL. */
+static void body_split_abort(rank_ctx *x) {
+  init_nonblocking(x);
+  if (x->rank == 0) {
+    ncclConfig_t child_cfg = config_init();
+    child_cfg.blocking = 1;
+    child_cfg.splitShare = 1;
+    ncclComm_t child = NULL;
+    EXPECT_NCCL(ncclCommSplit(x->comm, 0, 0, &child, &child_cfg), ncclInProgress);
+    sleep_ms(50);
+    ncclResult_t ae;
+    NK(ncclCommGetAsyncError(x->comm, &ae));
+    EXPECT(ae == ncclInProgress && child == NULL, "split without the peers: state %d, child %p", ae, (void *)child);
+    EXPECT_NCCL(ncclCommDestroy(x->comm), ncclInvalidArgument); /* not while the split runs */
+    double t0 = now_s();
+    NK(ncclCommAbort(x->comm));
+    EXPECT(now_s() - t0 < 5, "abort during a split took %.2f s", now_s() - t0);
+    EXPECT(child == NULL, "aborted split published a child %p", (void *)child);
+  }
+  barrier(x);
+  if (x->rank != 0) NK(ncclCommAbort(x->comm));
+  x->comm = NULL;
+}
+
 static void test_init_and_split(void) {
   run_world(3, body_nonblocking, NULL, 1);
   NO_SHM_LEFT("nonblocking init");
   run_world(4, body_split, NULL, 0);
   run_world(5, body_split, NULL, 0);
+  run_world(2, body_split_nonblocking, NULL, 1);
+  run_world(4, body_split_nonblocking, NULL, 1);
+  NO_SHM_LEFT("non-blocking split");
+  run_world(3, body_split_abort, NULL, 1);
+  NO_SHM_LEFT("aborted split");
   test_init_all();
   run_world(2, body_duplicate, NULL, 1);
   NO_SHM_LEFT("duplicate GPU");

@@ -1,8 +1,16 @@
 /*
  * transaction_overhead.c - host cost of jnccl's native calls, made from C: the baseline of
- * dev.jnccl.examples.bench.HostCostBenchmark (JMH). World size 1 on device 0, small tensors.
+ * dev.jnccl.examples.bench.HostCostBenchmark (JMH) and of MultiRankHostCost. Small tensors; world
+ * size 1 by default, or one rank of W processes (--world W --rank R --id-file F: rank 0 writes each
+ * communicator's ncclUniqueId to F.<n> atomically, by writing F.<n>.tmp and renaming it, the
+ * others poll for it; rank 0 removes the file once all ranks have joined).
  *
- * Cases (each with a blocking and a non-blocking communicator; jnccl's are non-blocking):
+ * Communicators (-m): blocking, nonblocking, split (jnccl's default CommunicatorMode.BLOCKING_SPLIT:
+ * a non-blocking parent, split with ncclCommSplit(parent, 0, rank, &child, {blocking = 1,
+ * splitShare = 1}); the child handle appears once the parent's async state leaves ncclInProgress;
+ * the work runs on the blocking child), both (= blocking + nonblocking), all (the three).
+ *
+ * Cases (each with every communicator chosen):
  *   transaction        cudaStreamWaitEvent(comms, ready) + ncclGroupStart + ncclReduceScatter (in
  *                      place) + ncclAllGather (in place) + ncclGroupEnd + cudaEventRecord(signal, comms)
  *   allreduce          ncclAllReduce (in place) alone on the comms stream
@@ -38,8 +46,23 @@
  *                             [-c COUNT] [-m both|blocking|nonblocking] [-d DEVICE]
  */
 #define _POSIX_C_SOURCE 200809L
+#ifdef JNCCL_HOST_ABI
+/* Built against jnccl's host emulation without NVIDIA's headers: its own declarations of the same
+ * ABI (bindings/src/main/c/jnccl_abi.h), plus the macros of the real headers used here. */
+#include "jnccl_abi.h"
+#define cudaStreamNonBlocking JN_cudaStreamNonBlocking
+#define cudaEventDisableTiming JN_cudaEventDisableTiming
+#define NCCL_CONFIG_UNDEF_INT JN_NCCL_CONFIG_UNDEF_INT
+#define NCCL_CONFIG_INITIALIZER                                                                       \
+  {sizeof(ncclConfig_t), JN_NCCL_CONFIG_MAGIC, JNCCL_NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_INT,         \
+   NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NULL, NCCL_CONFIG_UNDEF_INT,     \
+   NCCL_CONFIG_UNDEF_INT, NULL, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,     \
+   NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT}
+#else
 #include <cuda_runtime.h>
 #include <nccl.h>
+#endif
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,9 +99,18 @@
     }                                                                                       \
   } while (0)
 
+enum { COMM_NONBLOCKING = 0, COMM_BLOCKING = 1, COMM_SPLIT = 2 };
+static const char *COMM_NAMES[] = {"nonblocking", "blocking", "split"};
+
+static int g_world = 1, g_rank = 0;
+static const char *g_id_file = NULL;
+static int g_comm_seq = 0; /* communicators created so far: names the id file of the next one */
+
 typedef struct {
   int blocking;
-  ncclComm_t comm;
+  int kind;          /* COMM_* */
+  ncclComm_t comm;   /* the communicator the work runs on */
+  ncclComm_t parent; /* COMM_SPLIT: the non-blocking parent */
   cudaStream_t comms;   /* the communicator's comms stream */
   cudaStream_t compute; /* the "training" stream the ready event was recorded on */
   cudaEvent_t ready;
@@ -102,10 +134,10 @@ static double now_seconds(void) {
 }
 
 /* Non-blocking communicator: wait until the last call's asynchronous part has finished. */
-static void await_comm(bench_t *b, const char *what) {
+static void await_handle(ncclComm_t comm, const char *what) {
   ncclResult_t state;
   for (;;) {
-    NCCL_CHECK(ncclCommGetAsyncError(b->comm, &state));
+    NCCL_CHECK(ncclCommGetAsyncError(comm, &state));
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) {
       fprintf(stderr, "%s failed asynchronously: %s (%d)\n", what, ncclGetErrorString(state), (int)state);
@@ -114,6 +146,8 @@ static void await_comm(bench_t *b, const char *what) {
     CPU_RELAX();
   }
 }
+
+static void await_comm(bench_t *b, const char *what) { await_handle(b->comm, what); }
 
 /* The result of ncclGroupEnd or of an ungrouped collective. */
 static inline void ended(bench_t *b, ncclResult_t result, const char *what) {
@@ -160,11 +194,51 @@ static void allreduce_ordered(bench_t *b) {
   bound(b);
 }
 
-static void setup(bench_t *b, int device, size_t count, int blocking) {
+/* The unique id of the next communicator: made by rank 0 (whose process hosts NCCL's bootstrap
+ * listener), handed to the others through the id file; world size 1 needs no file. */
+static ncclUniqueId next_unique_id(char *path, size_t path_size) {
+  ncclUniqueId id;
+  path[0] = '\0';
+  int seq = g_comm_seq++;
+  if (g_world == 1 || g_id_file == NULL) {
+    NCCL_CHECK(ncclGetUniqueId(&id));
+    return id;
+  }
+  snprintf(path, path_size, "%s.%d", g_id_file, seq);
+  if (g_rank == 0) {
+    NCCL_CHECK(ncclGetUniqueId(&id));
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (f == NULL || fwrite(&id, sizeof id, 1, f) != 1 || fclose(f) != 0 || rename(tmp, path) != 0) {
+      perror(tmp);
+      exit(1);
+    }
+    return id;
+  }
+  double deadline = now_seconds() + 120;
+  for (;;) {
+    FILE *f = fopen(path, "rb");
+    if (f != NULL) {
+      size_t got = fread(&id, sizeof id, 1, f);
+      fclose(f);
+      if (got == 1) return id;
+    }
+    if (now_seconds() > deadline) {
+      fprintf(stderr, "rank %d: no unique id in %s after 120 s\n", g_rank, path);
+      exit(1);
+    }
+    struct timespec pause = {0, 2000000};
+    nanosleep(&pause, NULL);
+  }
+}
+
+static void setup(bench_t *b, int device, size_t count, int kind) {
   memset(b, 0, sizeof *b);
-  b->blocking = blocking;
+  b->kind = kind;
+  b->blocking = kind != COMM_NONBLOCKING;
   b->count = count;
-  b->shardCount = count; /* world size 1 */
+  b->shardCount = count / (size_t)g_world;
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&b->comms, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&b->compute, cudaStreamNonBlocking));
@@ -173,22 +247,53 @@ static void setup(bench_t *b, int device, size_t count, int blocking) {
   CUDA_CHECK(cudaEventCreateWithFlags(&b->ready2, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming));
   CUDA_CHECK(cudaMalloc((void **)&b->buffer, count * sizeof(float)));
-  b->shard = b->buffer;
+  b->shard = b->buffer + (size_t)g_rank * b->shardCount;
   CUDA_CHECK(cudaMemsetAsync(b->buffer, 0, count * sizeof(float), b->compute));
   CUDA_CHECK(cudaEventRecord(b->ready, b->compute));
   CUDA_CHECK(cudaStreamSynchronize(b->compute));
 
-  ncclUniqueId id;
-  NCCL_CHECK(ncclGetUniqueId(&id));
+  char path[4200];
+  ncclUniqueId id = next_unique_id(path, sizeof path);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = blocking;
-  ended(b, ncclCommInitRankConfig(&b->comm, 1, id, 0, &config), "ncclCommInitRankConfig");
+  config.blocking = kind == COMM_BLOCKING;
+  ended(b, ncclCommInitRankConfig(&b->comm, g_world, id, g_rank, &config), "ncclCommInitRankConfig");
+  if (kind == COMM_SPLIT) {
+    b->parent = b->comm;
+    b->comm = NULL;
+    ncclConfig_t child = NCCL_CONFIG_INITIALIZER;
+    child.blocking = 1;
+    child.splitShare = 1;
+    double start = now_seconds();
+    ncclResult_t r = ncclCommSplit(b->parent, 0, g_rank, &b->comm, &child);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      fprintf(stderr, "ncclCommSplit failed: %s (%d)\n", ncclGetErrorString(r), (int)r);
+      exit(1);
+    }
+    /* The child appears once the parent's async state has left ncclInProgress. */
+    await_handle(b->parent, "ncclCommSplit (parent)");
+    while (b->comm == NULL) {
+      if (now_seconds() - start > 120) {
+        fprintf(stderr, "ncclCommSplit: no child communicator after 120 s\n");
+        exit(1);
+      }
+      CPU_RELAX();
+    }
+    await_handle(b->comm, "ncclCommSplit (child)");
+    printf("# rank %d: split into a blocking child took %.3f ms\n", g_rank, (now_seconds() - start) * 1e3);
+  }
+  if (path[0] != '\0' && g_rank == 0) unlink(path); /* every rank has joined: the id was read */
 }
 
 static void teardown(bench_t *b) {
   CUDA_CHECK(cudaStreamSynchronize(b->comms));
   ended(b, ncclCommFinalize(b->comm), "ncclCommFinalize");
   NCCL_CHECK(ncclCommDestroy(b->comm));
+  if (b->parent != NULL) {
+    ncclResult_t r = ncclCommFinalize(b->parent);
+    if (r == ncclInProgress) await_handle(b->parent, "ncclCommFinalize (parent)");
+    else NCCL_CHECK(r);
+    NCCL_CHECK(ncclCommDestroy(b->parent));
+  }
   CUDA_CHECK(cudaFree(b->buffer));
   CUDA_CHECK(cudaStreamSynchronize(b->compute));
   CUDA_CHECK(cudaEventDestroy(b->done));
@@ -220,14 +325,15 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static void measure(const char *name, op_fn op, int device, size_t count, int blocking, long iterations, int reps,
+static void measure(const char *name, op_fn op, int device, size_t count, int kind, long iterations, int reps,
                     long warmup, double maxSeconds) {
   bench_t b;
-  setup(&b, device, count, blocking);
+  setup(&b, device, count, kind);
   double warm = run(&b, op, warmup, NULL);
   long iters = iterations;
   double perRep = warm * 1e-6 * (double)iters;
-  if (perRep > maxSeconds) {
+  /* Ranks of one world must make the same number of calls: no per-rank adjustment there. */
+  if (perRep > maxSeconds && g_world == 1) {
     iters = (long)(maxSeconds / (warm * 1e-6)) / SYNC_EVERY * SYNC_EVERY;
     if (iters < 4 * SYNC_EVERY) iters = 4 * SYNC_EVERY;
   }
@@ -246,9 +352,9 @@ static void measure(const char *name, op_fn op, int device, size_t count, int bl
   teardown(&b);
   double enqueueMedian = median(enqueue, reps);
   double allMedian = median(samples, reps);
-  printf("RESULT case=%s comm=%s median_us=%.3f min_us=%.3f max_us=%.3f enqueue_median_us=%.3f iters=%ld reps=%d"
-         " warmup_us=%.3f samples_us=%s\n",
-         name, blocking ? "blocking" : "nonblocking", allMedian, samples[0], samples[reps - 1], enqueueMedian, iters,
+  printf("RESULT case=%s comm=%s world=%d rank=%d median_us=%.3f min_us=%.3f max_us=%.3f enqueue_median_us=%.3f"
+         " iters=%ld reps=%d warmup_us=%.3f samples_us=%s\n",
+         name, COMM_NAMES[kind], g_world, g_rank, allMedian, samples[0], samples[reps - 1], enqueueMedian, iters,
          reps, warm, all);
   fflush(stdout);
   free(enqueue);
@@ -258,7 +364,8 @@ static void measure(const char *name, op_fn op, int device, size_t count, int bl
 static void usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s [-n ITERS] [-r REPS] [-w WARMUP] [-t MAX_SECONDS_PER_REP] [-c COUNT]"
-          " [-m both|blocking|nonblocking] [-d DEVICE]\n",
+          " [-m both|all|blocking|nonblocking|split] [-d DEVICE] [--cases transaction,allreduce,allreduce_ordered]"
+          " [--world W --rank R --id-file FILE]\n",
           argv0);
   exit(2);
 }
@@ -269,9 +376,19 @@ int main(int argc, char **argv) {
   size_t count = 1024;
   double maxSeconds = 2.0;
   const char *mode = "both";
+  const char *cases = "transaction,allreduce,allreduce_ordered";
+  static const struct option longs[] = {{"world", required_argument, NULL, 'W'},
+                                        {"rank", required_argument, NULL, 'R'},
+                                        {"id-file", required_argument, NULL, 'I'},
+                                        {"cases", required_argument, NULL, 'C'},
+                                        {NULL, 0, NULL, 0}};
   int opt;
-  while ((opt = getopt(argc, argv, "n:r:w:t:c:m:d:h")) != -1) {
+  while ((opt = getopt_long(argc, argv, "n:r:w:t:c:m:d:h", longs, NULL)) != -1) {
     switch (opt) {
+      case 'W': g_world = atoi(optarg); break;
+      case 'R': g_rank = atoi(optarg); break;
+      case 'I': g_id_file = optarg; break;
+      case 'C': cases = optarg; break;
       case 'n': iterations = atol(optarg); break;
       case 'r': reps = atoi(optarg); break;
       case 'w': warmup = atol(optarg); break;
@@ -283,14 +400,28 @@ int main(int argc, char **argv) {
     }
   }
   if (iterations < 1 || reps < 1 || warmup < 1 || count < 1 || maxSeconds <= 0) usage(argv[0]);
-  int modes[2], nmodes = 0;
+  if (g_world < 1 || g_rank < 0 || g_rank >= g_world || (g_world > 1 && g_id_file == NULL)) {
+    fprintf(stderr, "bad --world %d / --rank %d (a world above 1 needs --id-file)\n", g_world, g_rank);
+    usage(argv[0]);
+  }
+  if (count % (size_t)g_world != 0) {
+    fprintf(stderr, "-c %zu is not divisible by the world size %d\n", count, g_world);
+    usage(argv[0]);
+  }
+  int modes[3], nmodes = 0;
   if (strcmp(mode, "both") == 0) {
-    modes[nmodes++] = 0;
-    modes[nmodes++] = 1;
+    modes[nmodes++] = COMM_NONBLOCKING;
+    modes[nmodes++] = COMM_BLOCKING;
+  } else if (strcmp(mode, "all") == 0) {
+    modes[nmodes++] = COMM_NONBLOCKING;
+    modes[nmodes++] = COMM_BLOCKING;
+    modes[nmodes++] = COMM_SPLIT;
   } else if (strcmp(mode, "nonblocking") == 0) {
-    modes[nmodes++] = 0;
+    modes[nmodes++] = COMM_NONBLOCKING;
   } else if (strcmp(mode, "blocking") == 0) {
-    modes[nmodes++] = 1;
+    modes[nmodes++] = COMM_BLOCKING;
+  } else if (strcmp(mode, "split") == 0) {
+    modes[nmodes++] = COMM_SPLIT;
   } else {
     usage(argv[0]);
   }
@@ -299,14 +430,18 @@ int main(int argc, char **argv) {
   NCCL_CHECK(ncclGetVersion(&ncclVersion));
   CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
   CUDA_CHECK(cudaDriverGetVersion(&driver));
-  printf("# transaction_overhead: NCCL %d, CUDA runtime %d, driver %d, device %d, %zu x float32,"
+  printf("# transaction_overhead: NCCL %d, CUDA runtime %d, driver %d, device %d, rank %d of %d, %zu x float32,"
          " sync every %d, %d reps of up to %ld iterations (max %.1f s each) after %ld warmup\n",
-         ncclVersion, runtime, driver, device, count, SYNC_EVERY, reps, iterations, maxSeconds, warmup);
+         ncclVersion, runtime, driver, device, g_rank, g_world, count, SYNC_EVERY, reps, iterations, maxSeconds,
+         warmup);
   fflush(stdout);
   for (int m = 0; m < nmodes; m++) {
-    measure("transaction", transaction, device, count, modes[m], iterations, reps, warmup, maxSeconds);
-    measure("allreduce", allreduce, device, count, modes[m], iterations, reps, warmup, maxSeconds);
-    measure("allreduce_ordered", allreduce_ordered, device, count, modes[m], iterations, reps, warmup, maxSeconds);
+    if (strstr(cases, "transaction"))
+      measure("transaction", transaction, device, count, modes[m], iterations, reps, warmup, maxSeconds);
+    if (strstr(cases, "allreduce,") || (strlen(cases) >= 9 && strcmp(cases + strlen(cases) - 9, "allreduce") == 0))
+      measure("allreduce", allreduce, device, count, modes[m], iterations, reps, warmup, maxSeconds);
+    if (strstr(cases, "allreduce_ordered"))
+      measure("allreduce_ordered", allreduce_ordered, device, count, modes[m], iterations, reps, warmup, maxSeconds);
   }
   return 0;
 }

@@ -1,31 +1,26 @@
 package dev.jnccl;
 
-import static java.lang.foreign.ValueLayout.ADDRESS;
-import static java.lang.foreign.ValueLayout.JAVA_INT;
-
 import dev.jnccl.bindings.LoadedLibraries;
-import dev.jnccl.bindings.NcclConfigs;
 import dev.jnccl.bindings.NcclFeature;
-import dev.jnccl.bindings.nccl.Nccl;
-import dev.jnccl.bindings.nccl.ncclConfig_t;
 import dev.jnccl.cuda.Cuda;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaException;
 import dev.jnccl.cuda.CudaStream;
+import dev.jnccl.internal.Backoff;
 import dev.jnccl.internal.Events;
 import dev.jnccl.internal.FlightRecorder;
+import dev.jnccl.internal.NcclComm;
 import dev.jnccl.internal.Native;
 import dev.jnccl.internal.NcclTypes;
-import java.lang.foreign.Arena;
-import java.lang.foreign.MemorySegment;
+import dev.jnccl.internal.Resources;
+import dev.jnccl.internal.Watchdog;
 import java.nio.ByteBuffer;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.Supplier;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -39,16 +34,14 @@ import org.slf4j.LoggerFactory;
  * {@link #device()} (the factories set it). Calls are serialized internally; {@link #abort},
  * {@link #close}, {@link #isAborted} and the watchdog may act from any thread.
  *
- * <p><b>Lifecycle.</b> Communicators are created non-blocking ({@code ncclConfig_t.blocking = 0}):
- * init, finalize and the wait for pending work are polled against the deadlines of
- * {@link CommunicatorOptions}, and past a deadline the communicator is aborted instead of hanging
- * the caller. After an abort every use throws {@link CommunicatorAbortedException} with the reason.
- * {@link #close()} is idempotent and bounded.
+ * <p><b>Lifecycle.</b> Init and close are bounded by the deadlines of {@link CommunicatorOptions}:
+ * past a deadline the communicator is aborted instead of hanging the caller. How NCCL is driven
+ * (and what each way costs per transaction) is the {@link CommunicatorMode}. After an abort every
+ * use throws {@link CommunicatorAbortedException} with the reason. {@link #close()} is idempotent
+ * and bounded.
  */
 public abstract class Communicator implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(Communicator.class);
-    private static final int NCCL_SUCCESS = Nccl.ncclSuccess();
-    private static final int NCCL_IN_PROGRESS = Nccl.ncclInProgress();
 
     private enum State { OPEN, ABORTED, CLOSED }
 
@@ -58,19 +51,16 @@ public abstract class Communicator implements AutoCloseable {
     private final CommunicatorOptions options;
     private final LoadedLibraries libraries;
     private final CudaStream stream;
-    /** Serializes every native call that uses {@link #comm}; abort and close take it too. */
+    /** Serializes every call into NCCL and on the comms stream; abort and close take it too. */
     private final ReentrantLock nativeLock = new ReentrantLock();
-    private final Arena arena = Arena.ofShared();
-    private final MemorySegment ownerAsyncError;
-    private final MemorySegment watchdogAsyncError;
     private final CudaEvent transactionReady;
     private final CudaEvent operationReady;
     private final CudaEvent commsDone;
     private final FlightRecorder recorder;
     private final Object lifecycle = new Object();
-    private final Thread watchdog;
+    private final NcclComm comm;
+    private final Watchdog watchdog;
 
-    private MemorySegment comm;
     private volatile State state = State.OPEN;
     private volatile String abortReason;
     private Transaction openTransaction;
@@ -107,7 +97,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param initCancellation polled while waiting; a non-null answer is the reason the init ends
      */
     protected Communicator(UniqueId id, int rank, int worldSize, int device, CommunicatorOptions options,
-                           java.util.function.Supplier<String> initCancellation) {
+                           Supplier<String> initCancellation) {
         Objects.requireNonNull(initCancellation, "Communicator: initCancellation is null");
         Objects.requireNonNull(id, "Communicator: unique id is null");
         Objects.requireNonNull(options, "Communicator: options are null");
@@ -128,8 +118,6 @@ public abstract class Communicator implements AutoCloseable {
         this.device = device;
         this.options = options;
         this.recorder = new FlightRecorder(options.flightRecorderSize());
-        this.ownerAsyncError = arena.allocate(JAVA_INT);
-        this.watchdogAsyncError = arena.allocate(JAVA_INT);
 
         Events.CommInit initEvent = new Events.CommInit();
         initEvent.begin();
@@ -137,34 +125,25 @@ public abstract class Communicator implements AutoCloseable {
         Cuda.setDevice(device);
         List<AutoCloseable> created = new ArrayList<>();
         try {
-            this.stream = remember(created, CudaStream.create());
-            this.transactionReady = remember(created, CudaEvent.create());
-            this.operationReady = remember(created, CudaEvent.create());
-            this.commsDone = remember(created, CudaEvent.create());
-            this.comm = initComm(id, initCancellation);
+            this.stream = Resources.remember(created, CudaStream.create());
+            this.transactionReady = Resources.remember(created, CudaEvent.create());
+            this.operationReady = Resources.remember(created, CudaEvent.create());
+            this.commsDone = Resources.remember(created, CudaEvent.create());
+            this.comm = NcclComm.init(id, rank, worldSize, device, options.mode(), options.initTimeout(),
+                    initCancellation, nativeLock);
         } catch (RuntimeException e) {
-            closeAll(created, e);
-            arena.close();
+            Resources.closeAll(created, e, LOG);
             throw e;
         }
         long initMillis = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
-        LOG.info("jnccl communicator ready: rank {} of {}, device {}, backend {}, NCCL {}, CUDA runtime {} (driver {}),"
-                        + " init {} ms", rank, worldSize, device, libraries.backend().id(), libraries.nccl(),
-                libraries.cudaRuntime(), libraries.cudaDriver(), initMillis);
-        if (initEvent.shouldCommit()) {
-            initEvent.rank = rank;
-            initEvent.worldSize = worldSize;
-            initEvent.device = device;
-            initEvent.backend = libraries.backend().id();
-            initEvent.ncclVersion = libraries.nccl().toString();
-            initEvent.commit();
-        }
-        if (options.watchdogEnabled()) {
-            watchdog = Thread.ofPlatform().daemon().name("jnccl-watchdog-rank-" + rank).unstarted(this::watch);
-            watchdog.start();
-        } else {
-            watchdog = null;
-        }
+        LOG.info("jnccl communicator ready: rank {} of {}, device {}, backend {}, mode {}, NCCL {}, CUDA runtime {}"
+                        + " (driver {}), init {} ms", rank, worldSize, device, libraries.backend().id(), options.mode(),
+                libraries.nccl(), libraries.cudaRuntime(), libraries.cudaDriver(), initMillis);
+        initEvent.commit(rank, worldSize, device, libraries.backend().id(), libraries.nccl().toString());
+        watchdog = options.watchdogEnabled()
+                ? new Watchdog(rank, comm, recorder, options.watchdogTimeout(), options.watchdogInterval(),
+                        () -> state == State.OPEN, this::abort)
+                : null;
     }
 
     /**
@@ -187,51 +166,6 @@ public abstract class Communicator implements AutoCloseable {
      */
     public static Communicator single(int device, CommunicatorOptions options) {
         return new SingleRankCommunicator(device, options);
-    }
-
-    private MemorySegment initComm(UniqueId id, java.util.function.Supplier<String> cancellation) {
-        Duration timeout = options.initTimeout();
-        long deadline = System.nanoTime() + timeout.toNanos();
-        MemorySegment handle;
-        try (Arena call = Arena.ofConfined()) {
-            MemorySegment config = NcclConfigs.allocate(call);
-            ncclConfig_t.blocking(config, 0);
-            MemorySegment out = call.allocate(ADDRESS);
-            int result = Nccl.ncclCommInitRankConfig(out, worldSize, NcclTypes.segment(id, call), rank, config);
-            handle = out.get(ADDRESS, 0);
-            if (result != NCCL_SUCCESS && result != NCCL_IN_PROGRESS) {
-                throw Native.ncclFailure(result, "ncclCommInitRankConfig", handle, rank, device);
-            }
-        }
-        while (true) {
-            int status = asyncError(handle, ownerAsyncError);
-            if (status == NCCL_SUCCESS) {
-                return handle;
-            }
-            if (status != NCCL_IN_PROGRESS) {
-                NcclException failure = Native.ncclFailure(status, "ncclCommInitRankConfig", handle, rank, device);
-                Nccl.ncclCommAbort(handle);
-                throw failure;
-            }
-            String cancelled = cancellation.get();
-            if (cancelled != null) {
-                Nccl.ncclCommAbort(handle);
-                throw new CommunicatorAbortedException("init: rank " + rank + " of " + worldSize + " aborted: "
-                        + cancelled);
-            }
-            if (System.nanoTime() - deadline > 0) {
-                Nccl.ncclCommAbort(handle);
-                throw new CommunicatorAbortedException("init: rank " + rank + " of " + worldSize + " (device " + device
-                        + ") aborted after waiting " + timeout.toMillis() + " ms for the other ranks to join"
-                        + " (CommunicatorOptions.initTimeout)");
-            }
-            LockSupport.parkNanos(200_000);
-        }
-    }
-
-    private static int asyncError(MemorySegment handle, MemorySegment out) {
-        int result = Nccl.ncclCommGetAsyncError(handle, out);
-        return result != NCCL_SUCCESS ? result : out.get(JAVA_INT, 0);
     }
 
     // ---------------------------------------------------------------- identity
@@ -400,14 +334,7 @@ public abstract class Communicator implements AutoCloseable {
             LOG.debug("rank {} transaction #{}: {} command(s), {} bytes: {}", rank, transaction.number(),
                     executed.size(), bytes(executed), executed);
         }
-        if (event.shouldCommit()) {
-            event.rank = rank;
-            event.sequence = transaction.number();
-            event.commands = executed.size();
-            event.bytes = bytes(executed);
-            event.operations = executed.stream().map(c -> c.getClass().getSimpleName()).toList().toString();
-            event.commit();
-        }
+        event.commit(rank, transaction.number(), executed, bytes(executed));
     }
 
     private void enqueue(Transaction transaction, CudaEvent signal, CommandBuffer buffer, List<Command> executed) {
@@ -430,15 +357,11 @@ public abstract class Communicator implements AutoCloseable {
         } finally {
             buffer.clear();
         }
-        CudaEvent completion = null;
         if (watchdog != null) {
-            completion = recorder.takeFreeEvent();
-            if (completion == null) {
-                completion = CudaEvent.create();
-            }
-            stream.record(completion);
+            watchdog.track(transaction.number(), executed, stream);
+        } else {
+            recorder.add(transaction.number(), executed, null);
         }
-        recorder.add(transaction.number(), executed, completion);
     }
 
     private static long bytes(List<Command> commands) {
@@ -459,7 +382,7 @@ public abstract class Communicator implements AutoCloseable {
             }
         }
         if (grouped) {
-            group(() -> {
+            comm.group(() -> {
                 for (Command command : commands) {
                     switch (command) {
                         case Command.Gather gather -> gatherWeight(gather);
@@ -483,55 +406,10 @@ public abstract class Communicator implements AutoCloseable {
             DeviceTensor sendSlot = tensor.shard(round.sendSlot(), worldSize);
             DeviceTensor recvSlot = tensor.shard(round.recvSlot(), worldSize);
             // Always NCCL (never an overridden transport): the rounds' order is what makes it safe.
-            group(() -> {
-                ncclSend(sendSlot, round.sendPeer());
-                ncclRecv(recvSlot, round.recvPeer());
+            comm.group(() -> {
+                comm.send(sendSlot, round.sendPeer(), stream);
+                comm.recv(recvSlot, round.recvPeer(), stream);
             });
-        }
-    }
-
-    /**
-     * Runs {@code body} between ncclGroupStart and ncclGroupEnd. The group is closed whatever
-     * happens, and an in-progress end (non-blocking communicator) is awaited.
-     */
-    private void group(Runnable body) {
-        checkNccl(Nccl.ncclGroupStart(), "ncclGroupStart");
-        boolean open = true;
-        try {
-            body.run();
-            open = false;
-            int result = Nccl.ncclGroupEnd();
-            if (result == NCCL_IN_PROGRESS) {
-                awaitNotInProgress("ncclGroupEnd");
-            } else {
-                checkNccl(result, "ncclGroupEnd");
-            }
-        } finally {
-            if (open) {
-                Nccl.ncclGroupEnd(); // close it; the original failure is the one that matters
-            }
-        }
-    }
-
-    /** Non-blocking communicators: wait until NCCL has finished the last call's asynchronous part. */
-    private void awaitNotInProgress(String function) {
-        long spins = 0;
-        while (true) {
-            MemorySegment handle = requireComm(function);
-            int status = asyncError(handle, ownerAsyncError);
-            if (status == NCCL_SUCCESS) {
-                return;
-            }
-            if (status != NCCL_IN_PROGRESS) {
-                throw Native.ncclFailure(status, function, handle, rank, device);
-            }
-            // Let abort/close (which need the lock) in while we wait.
-            nativeLock.unlock();
-            try {
-                backoff(spins++);
-            } finally {
-                nativeLock.lock();
-            }
         }
     }
 
@@ -543,9 +421,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param gather the all-gather command
      */
     protected void gatherWeight(Command.Gather gather) {
-        DeviceTensor shard = gather.shard();
-        checkNccl(Nccl.ncclAllGather(segment(shard.address()), segment(gather.full().address()), shard.count(),
-                NcclTypes.of(shard.dtype()), comm, stream.handle()), "ncclAllGather");
+        comm.allGather(gather.shard(), gather.full(), stream);
     }
 
     /**
@@ -554,12 +430,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param send the send command
      */
     protected void send(Command.Send send) {
-        ncclSend(send.tensor(), send.peer());
-    }
-
-    private void ncclSend(DeviceTensor tensor, int peer) {
-        checkNccl(Nccl.ncclSend(segment(tensor.address()), tensor.count(), NcclTypes.of(tensor.dtype()), peer, comm,
-                stream.handle()), "ncclSend");
+        comm.send(send.tensor(), send.peer(), stream);
     }
 
     /**
@@ -568,20 +439,14 @@ public abstract class Communicator implements AutoCloseable {
      * @param recv the receive command
      */
     protected void recv(Command.Recv recv) {
-        ncclRecv(recv.tensor(), recv.peer());
-    }
-
-    private void ncclRecv(DeviceTensor tensor, int peer) {
-        checkNccl(Nccl.ncclRecv(segment(tensor.address()), tensor.count(), NcclTypes.of(tensor.dtype()), peer, comm,
-                stream.handle()), "ncclRecv");
+        comm.recv(recv.tensor(), recv.peer(), stream);
     }
 
     private void scatterReduce(Command.ScatterReduce scatter) {
         DeviceTensor tensor = scatter.tensor();
         DeviceTensor shard = tensor.shard(rank, worldSize);
         // In place in NCCL's sense: the receive buffer is this rank's shard of the send buffer.
-        checkNccl(Nccl.ncclReduceScatter(segment(tensor.address()), segment(shard.address()), shard.count(),
-                NcclTypes.of(tensor.dtype()), ncclOp(scatter.op()), comm, stream.handle()), "ncclReduceScatter");
+        comm.reduceScatter(tensor, shard, ncclOp(scatter.op()), stream);
     }
 
     /**
@@ -688,9 +553,7 @@ public abstract class Communicator implements AutoCloseable {
             stream.record(operationReady);
             this.stream.waitFor(operationReady);
             try {
-                group(() -> checkNccl(Nccl.ncclAllReduce(segment(tensor.address()), segment(tensor.address()),
-                        tensor.count(), NcclTypes.of(tensor.dtype()), ncclOp(op), comm, this.stream.handle()),
-                        "ncclAllReduce"));
+                comm.group(() -> comm.allReduce(tensor, ncclOp(op), this.stream));
             } catch (NcclException e) {
                 abort("allReduce failed: " + e.getMessage());
                 throw e;
@@ -781,16 +644,15 @@ public abstract class Communicator implements AutoCloseable {
         while (true) {
             nativeLock.lock();
             try {
-                MemorySegment handle = requireComm("await");
+                requireUsable("await");
                 boolean complete = event.isComplete();
                 // A failed collective can still let the event complete (or never): NCCL reports it
                 // only through the asynchronous error, so look at it before saying "done" and
                 // every so often while waiting.
                 if (complete || (spins & 1023) == 1023) {
-                    int status = asyncError(handle, ownerAsyncError);
-                    if (status != NCCL_SUCCESS && status != NCCL_IN_PROGRESS) {
-                        String reason = "await: NCCL reports asynchronous error " + status + " ("
-                                + Native.ncclErrorText(status) + ")" + lastErrorSuffix(handle);
+                    String failure = comm.asyncFailure();
+                    if (failure != null) {
+                        String reason = "await: " + failure;
                         nativeLock.unlock();
                         try {
                             abort(reason);
@@ -806,20 +668,7 @@ public abstract class Communicator implements AutoCloseable {
             } finally {
                 nativeLock.unlock();
             }
-            backoff(spins++);
-        }
-    }
-
-    private static String lastErrorSuffix(MemorySegment handle) {
-        String last = Native.ncclLastError(handle);
-        return last.isBlank() ? "" : ": " + last;
-    }
-
-    private static void backoff(long spins) {
-        if (spins < 64) {
-            Thread.onSpinWait();
-        } else {
-            LockSupport.parkNanos(spins < 1024 ? 20_000 : 200_000);
+            Backoff.pause(spins++);
         }
     }
 
@@ -927,18 +776,7 @@ public abstract class Communicator implements AutoCloseable {
         } catch (RuntimeException e) {
             LOG.warn("rank {}: onAbort hook failed", rank, e);
         }
-        nativeLock.lock();
-        try {
-            if (comm != null) {
-                int result = Nccl.ncclCommAbort(comm);
-                if (result != NCCL_SUCCESS) {
-                    LOG.warn("rank {}: ncclCommAbort returned {} ({})", rank, result, Native.ncclErrorText(result));
-                }
-                comm = null;
-            }
-        } finally {
-            nativeLock.unlock();
-        }
+        comm.abort();
     }
 
     /**
@@ -952,16 +790,28 @@ public abstract class Communicator implements AutoCloseable {
                 return;
             }
         }
-        stopWatchdog();
-        nativeLock.lock();
+        long deadline = System.nanoTime() + options.closeTimeout().toNanos();
+        if (watchdog != null) {
+            watchdog.stop();
+        }
+        // A thread held inside NCCL (blocking mode, a peer gone) is ended by an abort.
+        if (!comm.lockForClose(options.closeTimeout(), () -> abort("close: another thread of rank " + rank
+                + " did not leave NCCL within " + options.closeTimeout().toMillis()
+                + " ms (CommunicatorOptions.closeTimeout)"))) {
+            synchronized (lifecycle) {
+                state = State.CLOSED;
+            }
+            return;
+        }
         try {
             openTransaction = null;
-            if (state == State.OPEN && comm != null) {
-                shutDownGracefully();
+            if (state == State.OPEN) {
+                shutDownGracefully(deadline);
             }
             synchronized (lifecycle) {
                 state = State.CLOSED;
             }
+            comm.closeArena();
             recorder.closeEvents();
             try {
                 onClose();
@@ -969,18 +819,16 @@ public abstract class Communicator implements AutoCloseable {
                 LOG.warn("rank {}: onClose hook failed", rank, e);
             }
             List<AutoCloseable> resources = List.of(commsDone, operationReady, transactionReady, stream);
-            closeAll(resources, null);
+            Resources.closeAll(resources, null, LOG);
         } finally {
             nativeLock.unlock();
         }
-        if (watchdog == null || !watchdog.isAlive()) {
-            arena.close();
-        }
     }
 
-    private void shutDownGracefully() {
-        long deadline = System.nanoTime() + options.closeTimeout().toNanos();
+    /** Drains the comms stream, then finalizes and destroys, all before {@code deadline}; aborts otherwise. */
+    private void shutDownGracefully(long deadline) {
         long spins = 0;
+        String failure;
         try {
             while (!stream.isIdle()) {
                 if (System.nanoTime() - deadline > 0) {
@@ -988,100 +836,20 @@ public abstract class Communicator implements AutoCloseable {
                             + " ms (CommunicatorOptions.closeTimeout)");
                     return;
                 }
-                backoff(spins++);
+                Backoff.pause(spins++);
             }
-            int result = Nccl.ncclCommFinalize(comm);
-            while (result == NCCL_IN_PROGRESS) {
-                if (System.nanoTime() - deadline > 0) {
-                    abortFromClose("close: ncclCommFinalize did not finish within " + options.closeTimeout().toMillis()
-                            + " ms (CommunicatorOptions.closeTimeout)");
-                    return;
-                }
-                LockSupport.parkNanos(200_000);
-                result = asyncError(comm, ownerAsyncError);
-            }
-            if (result != NCCL_SUCCESS) {
-                abortFromClose("close: ncclCommFinalize failed: " + Native.ncclFailure(result, "ncclCommFinalize", comm,
-                        rank, device).getMessage());
-                return;
-            }
-            result = Nccl.ncclCommDestroy(comm);
-            comm = null;
-            if (result != NCCL_SUCCESS) {
-                LOG.warn("rank {}: ncclCommDestroy returned {} ({})", rank, result, Native.ncclErrorText(result));
-            }
-        } catch (CudaException e) {
-            abortFromClose("close: " + e.getMessage());
+            failure = comm.finalizeAndDestroy(deadline, options.closeTimeout());
+        } catch (CudaException | NcclException e) {
+            failure = "close: " + e.getMessage();
+        }
+        if (failure != null) {
+            abortFromClose(failure);
         }
     }
 
     private void abortFromClose(String reason) {
         LOG.warn("rank {}: {}; aborting instead", rank, reason);
         abort(reason);
-    }
-
-    private void stopWatchdog() {
-        if (watchdog == null) {
-            return;
-        }
-        watchdog.interrupt();
-        try {
-            watchdog.join(options.watchdogInterval().toMillis() * 2 + 1000);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
-        if (watchdog.isAlive()) {
-            LOG.warn("rank {}: watchdog thread did not stop in time; its native buffers are left to the GC", rank);
-        }
-    }
-
-    private void watch() {
-        long timeoutNanos = options.watchdogTimeout().toNanos();
-        while (state == State.OPEN) {
-            try {
-                Thread.sleep(options.watchdogInterval());
-            } catch (InterruptedException e) {
-                return;
-            }
-            try {
-                int status;
-                MemorySegment handle;
-                nativeLock.lock();
-                try {
-                    if (state != State.OPEN || comm == null) {
-                        return;
-                    }
-                    handle = comm;
-                    status = asyncError(handle, watchdogAsyncError);
-                    if (status != NCCL_SUCCESS && status != NCCL_IN_PROGRESS) {
-                        String text = Native.ncclErrorText(status);
-                        String last = Native.ncclLastError(handle);
-                        nativeLock.unlock();
-                        try {
-                            abort("watchdog: NCCL reports asynchronous error " + status + " (" + text + ")"
-                                    + (last.isBlank() ? "" : ": " + last));
-                        } finally {
-                            nativeLock.lock();
-                        }
-                        return;
-                    }
-                } finally {
-                    nativeLock.unlock();
-                }
-                FlightRecorder.Entry pending = recorder.pollOldestPending();
-                if (pending != null && pending.ageNanos(System.nanoTime()) > timeoutNanos) {
-                    abort("watchdog: transaction #" + pending.sequence() + " not complete after "
-                            + TimeUnit.NANOSECONDS.toMillis(pending.ageNanos(System.nanoTime())) + " ms (timeout "
-                            + options.watchdogTimeout().toMillis() + " ms)");
-                    return;
-                }
-            } catch (RuntimeException e) {
-                if (state == State.OPEN) {
-                    abort("watchdog: polling failed: " + e);
-                }
-                return;
-            }
-        }
     }
 
     // ---------------------------------------------------------------- checks
@@ -1097,16 +865,6 @@ public abstract class Communicator implements AutoCloseable {
                     + abortReason);
         }
         throw new IllegalStateException(operation + ": communicator of rank " + rank + " is closed");
-    }
-
-    private MemorySegment requireComm(String operation) {
-        requireUsable(operation);
-        MemorySegment handle = comm;
-        if (handle == null) {
-            throw new CommunicatorAbortedException(operation + ": communicator of rank " + rank + " was aborted: "
-                    + abortReason);
-        }
-        return handle;
     }
 
     final void checkPeer(String operation, int peer) {
@@ -1145,41 +903,12 @@ public abstract class Communicator implements AutoCloseable {
         }
     }
 
-    private void checkNccl(int result, String function) {
-        if (result != NCCL_SUCCESS && result != NCCL_IN_PROGRESS) {
-            throw Native.ncclFailure(result, function, comm, rank, device);
-        }
-    }
-
     /**
      * The ncclRedOp_t for {@code op}. With one rank the average is the sum (bit for bit: NCCL
      * multiplies by 1/1), and NCCL 2.28 refuses ncclAvg on FP8 for a single rank, so SUM is issued.
      */
     private int ncclOp(ReduceOp op) {
         return NcclTypes.of(op == ReduceOp.AVG && worldSize == 1 ? ReduceOp.SUM : op);
-    }
-
-    private static MemorySegment segment(long address) {
-        return MemorySegment.ofAddress(address);
-    }
-
-    private static <T extends AutoCloseable> T remember(List<AutoCloseable> created, T resource) {
-        created.add(resource);
-        return resource;
-    }
-
-    private static void closeAll(List<AutoCloseable> resources, RuntimeException primary) {
-        for (AutoCloseable resource : resources) {
-            try {
-                resource.close();
-            } catch (Exception e) {
-                if (primary != null) {
-                    primary.addSuppressed(e);
-                } else {
-                    LOG.warn("closing {} failed", resource, e);
-                }
-            }
-        }
     }
 
     @Override

@@ -14,15 +14,30 @@ import java.util.Objects;
  *                           transaction not complete after this long aborts the communicator
  * @param watchdogInterval   how often the watchdog polls (default 100 ms)
  * @param flightRecorderSize how many recent transactions the flight recorder keeps (default 64)
+ * @param mode               how NCCL is driven (default {@link CommunicatorMode#BLOCKING_SPLIT}: bounded
+ *                           init, blocking-speed transactions); see {@link CommunicatorMode}
  */
 public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, Duration watchdogTimeout,
-                                  Duration watchdogInterval, int flightRecorderSize) {
+                                  Duration watchdogInterval, int flightRecorderSize, CommunicatorMode mode) {
 
     /**
-     * Checks the values: timeouts and the poll interval positive, the watchdog timeout not negative, a recorder of at
-     * least one entry.
+     * The options with the default {@link CommunicatorMode#BLOCKING_SPLIT} mode.
+     *
+     * @param initTimeout        how long init waits for the other ranks
+     * @param closeTimeout       how long close waits for pending work and finalize
+     * @param watchdogTimeout    the watchdog's timeout ({@link Duration#ZERO}: no watchdog)
+     * @param watchdogInterval   how often the watchdog polls
+     * @param flightRecorderSize how many recent transactions the flight recorder keeps
      */
+    public CommunicatorOptions(Duration initTimeout, Duration closeTimeout, Duration watchdogTimeout,
+                               Duration watchdogInterval, int flightRecorderSize) {
+        this(initTimeout, closeTimeout, watchdogTimeout, watchdogInterval, flightRecorderSize,
+                CommunicatorMode.BLOCKING_SPLIT);
+    }
+
+    /** Checks every value; see the component descriptions. */
     public CommunicatorOptions {
+        Objects.requireNonNull(mode, "CommunicatorOptions: mode is null");
         requirePositive("initTimeout", initTimeout);
         requirePositive("closeTimeout", closeTimeout);
         Objects.requireNonNull(watchdogTimeout, "CommunicatorOptions: watchdogTimeout is null (use Duration.ZERO to disable)");
@@ -46,11 +61,12 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
     /**
      * The defaults.
      *
-     * @return 120 s init, 30 s close, no watchdog, 100 ms poll interval, 64 recorded transactions
+     * @return 120 s init, 30 s close, no watchdog, 100 ms poll interval, 64 recorded transactions,
+     *         {@link CommunicatorMode#BLOCKING_SPLIT}
      */
     public static CommunicatorOptions defaults() {
         return new CommunicatorOptions(Duration.ofSeconds(120), Duration.ofSeconds(30), Duration.ZERO,
-                Duration.ofMillis(100), 64);
+                Duration.ofMillis(100), 64, CommunicatorMode.BLOCKING_SPLIT);
     }
 
     /**
@@ -60,7 +76,7 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
      * @return a copy with {@code initTimeout} replaced
      */
     public CommunicatorOptions withInitTimeout(Duration timeout) {
-        return new CommunicatorOptions(timeout, closeTimeout, watchdogTimeout, watchdogInterval, flightRecorderSize);
+        return new CommunicatorOptions(timeout, closeTimeout, watchdogTimeout, watchdogInterval, flightRecorderSize, mode);
     }
 
     /**
@@ -70,7 +86,7 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
      * @return a copy with {@code closeTimeout} replaced
      */
     public CommunicatorOptions withCloseTimeout(Duration timeout) {
-        return new CommunicatorOptions(initTimeout, timeout, watchdogTimeout, watchdogInterval, flightRecorderSize);
+        return new CommunicatorOptions(initTimeout, timeout, watchdogTimeout, watchdogInterval, flightRecorderSize, mode);
     }
 
     /**
@@ -80,7 +96,7 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
      * @return a copy with {@code watchdogTimeout} replaced
      */
     public CommunicatorOptions withWatchdog(Duration timeout) {
-        return new CommunicatorOptions(initTimeout, closeTimeout, timeout, watchdogInterval, flightRecorderSize);
+        return new CommunicatorOptions(initTimeout, closeTimeout, timeout, watchdogInterval, flightRecorderSize, mode);
     }
 
     /**
@@ -90,7 +106,7 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
      * @return a copy with {@code watchdogInterval} replaced
      */
     public CommunicatorOptions withWatchdogInterval(Duration interval) {
-        return new CommunicatorOptions(initTimeout, closeTimeout, watchdogTimeout, interval, flightRecorderSize);
+        return new CommunicatorOptions(initTimeout, closeTimeout, watchdogTimeout, interval, flightRecorderSize, mode);
     }
 
     /**
@@ -100,7 +116,18 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
      * @return a copy with {@code flightRecorderSize} replaced
      */
     public CommunicatorOptions withFlightRecorderSize(int size) {
-        return new CommunicatorOptions(initTimeout, closeTimeout, watchdogTimeout, watchdogInterval, size);
+        return new CommunicatorOptions(initTimeout, closeTimeout, watchdogTimeout, watchdogInterval, size, mode);
+    }
+
+    /**
+     * The same options with another communicator mode.
+     *
+     * @param mode how NCCL is driven (see {@link CommunicatorMode} for what each costs and bounds)
+     * @return a copy with {@code mode} replaced
+     */
+    public CommunicatorOptions withMode(CommunicatorMode mode) {
+        return new CommunicatorOptions(initTimeout, closeTimeout, watchdogTimeout, watchdogInterval, flightRecorderSize,
+                mode);
     }
 
     /** {@return whether the watchdog runs} */

@@ -96,7 +96,7 @@ public record JncclRuntime(Backend backend, LibraryVersion nccl, LibraryVersion 
                 CudaRuntime.cudaGetLastError(); // the runtime also keeps it as the thread's last error
                 return 0;
             }
-            Native.checkCuda(code, "cudaGetDeviceCount", -1, -1);
+            Native.checkCuda(code, "cudaGetDeviceCount", -1);
             return count.get(JAVA_INT, 0);
         }
     }

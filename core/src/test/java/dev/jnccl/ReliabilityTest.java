@@ -223,10 +223,16 @@ class ReliabilityTest {
         }
         long seconds = Duration.ofNanos(System.nanoTime() - started).toSeconds();
         assertTrue(seconds < 10, "took " + seconds + " s");
+        // Both ranks' watchdogs run against the same hang; the rank whose watchdog fires second may
+        // first see the other's abort (NCCL remote error "rank r aborted"): also a right outcome.
+        boolean anyWatchdog = false;
         for (Object result : results) {
             CommunicatorAbortedException e = assertInstanceOf(CommunicatorAbortedException.class, result);
-            assertTrue(e.getMessage().contains("watchdog"), e.getMessage());
+            anyWatchdog |= e.getMessage().contains("watchdog");
+            assertTrue(e.getMessage().contains("watchdog") || e.getMessage().matches("(?s).*rank [01] aborted.*"),
+                    e.getMessage());
         }
+        assertTrue(anyWatchdog, "no rank was aborted by its watchdog: " + results);
     }
 
     @Test

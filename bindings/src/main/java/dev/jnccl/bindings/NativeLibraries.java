@@ -57,7 +57,8 @@ public final class NativeLibraries {
                     + " LD_LIBRARY_PATH, or set -D" + NCCL_PROPERTY + "=/path/to/libnccl.so.2. Without a GPU, use -D"
                     + Backend.PROPERTY + "=host (the host emulation).");
 
-    private static LoadedLibraries loaded;
+    /** The one cache of the loaded libraries in the JVM (core reads it through here, keeps no copy). */
+    private static volatile LoadedLibraries loaded;
 
     private NativeLibraries() {}
 
@@ -68,7 +69,12 @@ public final class NativeLibraries {
      * @return the loaded libraries, their versions and the backend
      * @throws NativeLoadException when they cannot be found, loaded, or are too old
      */
-    public static synchronized LoadedLibraries load() {
+    public static LoadedLibraries load() {
+        LoadedLibraries result = loaded;
+        return result != null ? result : loadOnce();
+    }
+
+    private static synchronized LoadedLibraries loadOnce() {
         if (loaded != null) {
             return loaded;
         }
@@ -84,8 +90,8 @@ public final class NativeLibraries {
         return result;
     }
 
-    /** {@return the libraries loaded so far, or null when {@link #load()} has not succeeded yet} */
-    public static synchronized LoadedLibraries loadedOrNull() {
+    /** The libraries loaded so far, or null when {@link #load()} has not succeeded yet. */
+    public static LoadedLibraries loadedOrNull() {
         return loaded;
     }
 

@@ -16,7 +16,7 @@ public final class Cuda {
         Native.libraries();
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment count = arena.allocate(JAVA_INT);
-            Native.checkCuda(CudaRuntime.cudaGetDeviceCount(count), "cudaGetDeviceCount", -1, -1);
+            Native.checkCuda(CudaRuntime.cudaGetDeviceCount(count), "cudaGetDeviceCount", -1);
             return count.get(JAVA_INT, 0);
         }
     }
@@ -36,13 +36,13 @@ public final class Cuda {
         if (device < 0 || device >= count) {
             throw new IllegalArgumentException("setDevice: device " + device + " out of range [0, " + count + ")");
         }
-        Native.checkCuda(CudaRuntime.cudaSetDevice(device), "cudaSetDevice", device, -1);
+        Native.checkCuda(CudaRuntime.cudaSetDevice(device), "cudaSetDevice", device);
     }
 
     /** Waits until all work on the current device is done. */
     public static void synchronize() {
         Native.libraries();
-        Native.checkCuda(CudaRuntime.cudaDeviceSynchronize(), "cudaDeviceSynchronize", currentDevice(), -1);
+        Native.checkCuda(CudaRuntime.cudaDeviceSynchronize(), "cudaDeviceSynchronize", currentDevice());
     }
 
     /**
@@ -56,7 +56,7 @@ public final class Cuda {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment can = arena.allocate(JAVA_INT);
             Native.checkCuda(CudaRuntime.cudaDeviceCanAccessPeer(can, device, peer), "cudaDeviceCanAccessPeer",
-                    device, -1);
+                    device);
             return can.get(JAVA_INT, 0) != 0;
         }
     }
@@ -75,7 +75,7 @@ public final class Cuda {
             CudaRuntime.cudaGetLastError(); // the runtime also records it as the thread's last error
             return false;
         }
-        Native.checkCuda(code, "cudaDeviceEnablePeerAccess", currentDevice(), -1);
+        Native.checkCuda(code, "cudaDeviceEnablePeerAccess", currentDevice());
         return true;
     }
 }

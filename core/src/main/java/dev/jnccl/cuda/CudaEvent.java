@@ -8,6 +8,7 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.util.Objects;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * A CUDA event: a position in a stream that other streams and the host can wait for. Created (and
@@ -18,7 +19,8 @@ public final class CudaEvent implements AutoCloseable {
     private final int device;
     private final boolean owned;
     private final boolean timing;
-    private volatile boolean closed;
+    /** Set once by the first close(): the compare-and-set makes two racing closes destroy the handle once. */
+    private final AtomicBoolean closed = new AtomicBoolean();
 
     private CudaEvent(MemorySegment handle, int device, boolean owned, boolean timing) {
         this.handle = handle;
@@ -43,7 +45,7 @@ public final class CudaEvent implements AutoCloseable {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment out = arena.allocate(ValueLayout.ADDRESS);
             int flags = timing ? CudaRuntime.cudaEventDefault() : CudaRuntime.cudaEventDisableTiming();
-            Native.checkCuda(CudaRuntime.cudaEventCreateWithFlags(out, flags), "cudaEventCreateWithFlags", device, -1);
+            Native.checkCuda(CudaRuntime.cudaEventCreateWithFlags(out, flags), "cudaEventCreateWithFlags", device);
             return new CudaEvent(out.get(ValueLayout.ADDRESS, 0), device, true, timing);
         }
     }
@@ -108,7 +110,7 @@ public final class CudaEvent implements AutoCloseable {
      * @return whether it is closed
      */
     public boolean isClosed() {
-        return closed;
+        return closed.get();
     }
 
     /**
@@ -128,14 +130,14 @@ public final class CudaEvent implements AutoCloseable {
         if (code == CudaRuntime.cudaErrorNotReady()) {
             return false;
         }
-        Native.checkCuda(code, "cudaEventQuery", device, -1);
+        Native.checkCuda(code, "cudaEventQuery", device);
         return true;
     }
 
     /** Blocks until the most recent record has completed. */
     public void synchronize() {
         requireOpen("synchronize");
-        Native.checkCuda(CudaRuntime.cudaEventSynchronize(handle), "cudaEventSynchronize", device, -1);
+        Native.checkCuda(CudaRuntime.cudaEventSynchronize(handle), "cudaEventSynchronize", device);
     }
 
     /**
@@ -153,13 +155,13 @@ public final class CudaEvent implements AutoCloseable {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment ms = arena.allocate(JAVA_FLOAT);
             Native.checkCuda(CudaRuntime.cudaEventElapsedTime(ms, start.handle(), handle), "cudaEventElapsedTime",
-                    device, -1);
+                    device);
             return ms.get(JAVA_FLOAT, 0);
         }
     }
 
     void requireOpen(String operation) {
-        if (closed) {
+        if (closed.get()) {
             throw new IllegalStateException(operation + ": event " + this + " is closed");
         }
     }
@@ -167,18 +169,17 @@ public final class CudaEvent implements AutoCloseable {
     /** Destroys an owned event; idempotent. */
     @Override
     public void close() {
-        if (closed) {
+        if (!closed.compareAndSet(false, true)) {
             return;
         }
-        closed = true;
         if (owned) {
-            Native.checkCuda(CudaRuntime.cudaEventDestroy(handle), "cudaEventDestroy", device, -1);
+            Native.checkCuda(CudaRuntime.cudaEventDestroy(handle), "cudaEventDestroy", device);
         }
     }
 
     @Override
     public String toString() {
         return "CudaEvent[0x" + Long.toHexString(handle.address()) + ", device " + device + (owned ? "" : ", wrapped")
-                + (closed ? ", closed" : "") + "]";
+                + (closed.get() ? ", closed" : "") + "]";
     }
 }

@@ -2,7 +2,11 @@ package dev.jnccl.cuda;
 
 import dev.jnccl.JncclException;
 
-/** A CUDA runtime call failed. Carries the function, the cudaError_t code and CUDA's text, and the device. */
+/**
+ * A CUDA runtime call failed. Carries the function, the cudaError_t code and CUDA's text, and the
+ * rank (of the communicator that made the call, -1 for none) and device, in that order as in
+ * {@link dev.jnccl.NcclException}.
+ */
 public final class CudaException extends JncclException {
     private static final long serialVersionUID = 1L;
 
@@ -21,12 +25,12 @@ public final class CudaException extends JncclException {
      * A failed CUDA runtime call.
      *
      * @param function the CUDA runtime function that failed
-     * @param code the cudaError_t value
-     * @param text cudaGetErrorString of {@code code}
-     * @param device the current device of the calling thread, or the device the call was about
-     * @param rank the rank of the communicator that made the call, -1 when none did
+     * @param code     its cudaError_t
+     * @param text     cudaGetErrorString of {@code code}
+     * @param rank     the rank of the communicator that made the call, -1 when none did
+     * @param device   the device the call was about (-1 when unknown)
      */
-    public CudaException(String function, int code, String text, int device, int rank) {
+    public CudaException(String function, int code, String text, int rank, int device) {
         super(function + " failed" + (rank >= 0 ? " on rank " + rank : "") + " (device " + device + "): CUDA error "
                 + code + " (" + text + ")");
         this.function = function;

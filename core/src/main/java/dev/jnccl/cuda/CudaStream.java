@@ -7,6 +7,7 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.util.Objects;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * A CUDA stream: either created (and destroyed on {@link #close()}) by jnccl, or a handle created by
@@ -16,7 +17,8 @@ public final class CudaStream implements AutoCloseable {
     private final MemorySegment handle;
     private final int device;
     private final boolean owned;
-    private volatile boolean closed;
+    /** Set once by the first close(): the compare-and-set makes two racing closes destroy the handle once. */
+    private final AtomicBoolean closed = new AtomicBoolean();
 
     private CudaStream(MemorySegment handle, int device, boolean owned) {
         this.handle = handle;
@@ -36,7 +38,7 @@ public final class CudaStream implements AutoCloseable {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment out = arena.allocate(ValueLayout.ADDRESS);
             Native.checkCuda(CudaRuntime.cudaStreamCreateWithFlags(out, CudaRuntime.cudaStreamNonBlocking()),
-                    "cudaStreamCreateWithFlags", device, -1);
+                    "cudaStreamCreateWithFlags", device);
             return new CudaStream(out.get(ValueLayout.ADDRESS, 0), device, true);
         }
     }
@@ -103,13 +105,13 @@ public final class CudaStream implements AutoCloseable {
      * @return whether it is closed
      */
     public boolean isClosed() {
-        return closed;
+        return closed.get();
     }
 
     /** Blocks until all work enqueued on the stream is done. */
     public void synchronize() {
         requireOpen("synchronize");
-        Native.checkCuda(CudaRuntime.cudaStreamSynchronize(handle), "cudaStreamSynchronize", device, -1);
+        Native.checkCuda(CudaRuntime.cudaStreamSynchronize(handle), "cudaStreamSynchronize", device);
     }
 
     /** {@return whether all work enqueued so far is done (cudaStreamQuery)} */
@@ -119,7 +121,7 @@ public final class CudaStream implements AutoCloseable {
         if (code == CudaRuntime.cudaErrorNotReady()) {
             return false;
         }
-        Native.checkCuda(code, "cudaStreamQuery", device, -1);
+        Native.checkCuda(code, "cudaStreamQuery", device);
         return true;
     }
 
@@ -131,7 +133,7 @@ public final class CudaStream implements AutoCloseable {
     public void waitFor(CudaEvent event) {
         requireOpen("waitFor");
         Objects.requireNonNull(event, "waitFor: event is null");
-        Native.checkCuda(CudaRuntime.cudaStreamWaitEvent(handle, event.handle(), 0), "cudaStreamWaitEvent", device, -1);
+        Native.checkCuda(CudaRuntime.cudaStreamWaitEvent(handle, event.handle(), 0), "cudaStreamWaitEvent", device);
     }
 
     /**
@@ -142,7 +144,7 @@ public final class CudaStream implements AutoCloseable {
     public void record(CudaEvent event) {
         requireOpen("record");
         Objects.requireNonNull(event, "record: event is null");
-        Native.checkCuda(CudaRuntime.cudaEventRecord(event.handle(), handle), "cudaEventRecord", device, -1);
+        Native.checkCuda(CudaRuntime.cudaEventRecord(event.handle(), handle), "cudaEventRecord", device);
     }
 
     /**
@@ -178,11 +180,11 @@ public final class CudaStream implements AutoCloseable {
         }
         Native.checkCuda(CudaRuntime.cudaMemcpyAsync(MemorySegment.ofAddress(to.address()),
                 MemorySegment.ofAddress(from.address()), bytes, CudaRuntime.cudaMemcpyDefault(), handle),
-                "cudaMemcpyAsync", device, -1);
+                "cudaMemcpyAsync", device);
     }
 
     void requireOpen(String operation) {
-        if (closed) {
+        if (closed.get()) {
             throw new IllegalStateException(operation + ": stream " + this + " is closed");
         }
     }
@@ -190,18 +192,17 @@ public final class CudaStream implements AutoCloseable {
     /** Destroys an owned stream (pending work still completes, as in CUDA); idempotent. */
     @Override
     public void close() {
-        if (closed) {
+        if (!closed.compareAndSet(false, true)) {
             return;
         }
-        closed = true;
         if (owned) {
-            Native.checkCuda(CudaRuntime.cudaStreamDestroy(handle), "cudaStreamDestroy", device, -1);
+            Native.checkCuda(CudaRuntime.cudaStreamDestroy(handle), "cudaStreamDestroy", device);
         }
     }
 
     @Override
     public String toString() {
         return "CudaStream[0x" + Long.toHexString(handle.address()) + ", device " + device + (owned ? "" : ", wrapped")
-                + (closed ? ", closed" : "") + "]";
+                + (closed.get() ? ", closed" : "") + "]";
     }
 }

@@ -8,6 +8,7 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.util.Objects;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * Device memory: allocated with cudaMalloc (and freed on {@link #close()}), or a pointer from
@@ -20,7 +21,8 @@ public final class DeviceMemory implements AutoCloseable {
     private final long bytes;
     private final int device;
     private final boolean owned;
-    private volatile boolean closed;
+    /** Set once by the first close(): the compare-and-set makes two racing closes destroy the handle once. */
+    private final AtomicBoolean closed = new AtomicBoolean();
 
     private DeviceMemory(long address, long bytes, int device, boolean owned) {
         this.address = address;
@@ -43,7 +45,7 @@ public final class DeviceMemory implements AutoCloseable {
         int device = Native.currentDevice();
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment out = arena.allocate(ValueLayout.ADDRESS);
-            Native.checkCuda(CudaRuntime.cudaMalloc(out, bytes), "cudaMalloc(" + bytes + " bytes)", device, -1);
+            Native.checkCuda(CudaRuntime.cudaMalloc(out, bytes), "cudaMalloc(" + bytes + " bytes)", device);
             return new DeviceMemory(out.get(ValueLayout.ADDRESS, 0).address(), bytes, device, true);
         }
     }
@@ -124,7 +126,7 @@ public final class DeviceMemory implements AutoCloseable {
      * @return whether it is closed
      */
     public boolean isClosed() {
-        return closed;
+        return closed.get();
     }
 
     /**
@@ -222,11 +224,11 @@ public final class DeviceMemory implements AutoCloseable {
         Objects.requireNonNull(stream, "fill: stream is null");
         requireOpen("fill");
         Native.checkCuda(CudaRuntime.cudaMemsetAsync(MemorySegment.ofAddress(address), value, bytes, stream.handle()),
-                "cudaMemsetAsync", device, -1);
+                "cudaMemsetAsync", device);
     }
 
     private void memcpy(MemorySegment dst, MemorySegment src, long count, int kind) {
-        Native.checkCuda(CudaRuntime.cudaMemcpy(dst, src, count, kind), "cudaMemcpy", device, -1);
+        Native.checkCuda(CudaRuntime.cudaMemcpy(dst, src, count, kind), "cudaMemcpy", device);
     }
 
     private void checkRange(String operation, long offset, long length) {
@@ -237,7 +239,7 @@ public final class DeviceMemory implements AutoCloseable {
     }
 
     private void requireOpen(String operation) {
-        if (closed) {
+        if (closed.get()) {
             throw new IllegalStateException(operation + ": " + this + " is closed");
         }
     }
@@ -245,18 +247,17 @@ public final class DeviceMemory implements AutoCloseable {
     /** Frees owned memory; idempotent. Make sure no stream still uses it. */
     @Override
     public void close() {
-        if (closed) {
+        if (!closed.compareAndSet(false, true)) {
             return;
         }
-        closed = true;
         if (owned) {
-            Native.checkCuda(CudaRuntime.cudaFree(MemorySegment.ofAddress(address)), "cudaFree", device, -1);
+            Native.checkCuda(CudaRuntime.cudaFree(MemorySegment.ofAddress(address)), "cudaFree", device);
         }
     }
 
     @Override
     public String toString() {
         return "DeviceMemory[0x" + Long.toHexString(address) + ", " + bytes + " bytes, device " + device
-                + (owned ? "" : ", wrapped") + (closed ? ", closed" : "") + "]";
+                + (owned ? "" : ", wrapped") + (closed.get() ? ", closed" : "") + "]";
     }
 }

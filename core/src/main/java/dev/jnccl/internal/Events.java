@@ -1,5 +1,7 @@
 package dev.jnccl.internal;
 
+import dev.jnccl.Command;
+import java.util.List;
 import jdk.jfr.Category;
 import jdk.jfr.DataAmount;
 import jdk.jfr.Description;
@@ -33,8 +35,17 @@ public final class Events {
         /** The NCCL version. */
         @Label("NCCL Version") public String ncclVersion;
 
-        /** Creates the event; {@code begin()} and {@code commit()} time it. */
-        public CommInit() {}
+        /** Fills in and commits the event when JFR records it (nothing otherwise). */
+        public void commit(int rank, int worldSize, int device, String backend, String ncclVersion) {
+            if (shouldCommit()) {
+                this.rank = rank;
+                this.worldSize = worldSize;
+                this.device = device;
+                this.backend = backend;
+                this.ncclVersion = ncclVersion;
+                commit();
+            }
+        }
     }
 
     /** One transaction's host-side enqueue: the JFR event {@code jnccl.Transaction}. */
@@ -55,8 +66,17 @@ public final class Events {
         /** The bytes of all commands. */
         @Label("Bytes") @DataAmount public long bytes;
 
-        /** Creates the event; {@code begin()} and {@code commit()} time it. */
-        public Transaction() {}
+        /** Fills in and commits the event when JFR records it (nothing otherwise). */
+        public void commit(int rank, long sequence, List<Command> commands, long bytes) {
+            if (shouldCommit()) {
+                this.rank = rank;
+                this.sequence = sequence;
+                this.commands = commands.size();
+                this.bytes = bytes;
+                this.operations = commands.stream().map(c -> c.getClass().getSimpleName()).toList().toString();
+                commit();
+            }
+        }
     }
 
     /** A communicator abort: the JFR event {@code jnccl.Abort}. */

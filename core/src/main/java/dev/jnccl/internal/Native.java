@@ -18,53 +18,45 @@ import java.lang.foreign.MemorySegment;
  * libraries are loaded before the first generated binding class is touched. Not API.
  */
 public final class Native {
-    private static volatile LoadedLibraries libraries;
+    private static final int NCCL_SUCCESS = 0;
+    /** ncclInProgress (7 since NCCL 2.14; the generated constant is not read so that no binding class loads early). */
+    private static final int NCCL_IN_PROGRESS = 7;
 
     private Native() {}
 
     /**
-     * Loads the native libraries once (see {@link NativeLibraries}); later calls are a volatile read.
-     *
-     * @return the loaded libraries
+     * The loaded native libraries: {@link NativeLibraries#load()} loads them once per JVM and caches
+     * the result (this class keeps no second copy); a load failure becomes a {@link NativeLibraryException}.
      */
     public static LoadedLibraries libraries() {
-        LoadedLibraries loaded = libraries;
-        if (loaded == null) {
-            try {
-                loaded = NativeLibraries.load();
-            } catch (NativeLoadException e) {
-                throw new NativeLibraryException(e.getMessage(), e);
-            }
-            libraries = loaded;
+        try {
+            return NativeLibraries.load();
+        } catch (NativeLoadException e) {
+            throw new NativeLibraryException(e.getMessage(), e);
         }
-        return loaded;
     }
 
-    /**
-     * Throws {@link dev.jnccl.cuda.CudaException} unless {@code code} is cudaSuccess.
-     *
-     * @param code the cudaError_t value
-     * @param function the CUDA runtime function called
-     * @param device the device of the call
-     * @param rank the rank of the calling communicator, -1 when none
-     */
-    public static void checkCuda(int code, String function, int device, int rank) {
+    /** Throws {@link CudaException} for a failed CUDA call made outside any communicator. */
+    public static void checkCuda(int code, String function, int device) {
         if (code != 0) {
-            throw new CudaException(function, code, cudaErrorText(code), device, rank);
+            throw new CudaException(function, code, cudaErrorText(code), -1, device);
+        }
+    }
+
+    /** Throws {@link CudaException} for a failed CUDA call made for the communicator of {@code rank}. */
+    public static void checkCudaOnRank(int code, String function, int rank, int device) {
+        if (code != 0) {
+            throw new CudaException(function, code, cudaErrorText(code), rank, device);
         }
     }
 
     /**
-     * Throws {@link dev.jnccl.NcclException} unless {@code result} is ncclSuccess or ncclInProgress.
-     *
-     * @param result the ncclResult_t value
-     * @param function the NCCL function called
-     * @param comm the communicator of the call, for ncclGetLastError (may be null)
-     * @param rank the rank of the communicator, -1 when none
-     * @param device the device of the communicator, -1 when unknown
+     * The one rule for NCCL results: {@code ncclSuccess} and {@code ncclInProgress} pass (the latter
+     * means a non-blocking communicator accepted the call; its completion is polled separately),
+     * anything else throws {@link NcclException} with NCCL's texts.
      */
     public static void checkNccl(int result, String function, MemorySegment comm, int rank, int device) {
-        if (result != 0) {
+        if (result != NCCL_SUCCESS && result != NCCL_IN_PROGRESS) {
             throw ncclFailure(result, function, comm, rank, device);
         }
     }
@@ -118,7 +110,7 @@ public final class Native {
         libraries();
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment device = arena.allocate(JAVA_INT);
-            checkCuda(CudaRuntime.cudaGetDevice(device), "cudaGetDevice", -1, -1);
+            checkCuda(CudaRuntime.cudaGetDevice(device), "cudaGetDevice", -1);
             return device.get(JAVA_INT, 0);
         }
     }

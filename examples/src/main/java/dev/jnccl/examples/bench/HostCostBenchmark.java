@@ -111,8 +111,8 @@ public class HostCostBenchmark {
             compute.record(ready);
             compute.synchronize();
             queue = new QueueBound(commsStream::synchronize);
-            System.out.println("# jnccl backend " + comm.backend().name().toLowerCase(Locale.ROOT) + ", NCCL " + comm.ncclVersion() + ", "
-                    + count + " x FP32, non-blocking communicator");
+            System.out.println("# jnccl backend " + comm.backend() + ", NCCL " + comm.ncclVersion() + ", "
+                    + count + " x FP32, communicator mode " + comm.options().mode());
         }
 
         @Setup(Level.Iteration)

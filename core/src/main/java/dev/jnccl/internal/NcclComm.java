@@ -1,0 +1,467 @@
+package dev.jnccl.internal;
+
+import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+
+import dev.jnccl.CommunicatorAbortedException;
+import dev.jnccl.CommunicatorMode;
+import dev.jnccl.DeviceTensor;
+import dev.jnccl.NcclException;
+import dev.jnccl.UniqueId;
+import dev.jnccl.bindings.NcclConfigs;
+import dev.jnccl.bindings.nccl.Nccl;
+import dev.jnccl.bindings.nccl.ncclConfig_t;
+import dev.jnccl.cuda.CudaStream;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.time.Duration;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.LockSupport;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.Supplier;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * One rank's NCCL communicator handle(s) and every call made on them: init and its bounded wait,
+ * groups, collectives, send/recv, asynchronous-error polling, abort, finalize and destroy. Not API;
+ * {@code dev.jnccl.Communicator} holds the policy (state machine, validation) and calls this.
+ *
+ * <p><b>Modes</b> ({@link CommunicatorMode}). {@code NON_BLOCKING}: one non-blocking communicator
+ * does everything. {@code BLOCKING_SPLIT}: a non-blocking <i>parent</i> is created (so init is
+ * bounded and abortable), then split into a blocking <i>child</i> with the same ranks
+ * ({@code splitShare = 1}: the child reuses the parent's proxy, streams and abort flag), and all
+ * work runs on the child. NCCL 2.28 runs the split as a job of the parent's (non-blocking) group:
+ * {@code ncclCommSplit} returns with the child handle still NULL, and writes it only when the
+ * parent's asynchronous state leaves {@code ncclInProgress}; hence the output slot lives in this
+ * object's arena, and the parent is polled before the child is read.
+ *
+ * <p><b>Locking.</b> The caller holds {@link #lock()} for every call except {@link #abort}; the
+ * waits for {@code ncclInProgress} release it while they back off so that abort and the watchdog
+ * can get in. Abort takes it too, but gives up after a grace period: in {@code BLOCKING_SPLIT} mode
+ * a thread can be held inside a blocking NCCL call (waiting for a dead peer), and only
+ * {@code ncclCommAbort}, which first raises NCCL's abort flag, lets it return.
+ */
+public final class NcclComm {
+    private static final Logger LOG = LoggerFactory.getLogger(NcclComm.class);
+    private static final int SUCCESS = Nccl.ncclSuccess();
+    private static final int IN_PROGRESS = Nccl.ncclInProgress();
+    /** How long abort waits for a thread inside NCCL to let go of the lock before it aborts anyway. */
+    private static final long ABORT_LOCK_GRACE_MILLIS = 1000;
+
+    private final int rank;
+    private final int worldSize;
+    private final int device;
+    private final CommunicatorMode mode;
+    private final ReentrantLock lock;
+    /** Native memory that must outlive asynchronous NCCL jobs (the split's output slot); closed last. */
+    private final Arena arena = Arena.ofShared();
+    private final MemorySegment asyncErrorSlot;
+    private final MemorySegment childSlot;
+
+    /** The non-blocking communicator (both modes); null once aborted or destroyed. */
+    private volatile MemorySegment parent;
+    /** The blocking child of BLOCKING_SPLIT; null in NON_BLOCKING mode and once aborted or destroyed. */
+    private volatile MemorySegment child;
+    /** System.nanoTime() when the current (possibly blocking) enqueue into NCCL began, 0 when none runs. */
+    private volatile long callStartedNanos;
+
+    private NcclComm(int rank, int worldSize, int device, CommunicatorMode mode, ReentrantLock lock) {
+        this.rank = rank;
+        this.worldSize = worldSize;
+        this.device = device;
+        this.mode = mode;
+        this.lock = lock;
+        this.asyncErrorSlot = arena.allocate(JAVA_INT);
+        this.childSlot = arena.allocate(ADDRESS);
+    }
+
+    /**
+     * Creates this rank's communicator(s) on the calling thread's current device and waits until
+     * every rank has joined, up to {@code timeout} in total (init and, in {@code BLOCKING_SPLIT}
+     * mode, the split), or until {@code cancellation} gives a reason. On failure nothing is left.
+     *
+     * @throws NcclException                when NCCL refuses
+     * @throws CommunicatorAbortedException at the deadline or on cancellation
+     */
+    public static NcclComm init(UniqueId id, int rank, int worldSize, int device, CommunicatorMode mode,
+                                Duration timeout, Supplier<String> cancellation, ReentrantLock lock) {
+        NcclComm comm = new NcclComm(rank, worldSize, device, mode, lock);
+        try {
+            comm.initialize(id, timeout, cancellation);
+            return comm;
+        } catch (RuntimeException e) {
+            comm.abortHandles();
+            comm.arena.close();
+            throw e;
+        }
+    }
+
+    private void initialize(UniqueId id, Duration timeout, Supplier<String> cancellation) {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        try (Arena call = Arena.ofConfined()) {
+            MemorySegment config = NcclConfigs.allocate(call);
+            ncclConfig_t.blocking(config, 0);
+            MemorySegment out = call.allocate(ADDRESS);
+            int result = Nccl.ncclCommInitRankConfig(out, worldSize, NcclTypes.segment(id, call), rank, config);
+            parent = nullToNull(out.get(ADDRESS, 0));
+            if (result != SUCCESS && result != IN_PROGRESS) {
+                throw failure(result, "ncclCommInitRankConfig", parent);
+            }
+        }
+        awaitInit(parent, "ncclCommInitRankConfig", deadline, timeout, cancellation,
+                "for the other ranks to join");
+        if (mode != CommunicatorMode.BLOCKING_SPLIT) {
+            return;
+        }
+        try (Arena call = Arena.ofConfined()) {
+            MemorySegment config = NcclConfigs.allocate(call);
+            ncclConfig_t.blocking(config, 1);
+            ncclConfig_t.splitShare(config, 1);
+            childSlot.set(ADDRESS, 0, MemorySegment.NULL);
+            // One colour, key = rank: the child has the parent's ranks in the parent's order.
+            int result = Nccl.ncclCommSplit(parent, 0, rank, childSlot, config);
+            if (result != SUCCESS && result != IN_PROGRESS) {
+                throw failure(result, "ncclCommSplit", parent);
+            }
+        }
+        // The split is a job of the parent's non-blocking group: the child handle appears once the
+        // parent's asynchronous state has left ncclInProgress (seen on NCCL 2.28.3: ncclSuccess
+        // returned with the child still NULL).
+        awaitInit(parent, "ncclCommSplit", deadline, timeout, cancellation,
+                "for the other ranks to split into the blocking communicator");
+        MemorySegment handle = nullToNull(childSlot.get(ADDRESS, 0));
+        while (handle == null) {
+            checkInitDeadline(deadline, timeout, cancellation, "for ncclCommSplit to publish the blocking communicator");
+            LockSupport.parkNanos(200_000);
+            handle = nullToNull(childSlot.get(ADDRESS, 0));
+        }
+        child = handle;
+        awaitInit(handle, "ncclCommSplit", deadline, timeout, cancellation,
+                "for the blocking communicator to become ready");
+    }
+
+    private void awaitInit(MemorySegment handle, String function, long deadline, Duration timeout,
+                           Supplier<String> cancellation, String waitingFor) {
+        while (true) {
+            int status = asyncError(handle);
+            if (status == SUCCESS) {
+                return;
+            }
+            if (status != IN_PROGRESS) {
+                throw failure(status, function, handle);
+            }
+            checkInitDeadline(deadline, timeout, cancellation, waitingFor);
+            LockSupport.parkNanos(200_000);
+        }
+    }
+
+    private void checkInitDeadline(long deadline, Duration timeout, Supplier<String> cancellation, String waitingFor) {
+        String cancelled = cancellation.get();
+        if (cancelled != null) {
+            throw new CommunicatorAbortedException("init: rank " + rank + " of " + worldSize + " aborted: " + cancelled);
+        }
+        if (System.nanoTime() - deadline > 0) {
+            throw new CommunicatorAbortedException("init: rank " + rank + " of " + worldSize + " (device " + device
+                    + ") aborted after waiting " + timeout.toMillis() + " ms " + waitingFor
+                    + " (CommunicatorOptions.initTimeout)");
+        }
+    }
+
+    /** The lock that serializes calls on this communicator (shared with its owner). */
+    public ReentrantLock lock() {
+        return lock;
+    }
+
+    public CommunicatorMode mode() {
+        return mode;
+    }
+
+    /** Whether the handles are gone (aborted or destroyed). */
+    public boolean isReleased() {
+        return parent == null && child == null;
+    }
+
+    /** Nanos since the enqueue now inside NCCL began, or -1 when none is (for the watchdog). */
+    public long enqueueAgeNanos(long now) {
+        long started = callStartedNanos;
+        return started == 0 ? -1 : now - started;
+    }
+
+    // ---------------------------------------------------------------- work
+
+    /**
+     * Runs {@code body} (collective and point-to-point calls of this class) between ncclGroupStart
+     * and ncclGroupEnd. The group is closed whatever happens; on a non-blocking communicator the
+     * in-progress end is awaited.
+     */
+    public void group(Runnable body) {
+        MemorySegment work = work("ncclGroupStart");
+        check(Nccl.ncclGroupStart(), "ncclGroupStart", work);
+        boolean open = true;
+        callStartedNanos = System.nanoTime();
+        try {
+            body.run();
+            open = false;
+            int result = Nccl.ncclGroupEnd();
+            if (result == IN_PROGRESS) {
+                awaitNotInProgress("ncclGroupEnd");
+            } else {
+                check(result, "ncclGroupEnd", work);
+            }
+        } finally {
+            callStartedNanos = 0;
+            if (open) {
+                Nccl.ncclGroupEnd(); // close it; the original failure is the one that matters
+            }
+        }
+    }
+
+    /** ncclAllGather of {@code shard} into {@code full} on {@code stream}. */
+    public void allGather(DeviceTensor shard, DeviceTensor full, CudaStream stream) {
+        MemorySegment work = work("ncclAllGather");
+        check(Nccl.ncclAllGather(segment(shard.address()), segment(full.address()), shard.count(),
+                NcclTypes.of(shard.dtype()), work, stream.handle()), "ncclAllGather", work);
+    }
+
+    /** ncclReduceScatter of {@code tensor} into {@code shard} (this rank's shard for in place). */
+    public void reduceScatter(DeviceTensor tensor, DeviceTensor shard, int ncclOp, CudaStream stream) {
+        MemorySegment work = work("ncclReduceScatter");
+        check(Nccl.ncclReduceScatter(segment(tensor.address()), segment(shard.address()), shard.count(),
+                NcclTypes.of(tensor.dtype()), ncclOp, work, stream.handle()), "ncclReduceScatter", work);
+    }
+
+    /** In-place ncclAllReduce of {@code tensor}. */
+    public void allReduce(DeviceTensor tensor, int ncclOp, CudaStream stream) {
+        MemorySegment work = work("ncclAllReduce");
+        check(Nccl.ncclAllReduce(segment(tensor.address()), segment(tensor.address()), tensor.count(),
+                NcclTypes.of(tensor.dtype()), ncclOp, work, stream.handle()), "ncclAllReduce", work);
+    }
+
+    public void send(DeviceTensor tensor, int peer, CudaStream stream) {
+        MemorySegment work = work("ncclSend");
+        check(Nccl.ncclSend(segment(tensor.address()), tensor.count(), NcclTypes.of(tensor.dtype()), peer, work,
+                stream.handle()), "ncclSend", work);
+    }
+
+    public void recv(DeviceTensor tensor, int peer, CudaStream stream) {
+        MemorySegment work = work("ncclRecv");
+        check(Nccl.ncclRecv(segment(tensor.address()), tensor.count(), NcclTypes.of(tensor.dtype()), peer, work,
+                stream.handle()), "ncclRecv", work);
+    }
+
+    /**
+     * The asynchronous error of the communicator that runs the work, as a reason for an abort, or
+     * null when there is none (still in progress counts as none). Caller holds the lock.
+     */
+    public String asyncFailure() {
+        MemorySegment work = child != null ? child : parent;
+        if (work == null) {
+            return null;
+        }
+        int status = asyncError(work);
+        if (status == SUCCESS || status == IN_PROGRESS) {
+            return null;
+        }
+        String last = Native.ncclLastError(work);
+        return "NCCL reports asynchronous error " + status + " (" + Native.ncclErrorText(status) + ")"
+                + (last.isBlank() ? "" : ": " + last);
+    }
+
+    /** Non-blocking communicator: waits (lock released while backing off) until the last call has finished. */
+    private void awaitNotInProgress(String function) {
+        long spins = 0;
+        while (true) {
+            MemorySegment handle = work(function);
+            int status = asyncError(handle);
+            if (status == SUCCESS) {
+                return;
+            }
+            if (status != IN_PROGRESS) {
+                throw failure(status, function, handle);
+            }
+            lock.unlock();
+            try {
+                Backoff.pause(spins++);
+            } finally {
+                lock.lock();
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- end of life
+
+    /**
+     * Finalizes and destroys the communicator(s), the comms stream being idle. Returns null when
+     * done, or the reason why the caller must abort instead (the deadline passed, or NCCL failed).
+     * Caller holds the lock.
+     *
+     * <p>Why the blocking child may be finalized with a blocking call: after the stream drained,
+     * NCCL's finalize of it ({@code src/init.cc}: commDestroySync) synchronizes NCCL's internal
+     * streams, whose work finished with the comms stream, and stops this process's proxy thread;
+     * destroy (commReclaim, commFree: "should not involve any sync among ranks") frees local
+     * resources. Neither waits for a peer, so a dead or slow peer cannot hold close(). A child with
+     * an asynchronous error is not finalized (its work may be stuck): the caller aborts.
+     */
+    public String finalizeAndDestroy(long deadlineNanos, Duration timeout) {
+        MemorySegment blocking = child;
+        if (blocking != null) {
+            int status = asyncError(blocking);
+            if (status != SUCCESS) {
+                return "close: the blocking communicator reports " + status + " (" + Native.ncclErrorText(status) + ")";
+            }
+            int result = Nccl.ncclCommFinalize(blocking);
+            if (result != SUCCESS) {
+                return "close: ncclCommFinalize of the blocking communicator failed: "
+                        + failure(result, "ncclCommFinalize", blocking).getMessage();
+            }
+            child = null;
+            result = Nccl.ncclCommDestroy(blocking);
+            if (result != SUCCESS) {
+                LOG.warn("rank {}: ncclCommDestroy of the blocking communicator returned {} ({})", rank, result,
+                        Native.ncclErrorText(result));
+            }
+        }
+        MemorySegment handle = parent;
+        int result = Nccl.ncclCommFinalize(handle);
+        while (result == IN_PROGRESS) {
+            if (System.nanoTime() - deadlineNanos > 0) {
+                return "close: ncclCommFinalize did not finish within " + timeout.toMillis()
+                        + " ms (CommunicatorOptions.closeTimeout)";
+            }
+            LockSupport.parkNanos(200_000);
+            result = asyncError(handle);
+        }
+        if (result != SUCCESS) {
+            return "close: ncclCommFinalize failed: " + failure(result, "ncclCommFinalize", handle).getMessage();
+        }
+        parent = null;
+        result = Nccl.ncclCommDestroy(handle);
+        if (result != SUCCESS) {
+            LOG.warn("rank {}: ncclCommDestroy returned {} ({})", rank, result, Native.ncclErrorText(result));
+        }
+        arena.close();
+        return null;
+    }
+
+    /**
+     * ncclCommAbort of the child, then of the parent: work in flight ends, peers waiting for this
+     * rank see it, every later call fails. Idempotent; any thread. Waits up to a grace period for the
+     * lock; a thread that still holds it then is inside a blocking NCCL call, which NCCL's abort flag
+     * (raised first by ncclCommAbort) ends, so the handles are aborted without the lock.
+     */
+    public void abort() {
+        boolean locked = false;
+        try {
+            locked = lock.tryLock(ABORT_LOCK_GRACE_MILLIS, TimeUnit.MILLISECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        try {
+            if (!locked) {
+                LOG.warn("rank {}: a thread is still inside NCCL after {} ms; aborting the communicator under it",
+                        rank, ABORT_LOCK_GRACE_MILLIS);
+            }
+            abortHandles();
+            if (locked) {
+                closeArena();
+            }
+        } finally {
+            if (locked) {
+                lock.unlock();
+            }
+        }
+    }
+
+    /**
+     * Takes the lock for close within {@code timeout}; if a thread still holds it then (held inside
+     * a blocking NCCL call), runs {@code abort} (which ends that call) and tries once more. Returns
+     * whether the caller now holds the lock; false: it gave up, and logged what is left behind.
+     */
+    public boolean lockForClose(Duration timeout, Runnable abort) {
+        if (tryLock(timeout)) {
+            return true;
+        }
+        abort.run();
+        if (tryLock(timeout)) {
+            return true;
+        }
+        LOG.error("rank {}: close gave up waiting for a thread inside NCCL; its stream and events are left", rank);
+        return false;
+    }
+
+    private boolean tryLock(Duration timeout) {
+        try {
+            return lock.tryLock(timeout.toNanos(), TimeUnit.NANOSECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return false;
+        }
+    }
+
+    /** Closes the native memory once the handles are gone (after an abort that had to skip it). Caller holds the lock. */
+    public void closeArena() {
+        if (isReleased() && arena.scope().isAlive()) {
+            arena.close();
+        }
+    }
+
+    private void abortHandles() {
+        // Clear the fields first: a thread that comes back from NCCL must see the communicator gone.
+        MemorySegment blocking = child;
+        MemorySegment nonBlocking = parent;
+        child = null;
+        parent = null;
+        if (blocking != null) {
+            warnIfFailed(Nccl.ncclCommAbort(blocking), "ncclCommAbort of the blocking communicator");
+        }
+        if (nonBlocking != null) {
+            warnIfFailed(Nccl.ncclCommAbort(nonBlocking), "ncclCommAbort");
+            // An aborted split may still have published its child: abort that one too.
+            MemorySegment late = arena.scope().isAlive() && mode == CommunicatorMode.BLOCKING_SPLIT
+                    && blocking == null ? nullToNull(childSlot.get(ADDRESS, 0)) : null;
+            if (late != null) {
+                childSlot.set(ADDRESS, 0, MemorySegment.NULL);
+                warnIfFailed(Nccl.ncclCommAbort(late), "ncclCommAbort of the blocking communicator");
+            }
+        }
+    }
+
+    private void warnIfFailed(int result, String what) {
+        if (result != SUCCESS) {
+            LOG.warn("rank {}: {} returned {} ({})", rank, what, result, Native.ncclErrorText(result));
+        }
+    }
+
+    // ---------------------------------------------------------------- helpers
+
+    /** The communicator that runs the work (the blocking child, or the only one). */
+    private MemorySegment work(String function) {
+        MemorySegment handle = child != null ? child : (mode == CommunicatorMode.BLOCKING_SPLIT ? null : parent);
+        if (handle == null) {
+            throw new CommunicatorAbortedException(function + ": the communicator of rank " + rank + " was aborted");
+        }
+        return handle;
+    }
+
+    private int asyncError(MemorySegment handle) {
+        int result = Nccl.ncclCommGetAsyncError(handle, asyncErrorSlot);
+        return result != SUCCESS ? result : asyncErrorSlot.get(JAVA_INT, 0);
+    }
+
+    private void check(int result, String function, MemorySegment handle) {
+        Native.checkNccl(result, function, handle, rank, device);
+    }
+
+    private NcclException failure(int result, String function, MemorySegment handle) {
+        return Native.ncclFailure(result, function, handle, rank, device);
+    }
+
+    private static MemorySegment nullToNull(MemorySegment handle) {
+        return handle == null || handle.equals(MemorySegment.NULL) ? null : handle;
+    }
+
+    private static MemorySegment segment(long address) {
+        return MemorySegment.ofAddress(address);
+    }
+}

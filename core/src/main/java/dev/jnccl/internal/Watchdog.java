@@ -1,0 +1,139 @@
+package dev.jnccl.internal;
+
+import dev.jnccl.Command;
+import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.cuda.CudaStream;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.BooleanSupplier;
+import java.util.function.Consumer;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The optional monitor of one communicator: a daemon thread that, every interval, looks for an
+ * NCCL asynchronous error, for a transaction whose completion event has not fired within the
+ * timeout, and for an enqueue held inside NCCL for longer than the timeout; on any of them it
+ * calls the abort callback (which logs the flight recorder and aborts). It also does the
+ * completion tracking: {@link #track} records an event after each transaction on the comms
+ * stream. Not API.
+ */
+public final class Watchdog {
+    private static final Logger LOG = LoggerFactory.getLogger(Watchdog.class);
+
+    private final int rank;
+    private final NcclComm comm;
+    private final FlightRecorder recorder;
+    private final Duration timeout;
+    private final Duration interval;
+    private final BooleanSupplier open;
+    private final Consumer<String> abort;
+    private final Thread thread;
+
+    /**
+     * Starts the monitor thread.
+     *
+     * @param open  whether the communicator is still open (the thread ends when it is not)
+     * @param abort aborts the communicator with a reason; must not need the comm lock
+     */
+    public Watchdog(int rank, NcclComm comm, FlightRecorder recorder, Duration timeout, Duration interval,
+                    BooleanSupplier open, Consumer<String> abort) {
+        this.rank = rank;
+        this.comm = comm;
+        this.recorder = recorder;
+        this.timeout = timeout;
+        this.interval = interval;
+        this.open = open;
+        this.abort = abort;
+        this.thread = Thread.ofPlatform().daemon().name("jnccl-watchdog-rank-" + rank).unstarted(this::watch);
+        thread.start();
+    }
+
+    /**
+     * Records a completion event after the transaction just enqueued on {@code stream} and adds it
+     * to the flight recorder. Caller holds the comm lock.
+     */
+    public void track(long sequence, List<Command> commands, CudaStream stream) {
+        CudaEvent completion = recorder.takeFreeEvent();
+        if (completion == null) {
+            completion = CudaEvent.create();
+        }
+        stream.record(completion);
+        recorder.add(sequence, commands, completion);
+    }
+
+    /** Stops the thread and waits (bounded) for it; returns whether it has ended. */
+    public boolean stop() {
+        thread.interrupt();
+        try {
+            thread.join(interval.toMillis() * 2 + 2000);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        if (thread.isAlive()) {
+            LOG.warn("rank {}: watchdog thread did not stop in time", rank);
+            return false;
+        }
+        return true;
+    }
+
+    private void watch() {
+        long timeoutNanos = timeout.toNanos();
+        while (open.getAsBoolean()) {
+            try {
+                Thread.sleep(interval);
+            } catch (InterruptedException e) {
+                return;
+            }
+            try {
+                String reason = check(timeoutNanos);
+                if (reason != null) {
+                    if (open.getAsBoolean()) {
+                        abort.accept("watchdog: " + reason);
+                    }
+                    return;
+                }
+            } catch (RuntimeException e) {
+                if (open.getAsBoolean()) {
+                    abort.accept("watchdog: polling failed: " + e);
+                }
+                return;
+            }
+        }
+    }
+
+    /** One look; the reason to abort, or null. */
+    private String check(long timeoutNanos) throws RuntimeException {
+        ReentrantLock lock = comm.lock();
+        // A thread held inside a blocking NCCL call keeps the lock: then skip the error poll (the
+        // enqueue age below catches it) instead of waiting for the lock.
+        if (lock.tryLock()) {
+            try {
+                if (!open.getAsBoolean() || comm.isReleased()) {
+                    return null;
+                }
+                String failure = comm.asyncFailure();
+                if (failure != null) {
+                    return failure;
+                }
+            } finally {
+                lock.unlock();
+            }
+        }
+        long now = System.nanoTime();
+        long enqueueAge = comm.enqueueAgeNanos(now);
+        if (enqueueAge > timeoutNanos) {
+            return "an enqueue has been inside NCCL for " + TimeUnit.NANOSECONDS.toMillis(enqueueAge) + " ms (timeout "
+                    + timeout.toMillis() + " ms)";
+        }
+        FlightRecorder.Entry pending = recorder.pollOldestPending();
+        if (pending != null && pending.ageNanos(System.nanoTime()) > timeoutNanos) {
+            return "transaction #" + pending.sequence() + " not complete after "
+                    + TimeUnit.NANOSECONDS.toMillis(pending.ageNanos(System.nanoTime())) + " ms (timeout "
+                    + timeout.toMillis() + " ms)";
+        }
+        return null;
+    }
+}

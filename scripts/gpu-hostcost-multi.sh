@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Host cost of a transaction and of jnccl's convenience collectives at world size W, one process
+# per rank on device 0 (issue 9), from C (examples/src/main/c/transaction_overhead.c: blocking,
+# non-blocking and split-child communicators) and through jnccl
+# (dev.jnccl.examples.bench.MultiRankHostCost: CommunicatorMode BLOCKING_SPLIT and NON_BLOCKING).
+# Ranks meet through a unique-id file; on the GPU each process gets NCCL_HOSTID=r<rank> (NCCL then
+# lets W ranks share one GPU, see README "Testing"), NCCL_SOCKET_IFNAME=lo, NCCL_NVLS_ENABLE=0.
+# Prints one summary table: case, impl, mode, W, median us/op (slowest rank), host-only us/op.
+#
+#   scripts/gpu-hostcost-multi.sh W [--host]
+#
+# GPU machine (default; no JDK or Maven): needs .gpu/jnccl-bundle.tar.gz (scripts/stage-gpu.sh: its
+#   JMH jar and Java runtime), nvcc, nccl.h and libnccl.so where nvcc finds them.
+# --host (or no nvcc): jnccl's host emulation; the C program is built with gcc against the
+#   libjnccl_host.so inside the benchmark jar and the emulation's own ABI header (no NVIDIA headers).
+# Environment: ITERS (default 20000), REPS (3), WARMUP (2000), COUNT (1024, divisible by W),
+#   OUT (logs; default a new /tmp/jnccl-hostcost.XXXXXX), TIMEOUT per program run (default 900 s).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+world=${1:-}
+[[ "$world" =~ ^[1-9][0-9]*$ ]] || { echo "usage: $0 W [--host]" >&2; exit 2; }
+shift
+mode=gpu
+if [ "${1:-}" = "--host" ] || ! { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+  mode=host
+fi
+iters=${ITERS:-20000}
+reps=${REPS:-3}
+warmup=${WARMUP:-2000}
+count=${COUNT:-1024}
+limit=${TIMEOUT:-900}
+log() { echo "gpu-hostcost-multi.sh: $*" >&2; }
+
+if [ -n "${OUT:-}" ]; then out=$OUT; mkdir -p "$out"; else out=$(mktemp -d /tmp/jnccl-hostcost.XXXXXX); fi
+work=$(mktemp -d /tmp/jnccl-hostcost-build.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# ---------------------------------------------------------------- jar and java
+# The bundle that scripts/stage-gpu.sh packed (GPU machine): its JMH jar and Java runtime.
+bundle=""
+if [ -s "$root/.gpu/jnccl-bundle.tar.gz" ]; then
+  . "$root/scripts/lib/gpu-bundle.sh"
+  bundle=$(gpu_bundle)
+fi
+jar=""
+for candidate in "${JNCCL_BENCH_JAR:-}" "${bundle:+$bundle/jmh/jnccl-benchmarks.jar}" \
+    "$root/examples/target/jnccl-benchmarks.jar"; do
+  if [ -n "$candidate" ] && [ -s "$candidate" ]; then jar=$candidate; break; fi
+done
+[ -n "$jar" ] || { log "no benchmark jar (.gpu/jnccl-bundle.tar.gz or examples/target/jnccl-benchmarks.jar)"; exit 1; }
+java_bin=${JAVA:-}
+if [ -z "$java_bin" ]; then
+  if [ -n "$bundle" ]; then
+    java_bin=$bundle/runtime/bin/java
+  elif [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then
+    java_bin=$JAVA_HOME/bin/java
+  elif [ -x /usr/lib/jvm/temurin-25-jdk-amd64/bin/java ]; then
+    java_bin=/usr/lib/jvm/temurin-25-jdk-amd64/bin/java
+  fi
+fi
+[ -n "$java_bin" ] || { log "no Java 25+: set JAVA or JAVA_HOME, or provide .gpu/jnccl-bundle.tar.gz"; exit 1; }
+if [ "$mode" = gpu ] && [ -d /usr/local/cuda/lib64 ]; then
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+
+# ---------------------------------------------------------------- C program
+c_src=$root/examples/src/main/c/transaction_overhead.c
+c_bin=$work/transaction_overhead
+if [ "$mode" = gpu ]; then
+  nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  build=("$nvcc" -O2 -cudart shared -o "$c_bin" "$c_src" -lnccl)
+  backend=cuda
+else
+  lib=dev/jnccl/bindings/host/linux-$(uname -m | sed 's/amd64/x86_64/')/libjnccl_host.so
+  if command -v unzip >/dev/null; then
+    unzip -q -o -j "$jar" "$lib" -d "$work"
+  else
+    (cd "$work" && "$(dirname "$java_bin")/jar" xf "$jar" "$lib" && mv "$lib" .)
+  fi
+  build=(${CC:-gcc} -O2 -DJNCCL_HOST_ABI -I"$root/bindings/src/main/c" -o "$c_bin" "$c_src" -L"$work"
+         -l:libjnccl_host.so -Wl,-rpath,"$work")
+  backend=host
+fi
+log "building the C program: ${build[*]}"
+"${build[@]}"
+
+# ---------------------------------------------------------------- runs
+# Runs "$@" once per rank (the rank number replaces RANK in the arguments), each with its own
+# NCCL_HOSTID; waits for all; fails if any rank failed. Output: $out/<name>.<rank>.txt
+launch() {
+  local name=$1; shift
+  local pids=() status=0
+  for ((rank = 0; rank < world; rank++)); do
+    local args=("${@//RANK/$rank}")
+    NCCL_HOSTID=r$rank NCCL_SOCKET_IFNAME=lo NCCL_NVLS_ENABLE=0 timeout "$limit" "${args[@]}" \
+      > "$out/$name.$rank.txt" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  if [ $status != 0 ]; then
+    log "$name: a rank failed (or ran past ${limit} s); see $out/$name.*.txt"
+    tail -n 5 "$out/$name".*.txt >&2 || true
+  fi
+  return $status
+}
+
+status=0
+log "C, W=$world ($backend): -n $iters -r $reps -w $warmup -c $count"
+launch c "$c_bin" --world "$world" --rank RANK --id-file "$work/c-id" -m all -n "$iters" -r "$reps" -w "$warmup" \
+  -c "$count" --cases transaction,allreduce_ordered || status=1
+log "jnccl, W=$world ($backend): both modes"
+launch jnccl "$java_bin" --enable-native-access=ALL-UNNAMED -Djnccl.backend=$backend -cp "$jar" \
+  dev.jnccl.examples.bench.MultiRankHostCost --world "$world" --rank RANK --id-file "$work/j-id" --mode both \
+  --iters "$iters" --reps "$reps" --warmup "$warmup" --count "$count" || status=1
+
+# ---------------------------------------------------------------- summary
+{
+  echo "host cost per operation at W=$world, one process per rank on device 0 ($backend; $count x FP32;"
+  echo "comms stream synchronized every 256 ops; median of $reps x $iters; the slowest rank's figure)"
+  cat "$out"/c.*.txt "$out"/jnccl.*.txt 2>/dev/null | grep '^RESULT ' | awk '
+    {
+      impl = "C"; mode = ""; cs = ""; us = ""; host = ""
+      for (i = 2; i <= NF; i++) {
+        split($i, p, "=")
+        if (p[1] == "impl") impl = p[2]
+        else if (p[1] == "case") cs = p[2]
+        else if (p[1] == "comm" || p[1] == "mode") mode = p[2]
+        else if (p[1] == "world") w = p[2]
+        else if (p[1] == "median_us") us = p[2]
+        else if (p[1] == "enqueue_median_us") host = p[2]
+      }
+      key = cs SUBSEP impl SUBSEP mode
+      if (!(key in med) || us + 0 > med[key] + 0) { med[key] = us; hst[key] = host }
+      if (!(key in seen)) { seen[key] = 1; order[n++] = key }
+    }
+    END {
+      fmt = "%-18s %-6s %-15s %3s %10s %10s %12s\n"
+      printf fmt, "case", "impl", "mode", "W", "median_us", "host_us", "vs C blocking"
+      for (k = 0; k < n; k++) {
+        split(order[k], f, SUBSEP)
+        base = med[f[1] SUBSEP "C" SUBSEP "blocking"]
+        ratio = (base != "" && base + 0 > 0 && f[1] != "reducescatter") ? sprintf("%.2f", med[order[k]] / base) : "-"
+        printf fmt, f[1], f[2], f[3], w, med[order[k]], hst[order[k]], ratio
+      }
+      print ""
+      print "C modes: blocking / nonblocking communicator; split = non-blocking parent split into a blocking child"
+      print "  (what jnccl BLOCKING_SPLIT does). jnccl reducescatter = comm.reduceScatter(t, stream) (no C twin)."
+      print "host_us leaves out the every-256 synchronization: when far below median_us, the device set the pace."
+    }'
+} | tee "$out/summary.txt"
+log "logs in $out"
+exit $status
