@@ -90,7 +90,11 @@ public final class NativeLibraries {
         return result;
     }
 
-    /** The libraries loaded so far, or null when {@link #load()} has not succeeded yet. */
+    /**
+     * The libraries loaded so far, without loading anything.
+     *
+     * @return the loaded libraries, or null when {@link #load()} has not succeeded yet
+     */
     public static LoadedLibraries loadedOrNull() {
         return loaded;
     }
