@@ -495,6 +495,15 @@ public abstract class Communicator implements AutoCloseable {
     protected void onAbort(String reason) {}
 
     /**
+     * Called once after {@link #onAbort} and the NCCL abort (ncclCommAbort has returned), on the
+     * aborting thread. MPI mode ends the whole job here (MPI_Abort), so that peers blocked in NCCL
+     * do not hang; the default does nothing.
+     *
+     * @param reason the recorded reason
+     */
+    protected void afterAbort(String reason) {}
+
+    /**
      * Called on the calling thread when a call finds this communicator aborted, just before it throws
      * {@link CommunicatorAbortedException} (possibly holding the communicator's internal lock, so it
      * must not wait for this communicator). Threads mode waits here, bounded, until no peer still
@@ -777,6 +786,11 @@ public abstract class Communicator implements AutoCloseable {
             LOG.warn("rank {}: onAbort hook failed", rank, e);
         }
         comm.abort();
+        try {
+            afterAbort(explained);
+        } catch (RuntimeException e) {
+            LOG.warn("rank {}: afterAbort hook failed", rank, e);
+        }
     }
 
     /**

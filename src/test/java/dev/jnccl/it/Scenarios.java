@@ -307,6 +307,61 @@ final class Scenarios {
                 c.floats(out), c.exact, Data.magnitude(in, from, shard));
     }
 
+    // ================================================================== every data type
+
+    /**
+     * Every {@link dev.jnccl.DType} (each family: 64/32/16/8-bit floats, signed and unsigned
+     * integers, bytes) moved by one transaction: an out-of-place all-gather and, for world > 1, a
+     * send to the next rank and a receive from the previous one; random bytes, compared byte by byte
+     * (data movement is bit-exact on every backend). Reductions of FP32, BF16 and INT32 are in the
+     * other scenarios.
+     */
+    static void everyDataType(RankContext c) {
+        int n = c.world;
+        int next = (c.rank + 1) % n;
+        int prev = (c.rank + n - 1) % n;
+        int count = 120;
+        for (dev.jnccl.DType dtype : dev.jnccl.DType.values()) {
+            int bytes = count * dtype.size();
+            String tag = "dtype." + dtype;
+            DeviceTensor shard = uploadBytes(c, dtype, Data.bytes(c.seed(c.rank, tag), bytes));
+            DeviceTensor full = uploadBytes(c, dtype, Data.bytes(c.seed(c.rank, tag + ".sentinel"), bytes * n));
+            DeviceTensor received = uploadBytes(c, dtype, Data.bytes(c.seed(c.rank, tag + ".recv.sentinel"), bytes));
+            CudaEvent signal = c.event();
+            try (Transaction tx = c.comm.begin(c.compute())) {
+                tx.allGather(shard, full);
+                if (n > 1) {
+                    tx.send(shard, next).recv(received, prev);
+                }
+                tx.execute(signal);
+            }
+            c.comm.await(signal);
+            byte[] got = downloadBytes(c, full);
+            for (int r = 0; r < n; r++) {
+                assertArrayEquals(Data.bytes(c.seed(r, tag), bytes), java.util.Arrays.copyOfRange(got, r * bytes,
+                        (r + 1) * bytes), c.what("allGather " + dtype + ", slice of rank " + r));
+            }
+            if (n > 1) {
+                assertArrayEquals(Data.bytes(c.seed(prev, tag), bytes), downloadBytes(c, received),
+                        c.what("recv " + dtype + " from rank " + prev));
+            }
+        }
+    }
+
+    private static DeviceTensor uploadBytes(RankContext c, dev.jnccl.DType dtype, byte[] bytes) {
+        DeviceTensor tensor = c.alloc(dtype, bytes.length / dtype.size());
+        dev.jnccl.cuda.DeviceMemory.wrap(tensor.address(), tensor.bytes(), c.comm.device())
+                .copyFromHost(java.lang.foreign.MemorySegment.ofArray(bytes));
+        return tensor;
+    }
+
+    private static byte[] downloadBytes(RankContext c, DeviceTensor tensor) {
+        byte[] bytes = new byte[Math.toIntExact(tensor.bytes())];
+        dev.jnccl.cuda.DeviceMemory.wrap(tensor.address(), tensor.bytes(), c.comm.device())
+                .copyToHost(java.lang.foreign.MemorySegment.ofArray(bytes));
+        return bytes;
+    }
+
     // ================================================================== host helpers
 
     static void hostHelpers(RankContext c) {

@@ -16,6 +16,7 @@ import java.lang.invoke.MethodHandle;
  */
 final class Dl {
     private static final int RTLD_NOW = 2;
+    private static final int RTLD_GLOBAL = 0x100;
     private static final int RTLD_DI_LINKMAP = 2;
     /** struct link_map { ElfW(Addr) l_addr; char *l_name; ... }: l_name follows one pointer. */
     private static final long LINK_MAP_L_NAME_OFFSET = ADDRESS.byteSize();
@@ -50,8 +51,18 @@ final class Dl {
      * (LD_LIBRARY_PATH, the ld.so cache, default directories), a path is opened as is.
      */
     static Handle open(String nameOrPath) throws DlException {
+        return open(nameOrPath, false);
+    }
+
+    /**
+     * As {@link #open(String)}; with {@code global} the library's symbols also serve the libraries
+     * it loads later (RTLD_GLOBAL: MPI implementations dlopen plugins that expect that). Opening an
+     * already loaded library again with {@code global} promotes it.
+     */
+    static Handle open(String nameOrPath, boolean global) throws DlException {
         try (Arena arena = Arena.ofConfined()) {
-            MemorySegment handle = (MemorySegment) DLOPEN.invokeExact(arena.allocateFrom(nameOrPath), RTLD_NOW);
+            MemorySegment handle = (MemorySegment) DLOPEN.invokeExact(arena.allocateFrom(nameOrPath),
+                    global ? RTLD_NOW | RTLD_GLOBAL : RTLD_NOW);
             if (handle.equals(MemorySegment.NULL)) {
                 throw new DlException(lastError("dlopen failed"));
             }

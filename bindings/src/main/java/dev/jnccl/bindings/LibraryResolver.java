@@ -66,7 +66,7 @@ final class LibraryResolver {
                 tried.add(name + " (dynamic linker): " + e.getMessage());
             }
         }
-        if (sitePackages.isEmpty()) {
+        if (sitePackages.isEmpty() && !request.wheelDirs().isEmpty()) {
             tried.add("Python wheels: no site-packages directory found"
                     + " (looked at $VIRTUAL_ENV, $CONDA_PREFIX, $PYTHONPATH, ~/.local, /usr/local, /usr)");
         }

@@ -1,0 +1,266 @@
+package dev.jnccl.mpi;
+
+import dev.jnccl.Communicator;
+import dev.jnccl.UniqueId;
+import dev.jnccl.cuda.Cuda;
+import dev.jnccl.mpi.internal.MpiLibrary;
+import java.time.Duration;
+import java.util.Objects;
+import java.util.function.Consumer;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * MPI mode: one process per GPU, started by {@code mpirun} / {@code srun}; MPI carries the host
+ * side (unique-id broadcast, barrier, host gathers), NCCL the GPU traffic.
+ *
+ * <p><b>MPI library.</b> The system property {@code jnccl.mpi.library} or the environment variable
+ * {@code JNCCL_MPI_LIBRARY} names the file; else the dynamic linker's {@code libmpi.so.40} (Open
+ * MPI), {@code libmpi.so.12} (MPICH ABI: Intel MPI, MVAPICH, Cray), {@code libmpich.so.12}. Open MPI
+ * and the MPICH ABI are told apart by their symbols; which one runs is logged at INFO. Use the
+ * library that belongs to the launcher.
+ *
+ * <p><b>Initialisation.</b> If MPI is not initialised yet, {@link #create} calls
+ * {@code MPI_Init_thread} asking for {@code MPI_THREAD_MULTIPLE}: jnccl's watchdog and the abort path
+ * call {@code MPI_Abort} from another thread than the one that may sit in a barrier. Less is refused
+ * with an exception. Then jnccl owns MPI and finalizes it in {@link Communicator#close()}, unless a
+ * failure is in flight (an aborted communicator: the job was ended instead); the finalize is bounded
+ * by the close timeout (past it the process halts with exit code 1, so the launcher ends the job). If
+ * the application initialised MPI itself (at {@code MPI_THREAD_MULTIPLE}), jnccl uses it and never
+ * finalizes it.
+ *
+ * <p><b>Ranks and devices.</b> The rank and world are those of {@code MPI_COMM_WORLD}; rank 0 makes
+ * the NCCL unique id and broadcasts it. The device is the node-local rank
+ * ({@code MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)}), never the global rank; {@link
+ * MpiOptions#withDevice(int)}, the system property {@code jnccl.device} or the environment variable
+ * {@code JNCCL_DEVICE} (in this order) override it.
+ *
+ * <p><b>Failures.</b> Every MPI call is checked ({@code MPI_ERRORS_RETURN}; an {@link MpiException}
+ * carries MPI's error string, the function and the rank). When this process's communicator is
+ * aborted (its watchdog, a failed transaction, {@link Communicator#abort}), the NCCL communicator is
+ * aborted and then {@code MPI_Abort} ends the whole job. An exception in the application's own code
+ * ends the job through {@link #run(MpiOptions, Consumer)}, which aborts for it; code that uses
+ * {@link #create} directly should call {@link Communicator#abort} on failure (a process that simply
+ * exits non-zero is noticed by mpirun, later).
+ */
+public final class MpiCommunicators {
+    private static final Logger LOG = LoggerFactory.getLogger(MpiCommunicators.class);
+    /** The system property naming this process's CUDA device: {@value}. */
+    public static final String DEVICE_PROPERTY = "jnccl.device";
+    /** The environment variable naming this process's CUDA device: {@value}. */
+    public static final String DEVICE_ENVIRONMENT = "JNCCL_DEVICE";
+
+    private MpiCommunicators() {}
+
+    /**
+     * This process's communicator with the default options. See {@link #create(MpiOptions)}.
+     *
+     * @return this process's communicator, to be closed by the caller
+     * @throws MpiException when an MPI call fails
+     * @throws IllegalStateException when MPI gives less than MPI_THREAD_MULTIPLE, was finalized, or
+     *         this node has more processes than visible devices (without a device override)
+     */
+    public static Communicator create() {
+        return create(MpiOptions.defaults());
+    }
+
+    /**
+     * This process's communicator: initialises MPI if nobody did, broadcasts the NCCL unique id from
+     * rank 0, picks the device (see the class comment) and creates the NCCL communicator of all
+     * processes of MPI_COMM_WORLD. Every process of the job must call it.
+     *
+     * @param options MPI-mode options
+     * @return this process's communicator, to be closed by the caller
+     * @throws MpiException when an MPI call fails
+     * @throws IllegalStateException when MPI gives less than MPI_THREAD_MULTIPLE, was finalized, or
+     *         this node has more processes than visible devices (without a device override)
+     * @throws IllegalArgumentException when the device override or {@code jnccl.device} is not a
+     *         visible device
+     */
+    public static Communicator create(MpiOptions options) {
+        Objects.requireNonNull(options, "create: options are null");
+        MpiLibrary mpi = MpiLibrary.load();
+        boolean owner = initialize(mpi);
+        MpiLibrary.Handle comm = null;
+        try {
+            comm = mpi.dup(mpi.world());
+            mpi.setErrorsReturn(comm);
+            int rank = mpi.rank(comm);
+            int size = mpi.size(comm);
+            mpi.rememberRank(rank);
+            MpiLibrary.Handle node = mpi.splitShared(comm, rank);
+            int localRank = mpi.rank(node);
+            int localSize = mpi.size(node);
+            mpi.free(node);
+            String[] source = new String[1];
+            int device = device(options, localRank, localSize, source);
+            byte[] id = rank == 0 ? UniqueId.generate().bytes() : new byte[UniqueId.BYTES];
+            mpi.bcast(id, 0, comm);
+            LOG.info("jnccl MPI mode: {} ({}), {}, thread level MPI_THREAD_MULTIPLE, MPI {} by {}; rank {} of {},"
+                            + " node-local rank {} of {}, device {} ({})", mpi.abi(), mpi.libraryVersion(), mpi.describe(),
+                    owner ? "initialised" : "already initialised", owner ? "jnccl" : "the application", rank, size,
+                    localRank, localSize, device, source[0]);
+            return new MpiCommunicator(UniqueId.fromBytes(id), rank, size, device, options, mpi, comm, owner);
+        } catch (RuntimeException | Error e) {
+            if (comm != null) {
+                try {
+                    mpi.free(comm);
+                } catch (RuntimeException suppressed) {
+                    e.addSuppressed(suppressed);
+                }
+            }
+            throw e;
+        }
+    }
+
+    /**
+     * Runs {@code work} with this process's communicator and closes it: the way to run a rank so
+     * that a failure ends the whole job at once. If {@code work} (or the creation) throws, the
+     * communicator is aborted and {@code MPI_Abort} ends every process of the job with exit code 1
+     * (after logging the exception at ERROR); this method then does not return. Without a failure
+     * the communicator is closed (and MPI finalized, if jnccl initialised it).
+     *
+     * @param options MPI-mode options
+     * @param work what this rank runs with its communicator
+     */
+    public static void run(MpiOptions options, Consumer<Communicator> work) {
+        Objects.requireNonNull(options, "run: options are null");
+        Objects.requireNonNull(work, "run: work is null");
+        Communicator communicator;
+        try {
+            communicator = create(options);
+        } catch (RuntimeException | Error e) {
+            abortJob("creating the communicator failed", e);
+            throw e;
+        }
+        try {
+            work.accept(communicator);
+        } catch (RuntimeException | Error e) {
+            LOG.error("rank {} of {}: the work failed; aborting the communicator and the MPI job",
+                    communicator.rank(), communicator.worldSize(), e);
+            // The abort ends in MPI_Abort (MpiCommunicator.afterAbort); an earlier abort already did.
+            communicator.abort("rank " + communicator.rank() + " failed: " + e);
+            abortJob("the work failed", e);
+            throw e;
+        }
+        communicator.close();
+    }
+
+    /** MPI_Abort on MPI_COMM_WORLD when MPI is up (logs first: the process ends here). */
+    private static void abortJob(String what, Throwable failure) {
+        MpiLibrary mpi;
+        try {
+            mpi = MpiLibrary.load();
+            if (!mpi.initialized() || mpi.finalized()) {
+                return;
+            }
+        } catch (RuntimeException e) {
+            failure.addSuppressed(e);
+            return;
+        }
+        LOG.error("{}; ending the MPI job (MPI_Abort, exit code {})", what, MpiCommunicator.ABORT_EXIT_CODE, failure);
+        mpi.abort(mpi.world(), MpiCommunicator.ABORT_EXIT_CODE);
+    }
+
+    /** Initialises MPI at MPI_THREAD_MULTIPLE if nobody did; returns whether jnccl did (and so finalizes it). */
+    private static boolean initialize(MpiLibrary mpi) {
+        if (mpi.finalized()) {
+            throw new IllegalStateException("create: MPI was already finalized in this process (" + mpi
+                    + "); MPI can be initialised only once per process, so create the communicator before finalizing"
+                    + " (jnccl finalizes MPI when it initialised it and the communicator is closed)");
+        }
+        if (mpi.initialized()) {
+            int level = mpi.queryThread();
+            if (level < MpiLibrary.THREAD_MULTIPLE) {
+                throw new IllegalStateException("create: the application initialised MPI with "
+                        + MpiLibrary.threadLevelName(level) + "; jnccl needs MPI_THREAD_MULTIPLE (its watchdog and"
+                        + " abort path call MPI_Abort from their own thread while another may be in a barrier)."
+                        + " Initialise MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let jnccl do it");
+            }
+            return false;
+        }
+        int provided = mpi.initThread(MpiLibrary.THREAD_MULTIPLE);
+        if (provided < MpiLibrary.THREAD_MULTIPLE) {
+            try {
+                mpi.finalizeMpi();
+            } catch (MpiException e) {
+                LOG.warn("MPI_Finalize after the refused thread level failed", e);
+            }
+            throw new IllegalStateException("create: " + mpi + " provides only " + MpiLibrary.threadLevelName(provided)
+                    + " but jnccl needs MPI_THREAD_MULTIPLE (its watchdog and abort path call MPI_Abort from their own"
+                    + " thread). Use an MPI built with thread support (Open MPI and MPICH packages of Linux"
+                    + " distributions are), or check that the library matches the launcher");
+        }
+        return true;
+    }
+
+    /** The device: option, property, environment, node-local rank; {@code source[0]} says which. */
+    private static int device(MpiOptions options, int localRank, int localSize, String[] source) {
+        int visible = Cuda.deviceCount();
+        String visibleNote = "CUDA_VISIBLE_DEVICES=" + System.getenv("CUDA_VISIBLE_DEVICES");
+        Integer chosen = null;
+        if (options.device().isPresent()) {
+            chosen = options.device().getAsInt();
+            source[0] = "MpiOptions.withDevice";
+        } else {
+            String property = System.getProperty(DEVICE_PROPERTY);
+            String environment = System.getenv(DEVICE_ENVIRONMENT);
+            if (property != null && !property.isBlank()) {
+                chosen = parseDevice(property, "system property " + DEVICE_PROPERTY);
+                source[0] = "system property " + DEVICE_PROPERTY;
+            } else if (environment != null && !environment.isBlank()) {
+                chosen = parseDevice(environment, "environment variable " + DEVICE_ENVIRONMENT);
+                source[0] = "environment variable " + DEVICE_ENVIRONMENT;
+            }
+        }
+        if (chosen != null) {
+            if (chosen >= visible) {
+                throw new IllegalArgumentException("create: device " + chosen + " (" + source[0] + ") but only "
+                        + visible + " device(s) are visible (" + visibleNote + ")");
+            }
+            return chosen;
+        }
+        if (localRank >= visible) {
+            throw new IllegalStateException("create: node-local rank " + localRank + " (of " + localSize
+                    + " processes on this node) has no device of its own: " + visible + " device(s) visible ("
+                    + visibleNote + "). Start at most " + visible + " processes per node, or choose the device with"
+                    + " MpiOptions.withDevice, -D" + DEVICE_PROPERTY + " or " + DEVICE_ENVIRONMENT);
+        }
+        source[0] = "node-local rank";
+        return localRank;
+    }
+
+    private static int parseDevice(String text, String where) {
+        try {
+            int device = Integer.parseInt(text.strip());
+            if (device < 0) {
+                throw new IllegalArgumentException("create: " + where + "=" + text + " is negative");
+            }
+            return device;
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException("create: " + where + "=" + text + " is not a device number", e);
+        }
+    }
+
+    /**
+     * MPI_Finalize, bounded: a daemon thread halts the process (exit code 1, so the launcher ends the
+     * job) if it has not returned after {@code timeout} (a peer that never reaches its finalize).
+     */
+    static void finalizeBounded(MpiLibrary mpi, Duration timeout, int rank) {
+        Thread guard = Thread.ofPlatform().daemon().name("jnccl-mpi-finalize-guard").start(() -> {
+            try {
+                Thread.sleep(timeout);
+            } catch (InterruptedException e) {
+                return;
+            }
+            LOG.error("rank {}: MPI_Finalize did not return within {} ms (CommunicatorOptions.closeTimeout); halting"
+                    + " this process with exit code 1", rank, timeout.toMillis());
+            Runtime.getRuntime().halt(MpiCommunicator.ABORT_EXIT_CODE);
+        });
+        try {
+            mpi.finalizeMpi();
+        } finally {
+            guard.interrupt();
+        }
+    }
+}

@@ -1,0 +1,55 @@
+package dev.jnccl.mpi;
+
+import dev.jnccl.CommunicatorOptions;
+import java.util.Objects;
+import java.util.OptionalInt;
+
+/**
+ * Options of MPI mode.
+ *
+ * @param communicator options of this process's communicator (deadlines, watchdog, mode)
+ * @param device       the CUDA device of this process; empty (the default) means: the system property
+ *                     {@code jnccl.device}, else the environment variable {@code JNCCL_DEVICE}, else the
+ *                     node-local rank (see {@link MpiCommunicators})
+ */
+public record MpiOptions(CommunicatorOptions communicator, OptionalInt device) {
+
+    /** Checks the values: communicator options and device given, a device not negative. */
+    public MpiOptions {
+        Objects.requireNonNull(communicator, "MpiOptions: communicator options are null");
+        Objects.requireNonNull(device, "MpiOptions: device is null (use OptionalInt.empty())");
+        if (device.isPresent() && device.getAsInt() < 0) {
+            throw new IllegalArgumentException("MpiOptions: device " + device.getAsInt() + " is negative");
+        }
+    }
+
+    /**
+     * The defaults.
+     *
+     * @return default communicator options, the device from the node-local rank (or jnccl.device / JNCCL_DEVICE)
+     */
+    public static MpiOptions defaults() {
+        return new MpiOptions(CommunicatorOptions.defaults(), OptionalInt.empty());
+    }
+
+    /**
+     * These options with other communicator options.
+     *
+     * @param options options of this process's communicator
+     * @return a copy with {@code communicator} replaced
+     */
+    public MpiOptions withCommunicator(CommunicatorOptions options) {
+        return new MpiOptions(options, device);
+    }
+
+    /**
+     * These options with this process on {@code device}, whatever its node-local rank (e.g. several
+     * processes on one GPU, or a launcher that already narrowed {@code CUDA_VISIBLE_DEVICES}).
+     *
+     * @param device the CUDA device, at least 0
+     * @return a copy with {@code device} replaced
+     */
+    public MpiOptions withDevice(int device) {
+        return new MpiOptions(communicator, OptionalInt.of(device));
+    }
+}

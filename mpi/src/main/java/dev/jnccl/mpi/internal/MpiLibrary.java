@@ -1,0 +1,552 @@
+package dev.jnccl.mpi.internal;
+
+import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_BYTE;
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+
+import dev.jnccl.NativeLibraryException;
+import dev.jnccl.bindings.NativeLoadException;
+import dev.jnccl.bindings.SharedLibrary;
+import dev.jnccl.mpi.MpiException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.FunctionDescriptor;
+import java.lang.foreign.Linker;
+import java.lang.foreign.MemoryLayout;
+import java.lang.foreign.MemorySegment;
+import java.lang.invoke.MethodHandle;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * The MPI ABI adapter: the few MPI functions jnccl calls, for both ABIs in use.
+ * <ul>
+ *   <li>Open MPI: handles ({@code MPI_Comm}, {@code MPI_Datatype}, ...) are pointers; the predefined
+ *       ones are the addresses of global symbols ({@code ompi_mpi_comm_world}, {@code ompi_mpi_byte},
+ *       ...); {@code MPI_COMM_TYPE_SHARED} is 0.</li>
+ *   <li>The MPICH ABI (MPICH, Intel MPI, Cray MPICH, MVAPICH): handles are {@code int}s with fixed
+ *       values (from MPICH's mpi.h: {@code MPI_COMM_WORLD} 0x44000000, {@code MPI_BYTE} 0x4c00010d,
+ *       {@code MPI_INT} 0x4c000405, {@code MPI_ERRORS_RETURN} 0x54000001, {@code MPI_INFO_NULL}
+ *       0x1c000000); {@code MPI_COMM_TYPE_SHARED} is 1.</li>
+ * </ul>
+ * Which one a library is: it defines {@code ompi_mpi_comm_world} (Open MPI) or not (MPICH ABI).
+ * Handles travel as {@link Handle} (a pointer or a sign-extended int), so a communicator made by
+ * {@link #split}, {@link #dup} or {@link #splitShared} is used exactly like {@link #world()}.
+ * Every call's result is checked: callers set {@code MPI_ERRORS_RETURN} on their communicators
+ * ({@link #setErrorsReturn}), and a failure is an {@link MpiException} with MPI's error string.
+ * Not API.
+ */
+public final class MpiLibrary {
+    /** The system property naming the MPI library file: {@value}. */
+    public static final String PROPERTY = "jnccl.mpi.library";
+    /** The environment variable naming the MPI library file: {@value}. */
+    public static final String ENVIRONMENT = "JNCCL_MPI_LIBRARY";
+    /** Names handed to the dynamic linker, in order: Open MPI 3+, MPICH ABI (MPICH, Intel MPI, ...), MPICH. */
+    static final List<String> LINKER_NAMES = List.of("libmpi.so.40", "libmpi.so.12", "libmpich.so.12");
+
+    /** MPI_THREAD_* levels (the same in both ABIs: 0 .. 3). */
+    public static final int THREAD_SINGLE = 0;
+    /** MPI_THREAD_MULTIPLE. */
+    public static final int THREAD_MULTIPLE = 3;
+    private static final List<String> THREAD_LEVELS = List.of("MPI_THREAD_SINGLE", "MPI_THREAD_FUNNELED",
+            "MPI_THREAD_SERIALIZED", "MPI_THREAD_MULTIPLE");
+    /** Larger than MPI_MAX_ERROR_STRING of both ABIs (Open MPI 256, MPICH 512). */
+    private static final int ERROR_STRING_BYTES = 1024;
+    /** MPI_MAX_LIBRARY_VERSION_STRING of MPICH (Open MPI: 256). */
+    private static final int VERSION_STRING_BYTES = 8192;
+
+    /** The ABI of the loaded library. */
+    public enum Abi {
+        /** Open MPI: pointer handles. */
+        OPEN_MPI("Open MPI ABI"),
+        /** MPICH, Intel MPI, Cray MPICH, MVAPICH: integer handles. */
+        MPICH("MPICH ABI");
+
+        private final String label;
+
+        Abi(String label) {
+            this.label = label;
+        }
+
+        @Override
+        public String toString() {
+            return label;
+        }
+    }
+
+    /** An MPI handle (MPI_Comm, MPI_Datatype, MPI_Errhandler, MPI_Info): a pointer or an int, as a long. */
+    public record Handle(long value) {}
+
+    private static volatile MpiLibrary instance;
+
+    private final SharedLibrary library;
+    private final Abi abi;
+    private final MemoryLayout handleLayout;
+    private final Handle world;
+    private final Handle commNull;
+    private final Handle byteType;
+    private final Handle intType;
+    private final Handle errorsReturn;
+    private final Handle infoNull;
+    private final int commTypeShared;
+    private final Map<String, MethodHandle> functions = new HashMap<>();
+    /** The rank in MPI_COMM_WORLD for messages, once known. */
+    private volatile int rank = -1;
+
+    private MpiLibrary(SharedLibrary library) {
+        this.library = library;
+        boolean openMpi = library.symbols().find("ompi_mpi_comm_world").isPresent();
+        this.abi = openMpi ? Abi.OPEN_MPI : Abi.MPICH;
+        if (openMpi) {
+            handleLayout = ADDRESS;
+            world = symbolHandle("ompi_mpi_comm_world");
+            commNull = symbolHandle("ompi_mpi_comm_null");
+            byteType = symbolHandle("ompi_mpi_byte");
+            intType = symbolHandle("ompi_mpi_int");
+            errorsReturn = symbolHandle("ompi_mpi_errors_return");
+            infoNull = symbolHandle("ompi_mpi_info_null");
+            commTypeShared = 0;
+        } else {
+            handleLayout = JAVA_INT;
+            world = new Handle(0x44000000);
+            commNull = new Handle(0x04000000);
+            byteType = new Handle(0x4c00010d);
+            intType = new Handle(0x4c000405);
+            errorsReturn = new Handle(0x54000001);
+            infoNull = new Handle(0x1c000000);
+            commTypeShared = 1;
+            if (library.symbols().find("MPI_Comm_split_type").isEmpty()) {
+                throw new NativeLibraryException(library.path() + " (" + library.origin() + ") is neither Open MPI (no"
+                        + " ompi_mpi_comm_world) nor an MPI-3 library of the MPICH ABI (no MPI_Comm_split_type). Set -D"
+                        + PROPERTY + "=/path/to/libmpi.so of Open MPI or MPICH.", null);
+            }
+        }
+    }
+
+    /**
+     * The MPI library of this process, loaded once: {@value #PROPERTY} / {@value #ENVIRONMENT}, else
+     * the dynamic linker's names ({@code libmpi.so.40}, {@code libmpi.so.12}, {@code libmpich.so.12}).
+     *
+     * @return the adapter
+     * @throws NativeLibraryException when no MPI library can be loaded (the message lists every place tried)
+     */
+    public static MpiLibrary load() {
+        MpiLibrary result = instance;
+        if (result != null) {
+            return result;
+        }
+        synchronized (MpiLibrary.class) {
+            if (instance == null) {
+                SharedLibrary library;
+                try {
+                    library = SharedLibrary.load("MPI (libmpi)", PROPERTY, ENVIRONMENT, LINKER_NAMES,
+                            "Install an MPI library (Open MPI: openmpi-bin libopenmpi-dev; MPICH: mpich libmpich-dev),"
+                                    + " add its lib directory to LD_LIBRARY_PATH, or set -D" + PROPERTY
+                                    + "=/path/to/libmpi.so.40 (environment: " + ENVIRONMENT + "). Use the library"
+                                    + " of the mpirun that starts the job.");
+                } catch (NativeLoadException e) {
+                    throw new NativeLibraryException(e.getMessage(), e);
+                }
+                instance = new MpiLibrary(library);
+            }
+            return instance;
+        }
+    }
+
+    private Handle symbolHandle(String symbol) {
+        MemorySegment address = library.symbols().find(symbol).orElseThrow(() -> new NativeLibraryException(
+                library.path() + " defines ompi_mpi_comm_world but not " + symbol + ": not an Open MPI this adapter"
+                        + " knows", null));
+        return new Handle(address.address());
+    }
+
+    // ---------------------------------------------------------------- identity
+
+    /** {@return which ABI the library has} */
+    public Abi abi() {
+        return abi;
+    }
+
+    /** {@return the library file and how it was found} */
+    public String describe() {
+        return library.path() + " (" + library.origin() + ")";
+    }
+
+    /** {@return MPI_COMM_WORLD} */
+    public Handle world() {
+        return world;
+    }
+
+    /** {@return MPI_COMM_NULL} */
+    public Handle commNull() {
+        return commNull;
+    }
+
+    /**
+     * Sets the rank used in exception messages (the rank in MPI_COMM_WORLD).
+     *
+     * @param worldRank this process's rank
+     */
+    public void rememberRank(int worldRank) {
+        this.rank = worldRank;
+    }
+
+    /** {@return the name of a thread level, e.g. MPI_THREAD_MULTIPLE} */
+    public static String threadLevelName(int level) {
+        return level >= 0 && level < THREAD_LEVELS.size() ? THREAD_LEVELS.get(level) : "thread level " + level;
+    }
+
+    // ---------------------------------------------------------------- calls
+
+    /** Argument kinds of a signature: H handle, I int, P pointer. */
+    private synchronized MethodHandle function(String name, String signature) {
+        return functions.computeIfAbsent(name, n -> {
+            MemorySegment address = library.symbols().find(n).orElseThrow(() -> new NativeLibraryException(
+                    describe() + " has no " + n + ": not a complete MPI library", null));
+            MemoryLayout[] arguments = new MemoryLayout[signature.length()];
+            for (int i = 0; i < arguments.length; i++) {
+                arguments[i] = switch (signature.charAt(i)) {
+                    case 'H' -> handleLayout;
+                    case 'I' -> JAVA_INT;
+                    case 'P' -> ADDRESS;
+                    default -> throw new IllegalArgumentException(signature);
+                };
+            }
+            return Linker.nativeLinker().downcallHandle(address, FunctionDescriptor.of(JAVA_INT, arguments));
+        });
+    }
+
+    /** Calls {@code name}; {@link Handle} arguments become the ABI's handle type. Returns the MPI result code. */
+    private int invoke(String name, String signature, Object... arguments) {
+        MethodHandle handle = function(name, signature);
+        List<Object> converted = new ArrayList<>(arguments.length);
+        for (Object argument : arguments) {
+            if (argument instanceof Handle h) {
+                converted.add(abi == Abi.OPEN_MPI ? (Object) MemorySegment.ofAddress(h.value()) : (Object) (int) h.value());
+            } else {
+                converted.add(argument);
+            }
+        }
+        try {
+            return (int) handle.invokeWithArguments(converted);
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new IllegalStateException(name + " could not be called", t);
+        }
+    }
+
+    private void call(String name, String signature, Object... arguments) {
+        int code = invoke(name, signature, arguments);
+        if (code != 0) {
+            throw new MpiException(name, code, errorString(code), rank);
+        }
+    }
+
+    /**
+     * MPI_Error_string's text for {@code code}.
+     *
+     * @param code an MPI error code
+     * @return the text, or a note that MPI had none
+     */
+    public String errorString(int code) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment text = arena.allocate(ERROR_STRING_BYTES);
+            MemorySegment length = arena.allocate(JAVA_INT);
+            if (invoke("MPI_Error_string", "IPP", code, text, length) != 0) {
+                return "(MPI_Error_string knows no text for " + code + ")";
+            }
+            int n = Math.clamp(length.get(JAVA_INT, 0), 0, ERROR_STRING_BYTES - 1);
+            return new String(text.asSlice(0, n).toArray(JAVA_BYTE), java.nio.charset.StandardCharsets.UTF_8).trim();
+        }
+    }
+
+    private boolean flag(String name) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment out = arena.allocate(JAVA_INT);
+            call(name, "P", out);
+            return out.get(JAVA_INT, 0) != 0;
+        }
+    }
+
+    /** {@return whether MPI_Init or MPI_Init_thread has been called in this process} */
+    public boolean initialized() {
+        return flag("MPI_Initialized");
+    }
+
+    /** {@return whether MPI_Finalize has been called in this process} */
+    public boolean finalized() {
+        return flag("MPI_Finalized");
+    }
+
+    /**
+     * MPI_Init_thread(NULL, NULL, required, &provided).
+     *
+     * @param required the thread level asked for
+     * @return the thread level MPI provides
+     */
+    public int initThread(int required) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment provided = arena.allocate(JAVA_INT);
+            call("MPI_Init_thread", "PPIP", MemorySegment.NULL, MemorySegment.NULL, required, provided);
+            return provided.get(JAVA_INT, 0);
+        }
+    }
+
+    /** {@return MPI_Query_thread: the thread level MPI was initialised with} */
+    public int queryThread() {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment provided = arena.allocate(JAVA_INT);
+            call("MPI_Query_thread", "P", provided);
+            return provided.get(JAVA_INT, 0);
+        }
+    }
+
+    /** MPI_Finalize. */
+    public void finalizeMpi() {
+        call("MPI_Finalize", "");
+    }
+
+    /**
+     * MPI_Abort: ends every process of {@code comm}'s job (this one included); normally never returns.
+     *
+     * @param comm the communicator whose processes end
+     * @param exitCode the exit code the launcher reports
+     */
+    public void abort(Handle comm, int exitCode) {
+        invoke("MPI_Abort", "HI", comm, exitCode);
+    }
+
+    /** {@return MPI_Get_library_version's first line} */
+    public String libraryVersion() {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment text = arena.allocate(VERSION_STRING_BYTES);
+            MemorySegment length = arena.allocate(JAVA_INT);
+            if (invoke("MPI_Get_library_version", "PP", text, length) != 0) {
+                return "(unknown version)";
+            }
+            String version = text.getString(0).strip();
+            int newline = version.indexOf('\n');
+            return (newline < 0 ? version : version.substring(0, newline)).replace(",", "").strip();
+        }
+    }
+
+    /**
+     * MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN): errors come back as codes instead of ending the job.
+     *
+     * @param comm the communicator
+     */
+    public void setErrorsReturn(Handle comm) {
+        call("MPI_Comm_set_errhandler", "HH", comm, errorsReturn);
+    }
+
+    /**
+     * MPI_Comm_rank.
+     *
+     * @param comm the communicator
+     * @return this process's rank in it
+     */
+    public int rank(Handle comm) {
+        return intOut("MPI_Comm_rank", comm);
+    }
+
+    /**
+     * MPI_Comm_size.
+     *
+     * @param comm the communicator
+     * @return its number of processes
+     */
+    public int size(Handle comm) {
+        return intOut("MPI_Comm_size", comm);
+    }
+
+    private int intOut(String name, Handle comm) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment out = arena.allocate(JAVA_INT);
+            call(name, "HP", comm, out);
+            return out.get(JAVA_INT, 0);
+        }
+    }
+
+    private Handle handleOut(String name, String signature, Object... argumentsBeforeOut) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment out = arena.allocate(handleLayout);
+            Object[] arguments = java.util.Arrays.copyOf(argumentsBeforeOut, argumentsBeforeOut.length + 1);
+            arguments[argumentsBeforeOut.length] = out;
+            call(name, signature, arguments);
+            return readHandle(out);
+        }
+    }
+
+    private Handle readHandle(MemorySegment out) {
+        return new Handle(abi == Abi.OPEN_MPI ? out.get(ADDRESS, 0).address() : out.get(JAVA_INT, 0));
+    }
+
+    /**
+     * MPI_Comm_dup.
+     *
+     * @param comm the communicator to duplicate
+     * @return the new communicator (free it with {@link #free})
+     */
+    public Handle dup(Handle comm) {
+        return handleOut("MPI_Comm_dup", "HP", comm);
+    }
+
+    /**
+     * MPI_Comm_split.
+     *
+     * @param comm the communicator to split
+     * @param color the group of this process (MPI_UNDEFINED: none)
+     * @param key the order inside the group
+     * @return the new communicator, or {@link #commNull()}
+     */
+    public Handle split(Handle comm, int color, int key) {
+        return handleOut("MPI_Comm_split", "HIIP", comm, color, key);
+    }
+
+    /**
+     * MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, key, MPI_INFO_NULL): the processes of this node.
+     *
+     * @param comm the communicator to split
+     * @param key the order inside the node
+     * @return the node-local communicator (free it with {@link #free})
+     */
+    public Handle splitShared(Handle comm, int key) {
+        return handleOut("MPI_Comm_split_type", "HIIHP", comm, commTypeShared, key, infoNull);
+    }
+
+    /**
+     * MPI_Comm_free.
+     *
+     * @param comm the communicator to free
+     */
+    public void free(Handle comm) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment in = arena.allocate(handleLayout);
+            if (abi == Abi.OPEN_MPI) {
+                in.set(ADDRESS, 0, MemorySegment.ofAddress(comm.value()));
+            } else {
+                in.set(JAVA_INT, 0, (int) comm.value());
+            }
+            call("MPI_Comm_free", "P", in);
+        }
+    }
+
+    /**
+     * MPI_Barrier.
+     *
+     * @param comm the communicator
+     */
+    public void barrier(Handle comm) {
+        call("MPI_Barrier", "H", comm);
+    }
+
+    /**
+     * MPI_Bcast of bytes from {@code root}.
+     *
+     * @param bytes the root's bytes (sent) or the buffer that receives them (same length everywhere)
+     * @param root the sending rank
+     * @param comm the communicator
+     */
+    public void bcast(byte[] bytes, int root, Handle comm) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment buffer = arena.allocate(Math.max(1, bytes.length));
+            MemorySegment.copy(bytes, 0, buffer, JAVA_BYTE, 0, bytes.length);
+            call("MPI_Bcast", "PIHIH", buffer, bytes.length, byteType, root, comm);
+            MemorySegment.copy(buffer, JAVA_BYTE, 0, bytes, 0, bytes.length);
+        }
+    }
+
+    /**
+     * Every rank's bytes (lengths may differ) on {@code root}: MPI_Gather of the lengths, then MPI_Gatherv.
+     *
+     * @param local this rank's bytes
+     * @param root the receiving rank
+     * @param comm the communicator
+     * @return every rank's bytes in rank order on {@code root}, an empty list elsewhere
+     */
+    public List<byte[]> gather(byte[] local, int root, Handle comm) {
+        int size = size(comm);
+        boolean isRoot = rank(comm) == root;
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment length = arena.allocateFrom(JAVA_INT, local.length);
+            MemorySegment lengths = arena.allocate(JAVA_INT, size);
+            call("MPI_Gather", "PIHPIHIH", length, 1, intType, lengths, 1, intType, root, comm);
+            int[] counts = isRoot ? lengths.toArray(JAVA_INT) : new int[size];
+            MemorySegment displacements = displacements(arena, counts, "gather");
+            MemorySegment send = segmentOf(arena, local);
+            MemorySegment receive = arena.allocate(Math.max(1, total(counts)));
+            call("MPI_Gatherv", "PIHPPPHIH", send, local.length, byteType, receive, lengths, displacements, byteType,
+                    root, comm);
+            return isRoot ? split(receive, counts) : List.of();
+        }
+    }
+
+    /**
+     * Every rank's bytes (lengths may differ) on every rank: MPI_Allgather of the lengths, then MPI_Allgatherv.
+     *
+     * @param local this rank's bytes
+     * @param comm the communicator
+     * @return every rank's bytes, in rank order
+     */
+    public List<byte[]> allGather(byte[] local, Handle comm) {
+        int size = size(comm);
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment length = arena.allocateFrom(JAVA_INT, local.length);
+            MemorySegment lengths = arena.allocate(JAVA_INT, size);
+            call("MPI_Allgather", "PIHPIHH", length, 1, intType, lengths, 1, intType, comm);
+            int[] counts = lengths.toArray(JAVA_INT);
+            MemorySegment displacements = displacements(arena, counts, "allGather");
+            MemorySegment send = segmentOf(arena, local);
+            MemorySegment receive = arena.allocate(Math.max(1, total(counts)));
+            call("MPI_Allgatherv", "PIHPPPHH", send, local.length, byteType, receive, lengths, displacements, byteType,
+                    comm);
+            return split(receive, counts);
+        }
+    }
+
+    private static MemorySegment segmentOf(Arena arena, byte[] bytes) {
+        MemorySegment segment = arena.allocate(Math.max(1, bytes.length));
+        MemorySegment.copy(bytes, 0, segment, JAVA_BYTE, 0, bytes.length);
+        return segment;
+    }
+
+    /** MPI counts and displacements are ints: more than 2 GiB in total cannot be gathered in one call. */
+    private static MemorySegment displacements(Arena arena, int[] counts, String operation) {
+        MemorySegment displacements = arena.allocate(JAVA_INT, Math.max(1, counts.length));
+        long offset = 0;
+        for (int i = 0; i < counts.length; i++) {
+            if (offset > Integer.MAX_VALUE) {
+                throw new IllegalArgumentException(operation + ": " + offset + "+ bytes in total exceed MPI's int"
+                        + " displacements (2 GiB)");
+            }
+            displacements.setAtIndex(JAVA_INT, i, (int) offset);
+            offset += counts[i];
+        }
+        return displacements;
+    }
+
+    private static int total(int[] counts) {
+        long total = 0;
+        for (int count : counts) {
+            total += count;
+        }
+        return Math.toIntExact(total);
+    }
+
+    private static List<byte[]> split(MemorySegment receive, int[] counts) {
+        List<byte[]> all = new ArrayList<>(counts.length);
+        long offset = 0;
+        for (int count : counts) {
+            all.add(receive.asSlice(offset, count).toArray(JAVA_BYTE));
+            offset += count;
+        }
+        return all;
+    }
+
+    @Override
+    public String toString() {
+        return abi + " " + describe();
+    }
+}
