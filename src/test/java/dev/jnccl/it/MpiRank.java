@@ -193,7 +193,7 @@ public final class MpiRank {
                     }
                     comm.await(signal);
                     if (i == 20) {
-                        System.out.println("RUNNING rank=" + comm.rank());
+                        System.out.println("RUNNING rank=" + comm.rank() + " pid=" + ProcessHandle.current().pid());
                         System.out.flush();
                     }
                 }

@@ -127,7 +127,7 @@ final class MultiProcessWorlds {
      * above this class (JUnit's console launcher, used on the GPU machine, loads the tests from its
      * own -cp through a URLClassLoader, which java.class.path does not show).
      */
-    private static String childClassPath() {
+    static String childClassPath() {
         List<String> entries = new ArrayList<>(List.of(System.getProperty("java.class.path").split(File.pathSeparator)));
         for (ClassLoader loader = ProcessRank.class.getClassLoader(); loader != null; loader = loader.getParent()) {
             if (loader instanceof URLClassLoader urls) {

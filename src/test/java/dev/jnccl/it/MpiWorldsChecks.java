@@ -1,0 +1,62 @@
+package dev.jnccl.it;
+
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.time.Duration;
+import java.util.regex.Matcher;
+
+/**
+ * The MPI-mode checks for one launcher and backend ({@link MpiJobs}): every operation at a world
+ * size, the device override, MPI's error string, MPI initialised by the application, a rank that
+ * throws mid-transaction and a SIGKILLed rank.
+ */
+abstract class MpiWorldsChecks {
+    /** A job of the ops scenario: JVM starts, init and the whole scenario list, on 2 busy cores. */
+    static final Duration JOB_TIMEOUT = Duration.ofSeconds(240);
+
+    abstract MpiJobs jobs(MpiJobs.Launcher launcher);
+
+    void everyOperation(MpiJobs.Launcher launcher, int world) throws Exception {
+        jobs(launcher).runAndPass("ops", world, JOB_TIMEOUT);
+    }
+
+    void deviceOverride(MpiJobs.Launcher launcher) throws Exception {
+        jobs(launcher).runAndPass("device-override", 2, JOB_TIMEOUT);
+    }
+
+    void errorString(MpiJobs.Launcher launcher) throws Exception {
+        jobs(launcher).runAndPass("error-string", 2, JOB_TIMEOUT);
+    }
+
+    void hostInitialisedMpi(MpiJobs.Launcher launcher) throws Exception {
+        jobs(launcher).runAndPass("host-init", 2, JOB_TIMEOUT);
+    }
+
+    /** Rank 1 of 3 throws mid-transaction: the job exits non-zero within 30 s of it, no rank process left. */
+    void throwingRank(MpiJobs.Launcher launcher) throws Exception {
+        try (MpiJobs.Job job = jobs(launcher).start("throw", 3)) {
+            job.awaitLine("(?m)^STARTED$", JOB_TIMEOUT);
+            int exit = job.awaitExit(Duration.ofSeconds(30));
+            String output = job.output();
+            assertNotEquals(0, exit, job.name + ": exit code\n" + output);
+            assertTrue(output.contains("rank 1 fails on purpose mid-transaction"), output);
+            assertTrue(output.contains("ending the MPI job (MPI_Abort"), output);
+            assertTrue(!output.contains("UNEXPECTED"), output);
+            job.assertNoRankLeft(Duration.ofSeconds(15));
+        }
+    }
+
+    /** Rank 2 of 3 is SIGKILLed mid-run: the job ends within the watchdog timeout (3 s) plus 30 s, no rank left. */
+    void killedRank(MpiJobs.Launcher launcher) throws Exception {
+        try (MpiJobs.Job job = jobs(launcher).start("killed", 3)) {
+            Matcher running = job.awaitLine("RUNNING rank=2 pid=(\\d+)", JOB_TIMEOUT);
+            long pid = Long.parseLong(running.group(1));
+            ProcessHandle.of(pid).ifPresent(ProcessHandle::destroyForcibly); // SIGKILL
+            int exit = job.awaitExit(Duration.ofSeconds(3 + 30));
+            assertNotEquals(0, exit, job.name + ": exit code\n" + job.output());
+            assertTrue(!job.output().contains("UNEXPECTED"), job.output());
+            job.assertNoRankLeft(Duration.ofSeconds(15));
+        }
+    }
+}

@@ -1,0 +1,75 @@
+package dev.jnccl.it;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.EnumSource;
+import org.junit.jupiter.params.provider.MethodSource;
+
+/**
+ * MPI mode on the host emulation under real Open MPI and MPICH: jobs of 1, 2, 3 and 4 processes
+ * run every transaction command, convenience operation and data type, in place and out of place,
+ * the host gathers and barrier ({@link MpiRank} {@code ops}: {@link Scenarios} checked element by
+ * element on random data, one verdict per rank); then the device override, MPI's error string, MPI
+ * initialised by the application, a throwing rank and a SIGKILLed rank. Skipped, with the reason,
+ * where a launcher is not installed.
+ */
+@Timeout(value = 300, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+class MpiWorldsTest extends MpiWorldsChecks {
+
+    @Override
+    MpiJobs jobs(MpiJobs.Launcher launcher) {
+        return new MpiJobs(launcher, "host", false, Map.of());
+    }
+
+    static Stream<Arguments> worlds() {
+        List<Arguments> cases = new ArrayList<>();
+        for (MpiJobs.Launcher launcher : MpiJobs.Launcher.values()) {
+            for (int world = 1; world <= 4; world++) {
+                cases.add(Arguments.of(launcher, world));
+            }
+        }
+        return cases.stream();
+    }
+
+    @ParameterizedTest(name = "{0}, world {1}")
+    @MethodSource("worlds")
+    void everyOperationChecked(MpiJobs.Launcher launcher, int world) throws Exception {
+        everyOperation(launcher, world);
+    }
+
+    @ParameterizedTest
+    @EnumSource(MpiJobs.Launcher.class)
+    void deviceOverrideOnEveryRank(MpiJobs.Launcher launcher) throws Exception {
+        deviceOverride(launcher);
+    }
+
+    @ParameterizedTest
+    @EnumSource(MpiJobs.Launcher.class)
+    void mpiErrorCarriesMpisText(MpiJobs.Launcher launcher) throws Exception {
+        errorString(launcher);
+    }
+
+    @ParameterizedTest
+    @EnumSource(MpiJobs.Launcher.class)
+    void mpiInitialisedByTheApplicationIsLeftAlone(MpiJobs.Launcher launcher) throws Exception {
+        hostInitialisedMpi(launcher);
+    }
+
+    @ParameterizedTest
+    @EnumSource(MpiJobs.Launcher.class)
+    void aThrowingRankEndsTheJob(MpiJobs.Launcher launcher) throws Exception {
+        throwingRank(launcher);
+    }
+
+    @ParameterizedTest
+    @EnumSource(MpiJobs.Launcher.class)
+    void aKilledRankEndsTheJob(MpiJobs.Launcher launcher) throws Exception {
+        killedRank(launcher);
+    }
+}
