@@ -76,6 +76,11 @@ final class ExampleSupport {
             return values.containsKey(name);
         }
 
+        /** The text of a valued option, or null. */
+        String value(String name) {
+            return values.get(name);
+        }
+
         long longValue(String name, long defaultValue, long min, long max) {
             String text = values.get(name);
             if (text == null) {

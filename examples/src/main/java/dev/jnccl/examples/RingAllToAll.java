@@ -12,6 +12,8 @@ import dev.jnccl.cuda.Cuda;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
+import dev.jnccl.mpi.MpiCommunicators;
+import dev.jnccl.mpi.MpiOptions;
 import dev.jnccl.threads.ThreadsCommunicators;
 import dev.jnccl.threads.ThreadsOptions;
 import java.lang.foreign.Arena;
@@ -69,9 +71,10 @@ public final class RingAllToAll {
         long elements;
         int iterations;
         boolean memcpy;
+        String launcher;
         try {
             ExampleSupport.Options options = new ExampleSupport.Options(args,
-                    Set.of("--gpus", "--elements", "--iterations"), Set.of("--memcpy", "--help"));
+                    Set.of("--gpus", "--elements", "--iterations", "--launcher"), Set.of("--memcpy", "--help"));
             if (options.flag("--help")) {
                 System.out.println(usage());
                 return 0;
@@ -79,6 +82,17 @@ public final class RingAllToAll {
             elements = options.longValue("--elements", 262_144, 1, 1L << 28);
             iterations = options.intValue("--iterations", 5, 1, 1_000_000);
             memcpy = options.flag("--memcpy");
+            launcher = options.has("--launcher") ? options.value("--launcher") : "threads";
+            if (launcher.equals("mpi")) {
+                if (options.has("--gpus") || memcpy) {
+                    throw new ExampleSupport.UsageException("--launcher mpi: one process per rank (mpirun -np N);"
+                            + " --gpus and --memcpy are threads-mode options");
+                }
+                return runMpi(elements, iterations);
+            }
+            if (!launcher.equals("threads")) {
+                throw new ExampleSupport.UsageException("--launcher '" + launcher + "': expected threads or mpi");
+            }
             gpus = options.has("--gpus")
                     ? ExampleSupport.checkGpus("--gpus", options.intValue("--gpus", 0, 1, MAX_WORLD))
                     : Math.min(ExampleSupport.defaultGpus(4), MAX_WORLD);
@@ -109,15 +123,92 @@ public final class RingAllToAll {
         return report(results, elements, memcpy, wall);
     }
 
+    /**
+     * MPI mode: this process is one rank (started by mpirun); every rank's result is gathered over MPI
+     * and rank 0 prints the report. Every rank exits with the same status.
+     */
+    private static int runMpi(long elements, int iterations) {
+        int[] status = {ExampleSupport.EXIT_ERROR};
+        try {
+            MpiCommunicators.run(MpiOptions.defaults(), comm -> {
+                if (comm.rank() == 0) {
+                    System.out.println("launcher: MPI, " + comm.worldSize() + " process(es), one rank each; "
+                            + MpiCommunicators.library());
+                    System.out.println("backend: " + ExampleSupport.describe(comm.backend()));
+                    System.out.flush();
+                }
+                long started = System.nanoTime();
+                RankResult mine = rank(comm, elements, iterations);
+                RankResult[] results = comm.allGatherBytesHost(encode(mine)).stream().map(RingAllToAll::decodeResult)
+                        .toArray(RankResult[]::new);
+                long wall = System.nanoTime() - started;
+                if (comm.rank() == 0) {
+                    status[0] = report(results, elements, false, wall);
+                } else {
+                    status[0] = java.util.Arrays.stream(results).allMatch(r -> r.mismatches() == 0) ? 0 : 1;
+                }
+            });
+        } catch (RuntimeException | Error e) { // MPI not loadable, or MPI refused (run aborts the job for the rest)
+            System.out.println("FAILED: " + ExampleSupport.describeFailure(e));
+            LOG.debug("failure", e);
+            return ExampleSupport.EXIT_ERROR;
+        }
+        return status[0];
+    }
+
+    private static byte[] encode(RankResult result) {
+        java.io.ByteArrayOutputStream bytes = new java.io.ByteArrayOutputStream();
+        try (java.io.DataOutputStream out = new java.io.DataOutputStream(bytes)) {
+            out.writeInt(result.rank());
+            out.writeInt(result.device());
+            out.writeUTF(result.backend().name());
+            out.writeUTF(result.ncclVersion());
+            out.writeInt(result.iterations());
+            out.writeLong(result.checked());
+            out.writeLong(result.mismatches());
+            out.writeInt(result.firstMismatches().size());
+            for (String line : result.firstMismatches()) {
+                out.writeUTF(line);
+            }
+            out.writeLong(result.commNanos());
+            out.writeLong(result.loopNanos());
+        } catch (java.io.IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        }
+        return bytes.toByteArray();
+    }
+
+    private static RankResult decodeResult(byte[] bytes) {
+        try (java.io.DataInputStream in = new java.io.DataInputStream(new java.io.ByteArrayInputStream(bytes))) {
+            int rank = in.readInt();
+            int device = in.readInt();
+            Backend backend = Backend.valueOf(in.readUTF());
+            String nccl = in.readUTF();
+            int iterations = in.readInt();
+            long checked = in.readLong();
+            long mismatches = in.readLong();
+            List<String> first = new ArrayList<>();
+            for (int i = in.readInt(); i > 0; i--) {
+                first.add(in.readUTF());
+            }
+            return new RankResult(rank, device, backend, nccl, iterations, checked, mismatches, first, in.readLong(),
+                    in.readLong());
+        } catch (java.io.IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        }
+    }
+
     private static String usage() {
         return """
-                usage: RingAllToAll [--gpus N] [--elements N] [--iterations N] [--memcpy]
+                usage: RingAllToAll [--gpus N] [--elements N] [--iterations N] [--memcpy] [--launcher threads|mpi]
                   --gpus N        ranks, one thread and GPU each (default: all visible devices; 4 on the host emulation)
                   --elements N    INT32 elements per slot; each rank's tensor has one slot per rank (default 262144;
                                   suffixes K, M: 64K = 65536)
                   --iterations N  all-to-all + ring rounds, each checked (default 5)
                   --memcpy        threads mode's memcpy transports for send/recv and all-gather (the all-to-all
                                   always uses NCCL)
+                  --launcher L    threads (default: one JVM, one thread per GPU) or mpi (this process is one rank
+                                  of an mpirun job; scripts/run-example.sh --launcher mpi --ranks N starts it)
                 exit status: 0 OK, 1 verification failed, 2 bad command line, 3 jnccl failed""";
     }
 

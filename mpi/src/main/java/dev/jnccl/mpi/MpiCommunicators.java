@@ -53,6 +53,19 @@ public final class MpiCommunicators {
     private MpiCommunicators() {}
 
     /**
+     * Which MPI this process loads, for reports: the ABI, MPI_Get_library_version's first line and the
+     * file (e.g. "Open MPI ABI, Open MPI v4.1.4 ..., /usr/lib/x86_64-linux-gnu/libmpi.so.40 (dynamic
+     * linker)"). Loads the library; initialises nothing.
+     *
+     * @return the description
+     * @throws dev.jnccl.NativeLibraryException when no MPI library can be loaded
+     */
+    public static String library() {
+        MpiLibrary mpi = MpiLibrary.load();
+        return mpi.abi() + ", " + mpi.libraryVersion() + ", " + mpi.describe();
+    }
+
+    /**
      * This process's communicator with the default options. See {@link #create(MpiOptions)}.
      *
      * @return this process's communicator, to be closed by the caller

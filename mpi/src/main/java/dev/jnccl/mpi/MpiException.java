@@ -10,8 +10,11 @@ import dev.jnccl.JncclException;
 public final class MpiException extends JncclException {
     private static final long serialVersionUID = 1L;
 
+    /** The MPI function that failed. */
     private final String function;
+    /** The error code it returned. */
     private final int errorCode;
+    /** The rank in MPI_COMM_WORLD of the calling process, or -1. */
     private final int rank;
 
     /**

@@ -1,6 +1,8 @@
 package dev.jnccl.examples.bench;
 
 import dev.jnccl.Communicator;
+import dev.jnccl.mpi.MpiCommunicators;
+import dev.jnccl.mpi.MpiOptions;
 import dev.jnccl.threads.ThreadsCommunicators;
 import dev.jnccl.threads.ThreadsOptions;
 import java.util.function.Consumer;
@@ -35,17 +37,21 @@ interface BenchLauncher {
     }
 
     /**
-     * One process per rank under mpirun. Wired once the MPI mode (module {@code jnccl-mpi},
-     * {@code dev.jnccl.mpi.MpiCommunicators.create()}) exists: then {@code run} checks
-     * {@code ranks == 1} ({@code -g} is per process), creates the process's communicator with
-     * {@code MpiCommunicators.create()}, runs {@code work} on it and closes it. Everything else
-     * (rank 0 prints, times and #wrong gathered over ranks) already works per communicator.
+     * One process per rank under mpirun ({@link MpiCommunicators}): {@code -g} is per process and
+     * must be 1; the process's communicator runs {@code work} and is closed; a failure ends the job
+     * ({@link MpiCommunicators#run}). Rank 0 prints; times and #wrong are gathered over ranks.
      */
     final class Mpi implements BenchLauncher {
         @Override
         public void run(int ranks, String transport, Consumer<Communicator> work) {
-            throw new BenchOptions.UsageException("--launcher mpi: jnccl's MPI mode (dev.jnccl.mpi.MpiCommunicators) is "
-                    + "not available in this build yet; use --launcher threads");
+            if (ranks != 1) {
+                throw new BenchOptions.UsageException("--launcher mpi: -g " + ranks + ": each MPI process drives one"
+                        + " GPU (-g 1); the number of ranks is mpirun's -np");
+            }
+            if (transport.equals("memcpy")) {
+                throw new BenchOptions.UsageException("--launcher mpi: --transport memcpy is a threads-mode transport");
+            }
+            MpiCommunicators.run(MpiOptions.defaults(), work);
         }
     }
 }
