@@ -36,7 +36,7 @@ mkdir -p "$stage/lib" "$stage/tests" "$stage/tools" "$stage/jmh" "$stage/bin"
 ./mvnw -B -q -pl integration-tests dependency:copy-dependencies -DincludeScope=test -DoutputDirectory="$stage/lib" \
   -DexcludeGroupIds=org.junit.jupiter,org.junit.platform,org.opentest4j,org.apiguardian
 cp "examples/target/jnccl-examples-$version.jar" "$stage/lib/"
-for m in bindings core threads integration-tests; do
+for m in bindings core threads mpi integration-tests; do
   if [ -d "$m/target/test-classes" ]; then cp -r "$m/target/test-classes" "$stage/tests/$m"; fi
 done
 [ -f examples/target/jnccl-benchmarks.jar ] && cp examples/target/jnccl-benchmarks.jar "$stage/jmh/"
@@ -146,6 +146,7 @@ Without a GPU everything runs on jnccl's host emulation (the output says so).
 | \`bin/run-example [--gpus N] [--elements N] [--iterations N] [--memcpy]\` | the example: threads mode, destructive all-to-all and ring exchange, every element checked; prints OK |
 | \`bin/bench OP [flags]\` | nccl-tests compatible benchmark: OP all_reduce, reduce_scatter, all_gather, sendrecv; nccl-tests' flags (-b -e -f -g -w -n -d -o -r -c -a) plus --transport, --launcher, --json, --svg; \`bin/bench -h\` |
 | \`bin/gpu-tests\` | the \`gpu\`-tagged tests and the world-1 conformance tests on real NCCL; reports in \$OUT or /tmp/jnccl-gpu |
+| \`mpirun -np N ... bin/run-example --launcher mpi\` | the example in MPI mode, one process per rank (scripts/gpu-mpi-test.sh shows the one-GPU form) |
 
 Examples: \`bin/bench all_reduce -b 8 -e 1G -f 2 -g 1\`; \`JNCCL_BACKEND=cuda bin/run-example --gpus 1\`.
 Environment: \`JNCCL_BACKEND\` (auto, cuda, host), \`JAVA_OPTS\`.

@@ -10,8 +10,9 @@ cd "$(dirname "$0")/.."
 require_jdk test.sh
 
 # System packages: a C compiler and make build the host emulation; the sanitizer runtimes run its
-# C test under ThreadSanitizer and AddressSanitizer/UBSan.
-packages=(gcc make libc6-dev libtsan2 libasan8 libubsan1)
+# C test under ThreadSanitizer and AddressSanitizer/UBSan; Open MPI and MPICH run the MPI-mode tests
+# (MpiWorldsTest: mpirun.openmpi and mpirun.mpich jobs of 1-4 processes).
+packages=(gcc make libc6-dev libtsan2 libasan8 libubsan1 openmpi-bin libopenmpi-dev mpich libmpich-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -90,7 +90,8 @@ final class MpiJobs {
         command.add(mpirun.toString());
         command.addAll(List.of("-np", Integer.toString(world)));
         Map<String, String> env = new TreeMap<>(environment);
-        env.put("JNCCL_MPI_LIBRARY", launcher.library);
+        // -Djnccl.it.mpi.library.OPEN_MPI=/opt/ompi/lib/libmpi.so.40: an MPI outside the linker's path.
+        env.put("JNCCL_MPI_LIBRARY", System.getProperty("jnccl.it.mpi.library." + launcher.name(), launcher.library));
         if (oneGpu) {
             env.put("JNCCL_DEVICE", "0");
         }

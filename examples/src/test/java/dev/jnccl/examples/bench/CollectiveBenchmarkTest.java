@@ -99,7 +99,8 @@ class CollectiveBenchmarkTest {
         assertUsage("unknown operation 'all_reduces'", "all_reduces");
         assertUsage("operation 'alltoall' is not supported yet: needs Transaction.allToAll", "alltoall");
         assertUsage("operation 'broadcast' is not supported yet: needs Transaction.broadcast", "broadcast");
-        assertUsage("--launcher mpi: jnccl's MPI mode", "all_reduce", "--launcher", "mpi", "-b", "8", "-e", "8");
+        assertUsage("--launcher mpi: -g 2: each MPI process drives one GPU", "all_reduce", "--launcher", "mpi", "-g", "2",
+                "-b", "8", "-e", "8");
         assertUsage("--transport 'memcpy': all_reduce runs on nccl", "all_reduce", "--transport", "memcpy");
         assertUsage("sendrecv needs at least 2 ranks (-g 1)", "sendrecv", "-g", "1");
         assertUsage("-d 'float32': unknown datatype", "all_reduce", "-d", "float32");
