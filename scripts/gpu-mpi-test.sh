@@ -72,7 +72,7 @@ junit() { # part name, method selector of GpuMpiWorldsTest
   local code=$?
   grep -qE "tests successful" "$out/$name.log" || code=1
   grep -qE "[1-9][0-9]* tests (skipped|aborted|failed)" "$out/$name.log" && code=1
-  grep -E "tests (successful|failed|skipped|aborted)" "$out/$name.log" | sed 's/^/    /'
+  grep -E "tests (successful|failed|skipped|aborted)" "$out/$name.log" | tr -s " []" " " | paste -sd, - | sed "s/^/   /"
   part "$name" "$code"
 }
 junit suite-w2-w4 "everyOperationChecked(int)"
