@@ -208,7 +208,7 @@ public final class MpiCommunicators {
     }
 
     /** The device: option, property, environment, node-local rank; {@code source[0]} says which. */
-    private static int device(MpiOptions options, int localRank, int localSize, String[] source) {
+    static int device(MpiOptions options, int localRank, int localSize, String[] source) {
         int visible = Cuda.deviceCount();
         String visibleNote = "CUDA_VISIBLE_DEVICES=" + System.getenv("CUDA_VISIBLE_DEVICES");
         Integer chosen = null;

@@ -1,0 +1,62 @@
+package dev.jnccl.mpi;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.jnccl.cuda.Cuda;
+import org.junit.jupiter.api.Test;
+
+/**
+ * What MPI mode decides without MPI: option checks and the device choice (option, property,
+ * node-local rank, and the error for more local ranks than devices). The MPI jobs themselves are
+ * in the integration tests (MpiWorldsTest).
+ */
+class MpiCommunicatorsTest {
+
+    @Test
+    void optionsRefuseANegativeDevice() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> MpiOptions.defaults().withDevice(-2));
+        assertTrue(e.getMessage().contains("device -2 is negative"), e.getMessage());
+        assertThrows(NullPointerException.class, () -> MpiOptions.defaults().withCommunicator(null));
+    }
+
+    @Test
+    void theDeviceIsTheNodeLocalRankUnlessOverridden() {
+        int visible = Cuda.deviceCount();
+        String[] source = new String[1];
+        assertEquals(visible - 1, MpiCommunicators.device(MpiOptions.defaults(), visible - 1, visible, source));
+        assertEquals("node-local rank", source[0]);
+        assertEquals(0, MpiCommunicators.device(MpiOptions.defaults().withDevice(0), visible - 1, visible, source));
+        assertEquals("MpiOptions.withDevice", source[0]);
+        System.setProperty(MpiCommunicators.DEVICE_PROPERTY, String.valueOf(visible - 1));
+        try {
+            assertEquals(visible - 1, MpiCommunicators.device(MpiOptions.defaults(), 0, 1, source));
+            assertEquals("system property jnccl.device", source[0]);
+            // The option wins over the property.
+            assertEquals(0, MpiCommunicators.device(MpiOptions.defaults().withDevice(0), 0, 1, source));
+            System.setProperty(MpiCommunicators.DEVICE_PROPERTY, "zero");
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                    () -> MpiCommunicators.device(MpiOptions.defaults(), 0, 1, source));
+            assertTrue(e.getMessage().contains("jnccl.device=zero is not a device number"), e.getMessage());
+        } finally {
+            System.clearProperty(MpiCommunicators.DEVICE_PROPERTY);
+        }
+    }
+
+    @Test
+    void moreLocalRanksThanDevicesIsAnErrorNamingWhatToDo() {
+        int visible = Cuda.deviceCount();
+        IllegalStateException e = assertThrows(IllegalStateException.class,
+                () -> MpiCommunicators.device(MpiOptions.defaults(), visible, visible + 1, new String[1]));
+        String message = e.getMessage();
+        assertTrue(message.contains("node-local rank " + visible + " (of " + (visible + 1) + " processes"), message);
+        assertTrue(message.contains(visible + " device(s) visible (CUDA_VISIBLE_DEVICES="), message);
+        assertTrue(message.contains("JNCCL_DEVICE"), message);
+        IllegalArgumentException tooHigh = assertThrows(IllegalArgumentException.class,
+                () -> MpiCommunicators.device(MpiOptions.defaults().withDevice(visible), 0, 1, new String[1]));
+        assertTrue(tooHigh.getMessage().contains("device " + visible + " (MpiOptions.withDevice) but only " + visible),
+                tooHigh.getMessage());
+    }
+}
