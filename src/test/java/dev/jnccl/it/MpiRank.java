@@ -37,8 +37,10 @@ import java.util.List;
  *       closes a communicator; MPI must still be usable (a barrier), then the program finalizes;</li>
  *   <li>{@code throw}: rank 1 (or 0 at world 1) throws in the middle of a transaction inside
  *       {@link MpiCommunicators#run}; the job must end non-zero (prints {@code PID} first);</li>
- *   <li>{@code killed}: transactions in a loop; the last rank prints {@code RUNNING} and is SIGKILLed
- *       by the test; the job must end, bounded.</li>
+ *   <li>{@code killed}: transactions in a loop (watchdog 3 s); the last rank prints {@code RUNNING}
+ *       and is SIGKILLed by the test; the job must end, bounded;</li>
+ *   <li>{@code watchdog}: the same loop while the host emulation makes rank 1 hang
+ *       ({@code JNCCL_HOST_FAULT=hang}): a watchdog aborts, and its thread ends the job with MPI_Abort.</li>
  * </ul>
  */
 public final class MpiRank {
@@ -56,7 +58,7 @@ public final class MpiRank {
                 case "error-string" -> errorString();
                 case "host-init" -> hostInit(seed);
                 case "throw" -> throwMidTransaction();
-                case "killed" -> killed();
+                case "killed", "watchdog" -> loopTransactions();
                 default -> throw new IllegalArgumentException("unknown scenario " + scenario);
             }
         } catch (Throwable e) {
@@ -178,7 +180,7 @@ public final class MpiRank {
         });
     }
 
-    private static void killed() throws InterruptedException {
+    private static void loopTransactions() {
         CommunicatorOptions options = CommunicatorOptions.defaults().withWatchdog(Duration.ofSeconds(3))
                 .withWatchdogInterval(Duration.ofMillis(50)).withCloseTimeout(Duration.ofSeconds(5));
         MpiCommunicators.run(MpiOptions.defaults().withCommunicator(options), comm -> {

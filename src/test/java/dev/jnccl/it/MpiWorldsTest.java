@@ -1,5 +1,9 @@
 package dev.jnccl.it;
 
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -65,6 +69,27 @@ class MpiWorldsTest extends MpiWorldsChecks {
     @EnumSource(MpiJobs.Launcher.class)
     void aThrowingRankEndsTheJob(MpiJobs.Launcher launcher) throws Exception {
         throwingRank(launcher);
+    }
+
+    /**
+     * Rank 1 of 3 hangs in its 3rd NCCL operation (host emulation fault injection): the watchdog (3 s)
+     * aborts, and MPI_Abort called from the watchdog's thread (hence MPI_THREAD_MULTIPLE) ends the job.
+     */
+    @ParameterizedTest
+    @EnumSource(MpiJobs.Launcher.class)
+    void aWatchdogAbortEndsTheJob(MpiJobs.Launcher launcher) throws Exception {
+        MpiJobs jobs = new MpiJobs(launcher, "host", false, Map.of("JNCCL_HOST_FAULT", "hang",
+                "JNCCL_HOST_FAULT_RANK", "1", "JNCCL_HOST_FAULT_AT", "3"));
+        try (MpiJobs.Job job = jobs.start("watchdog", 3)) {
+            int exit = job.awaitExit(JOB_TIMEOUT);
+            String output = job.output();
+            assertNotEquals(0, exit, job.name + ": exit code\n" + output);
+            assertTrue(output.contains("[jnccl-watchdog-rank-") && output.contains("aborting communicator: watchdog:"),
+                    output);
+            assertTrue(output.contains("ending the MPI job (MPI_Abort"), output);
+            assertTrue(!output.contains("UNEXPECTED"), output);
+            job.assertNoRankLeft(Duration.ofSeconds(15));
+        }
     }
 
     @ParameterizedTest
