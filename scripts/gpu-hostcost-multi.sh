@@ -9,7 +9,7 @@
 #
 #   scripts/gpu-hostcost-multi.sh W [--host]
 #
-# GPU machine (default; no JDK or Maven): needs .gpu/jnccl-bundle.tar.gz (scripts/stage-gpu.sh: its
+# GPU machine (default; no JDK or Maven): needs .gpu/jnccl-bundle.tar.xz (scripts/stage-gpu.sh: its
 #   JMH jar and Java runtime), nvcc, nccl.h and libnccl.so where nvcc finds them.
 # --host (or no nvcc): jnccl's host emulation; the C program is built with gcc against the
 #   libjnccl_host.so inside the benchmark jar and the emulation's own ABI header (no NVIDIA headers).
@@ -40,8 +40,7 @@ trap 'rm -rf "$work"' EXIT
 # ---------------------------------------------------------------- jar and java
 # The bundle that scripts/stage-gpu.sh packed (GPU machine): its JMH jar and Java runtime.
 bundle=""
-if [ -s "$root/.gpu/jnccl-bundle.tar.gz" ]; then
-  . "$root/scripts/lib/gpu-bundle.sh"
+if . "$root/scripts/lib/gpu-bundle.sh" && gpu_bundle_archive "$root" >/dev/null; then
   bundle=$(gpu_bundle)
 fi
 jar=""
@@ -49,7 +48,7 @@ for candidate in "${JNCCL_BENCH_JAR:-}" "${bundle:+$bundle/jmh/jnccl-benchmarks.
     "$root/examples/target/jnccl-benchmarks.jar"; do
   if [ -n "$candidate" ] && [ -s "$candidate" ]; then jar=$candidate; break; fi
 done
-[ -n "$jar" ] || { log "no benchmark jar (.gpu/jnccl-bundle.tar.gz or examples/target/jnccl-benchmarks.jar)"; exit 1; }
+[ -n "$jar" ] || { log "no benchmark jar (.gpu/jnccl-bundle.tar.xz or examples/target/jnccl-benchmarks.jar)"; exit 1; }
 java_bin=${JAVA:-}
 if [ -z "$java_bin" ]; then
   if [ -n "$bundle" ]; then
@@ -60,7 +59,7 @@ if [ -z "$java_bin" ]; then
     java_bin=/usr/lib/jvm/temurin-25-jdk-amd64/bin/java
   fi
 fi
-[ -n "$java_bin" ] || { log "no Java 25+: set JAVA or JAVA_HOME, or provide .gpu/jnccl-bundle.tar.gz"; exit 1; }
+[ -n "$java_bin" ] || { log "no Java 25+: set JAVA or JAVA_HOME, or provide .gpu/jnccl-bundle.tar.xz"; exit 1; }
 if [ "$mode" = gpu ] && [ -d /usr/local/cuda/lib64 ]; then
   export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
