@@ -22,7 +22,10 @@
 # Environment: ITERS (default 20000), REPS (3), WARMUP (2000), COUNT (1024, divisible by every W),
 #   CASES (default transaction; also allreduce_ordered), OUT (logs; default a new
 #   /tmp/jnccl-hostcost-threads.XXXXXX), TIMEOUT per program run (default 900 s), JAVA_OPTS (extra JVM
-#   flags, e.g. -Djnccl.watchdog...), PIN_CPUS (jnccl's CPU pinning, default true as jnccl's default).
+#   flags), PIN_CPUS (jnccl's CPU pinning, default true as jnccl's default), MAX_LEAD (jnccl's
+#   ThreadsOptions.maxLead, default 0 = jnccl's default of 8: a rank more than that many transactions
+#   ahead of the slowest waits on the host, inside its timed loop; the C threads have no such throttle,
+#   so MAX_LEAD=1000000 shows jnccl's cost without it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -76,7 +79,7 @@ for world in "${worlds[@]}"; do
   # shellcheck disable=SC2086
   timeout "$limit" "$java_bin" --enable-native-access=ALL-UNNAMED -Djnccl.backend=$backend "${java_nccl[@]}" \
     ${JAVA_OPTS:-} -cp "$jar" dev.jnccl.examples.bench.ThreadsHostCost --world "$world" --mode both \
-    --iters "$iters" --reps "$reps" --warmup "$warmup" --count "$count" --cases "$cases" --pin-cpus "$pin" \
+    --iters "$iters" --reps "$reps" --warmup "$warmup" --count "$count" --cases "$cases" --pin-cpus "$pin" --max-lead "${MAX_LEAD:-0}" \
     > "$out/jnccl.$world.txt" 2>&1 || { log "jnccl at W=$world failed: see $out/jnccl.$world.txt"; tail -n 5 "$out/jnccl.$world.txt" >&2; status=1; }
   if [ "$mode" = gpu ]; then
     # The version each program loaded: NCCL 2.28 would have refused, but say so plainly if it ran.
@@ -93,7 +96,8 @@ done
 {
   echo "threads-mode host cost per operation: W ranks as threads of one process on device 0 ($backend;"
   echo "$count x FP32; comms stream synchronized every 256 ops; best of $reps x $iters per rank, the slowest"
-  echo "rank's figure; us = all included, host = without the synchronizations)"
+  echo "rank's figure; us = all included, host = without the synchronizations; jnccl ThreadsOptions"
+  echo "maxLead $([ "${MAX_LEAD:-0}" = 0 ] && echo "8 (default)" || echo "$MAX_LEAD"), pinCpus $pin; NCCL: $(grep -ho 'NCCL [0-9][0-9.]*' "$out"/jnccl.*.txt 2>/dev/null | sort -u | tr '\n' ' ')"
   cat "$out"/c.*.txt "$out"/jnccl.*.txt 2>/dev/null | grep '^RESULT ' | awk -v cases="$cases" '
     {
       impl = "C"; mode = ""; cs = ""; us = ""; host = ""; w = ""

@@ -37,12 +37,13 @@ final class RankHostCost {
      * in threads mode); {@code rank} and {@code idFile}: one process per rank only.
      */
     record Settings(int world, int rank, int device, int count, long iters, long warmup, int reps, String idFile,
-                    List<CommunicatorMode> modes, List<String> cases, boolean pinCpus) {
+                    List<CommunicatorMode> modes, List<String> cases, boolean pinCpus, int maxLead) {
 
         /**
          * Parses {@code --world --rank --device --count --iters --warmup --reps --id-file --mode
-         * BLOCKING_SPLIT|NON_BLOCKING|both --cases a,b --pin-cpus true|false}; {@code threads}: the
-         * ranks are threads of this process (no --rank or --id-file; --pin-cpus allowed).
+         * BLOCKING_SPLIT|NON_BLOCKING|both --cases a,b --pin-cpus true|false --max-lead N};
+         * {@code threads}: the ranks are threads of this process (no --rank or --id-file; --pin-cpus
+         * and --max-lead, ThreadsOptions' CPU pinning and launch-queue lead, allowed; 0: jnccl's default).
          */
         static Settings parse(String[] args, boolean threads, String program) {
             int world = 1;
@@ -56,6 +57,7 @@ final class RankHostCost {
             String modes = "both";
             String cases = String.join(",", CASES);
             boolean pinCpus = true;
+            int maxLead = 0;
             for (int i = 0; i < args.length; i += 2) {
                 String name = args[i];
                 if (i + 1 >= args.length) {
@@ -74,6 +76,7 @@ final class RankHostCost {
                     case "--rank" -> rank = threads ? refused(program, name) : Integer.parseInt(value);
                     case "--id-file" -> idFile = threads ? refused(program, name) : value;
                     case "--pin-cpus" -> pinCpus = threads ? Boolean.parseBoolean(value) : refused(program, name);
+                    case "--max-lead" -> maxLead = threads ? Integer.parseInt(value) : refused(program, name);
                     default -> throw new IllegalArgumentException(program + ": unknown argument " + name
                             + " (see the javadoc of " + program + ")");
                 }
@@ -86,15 +89,16 @@ final class RankHostCost {
                 }
             }
             if (world < 1 || rank < 0 || rank >= world || (!threads && world > 1 && idFile == null)
-                    || count % world != 0 || iters < SYNC_EVERY || warmup < 1 || reps < 1) {
+                    || count % world != 0 || iters < SYNC_EVERY || warmup < 1 || reps < 1 || maxLead < 0) {
                 throw new IllegalArgumentException(program + ": bad arguments: world " + world + ", rank " + rank
                         + ", id file " + idFile + " (needed by one process per rank at a world above 1), count "
                         + count + " (divisible by the world size), iters " + iters + " (>= " + SYNC_EVERY
-                        + "), warmup " + warmup + " (>= 1), reps " + reps + " (>= 1)");
+                        + "), warmup " + warmup + " (>= 1), reps " + reps + " (>= 1), max lead " + maxLead + " (>= 0)");
             }
             List<CommunicatorMode> chosen = modes.equals("both") ? List.of(CommunicatorMode.values())
                     : List.of(CommunicatorMode.valueOf(modes));
-            return new Settings(world, rank, device, count, iters, warmup, reps, idFile, chosen, caseList, pinCpus);
+            return new Settings(world, rank, device, count, iters, warmup, reps, idFile, chosen, caseList, pinCpus,
+                    maxLead);
         }
 
         private static <T> T refused(String program, String name) {

@@ -18,13 +18,16 @@ import java.util.Arrays;
  * <p>Several ranks of one process on one GPU need NCCL 2.30 or newer with
  * {@code NCCL_MULTI_RANK_GPU_ENABLE=1} ({@code -Djnccl.nccl.library=/path/libnccl.so.2}); the host
  * emulation follows the same variable. The threads are pinned to the device's CPUs as jnccl's
- * default does ({@code --pin-cpus false}: not pinned, as the C program's threads).
+ * default does ({@code --pin-cpus false}: not pinned, as the C program's threads). Each transaction
+ * also passes threads mode's launch-queue throttle ({@link ThreadsOptions#maxLead()}, default 8): a
+ * rank more than that many transactions ahead of the slowest waits on the host, and that wait is
+ * part of its figures ({@code --max-lead N} changes the lead; the C program has no throttle).
  *
  * <pre>
  * NCCL_MULTI_RANK_GPU_ENABLE=1 java --enable-native-access=ALL-UNNAMED -cp jnccl-benchmarks.jar \
  *     dev.jnccl.examples.bench.ThreadsHostCost --world 2 [--mode BLOCKING_SPLIT|NON_BLOCKING|both]
  *     [--iters 20000] [--reps 3] [--warmup 2000] [--count 1024] [--device 0]
- *     [--cases transaction,allreduce_ordered,reducescatter] [--pin-cpus true|false]
+ *     [--cases transaction,allreduce_ordered,reducescatter] [--pin-cpus true|false] [--max-lead N]
  * </pre>
  */
 public final class ThreadsHostCost {
@@ -45,6 +48,11 @@ public final class ThreadsHostCost {
             ThreadsOptions options = ThreadsOptions.defaults().withDevices(deviceOfRank)
                     .withPinCpus(settings.pinCpus())
                     .withCommunicator(CommunicatorOptions.defaults().withMode(mode));
+            if (settings.maxLead() > 0) {
+                options = options.withMaxLead(settings.maxLead());
+            }
+            System.out.println("# ThreadsHostCost: mode " + mode + ", maxLead " + options.maxLead() + ", pinCpus "
+                    + options.pinCpus());
             ThreadsCommunicators.run(0, options,
                     comm -> RankHostCost.measureAll(comm, mode, settings, "threads", comm::barrier));
         }
