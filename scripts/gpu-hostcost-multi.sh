@@ -79,7 +79,7 @@ launch jnccl "$java_bin" --enable-native-access=ALL-UNNAMED -Djnccl.backend=$bac
 {
   echo "host cost per operation at W=$world, one process per rank on device 0 ($backend; $count x FP32;"
   echo "comms stream synchronized every 256 ops; median of $reps x $iters; the slowest rank's figure)"
-  cat "$out"/c.*.txt "$out"/jnccl.*.txt 2>/dev/null | grep '^RESULT ' | awk '
+  { cat "$out"/c.*.txt "$out"/jnccl.*.txt 2>/dev/null || true; } | { grep '^RESULT ' || true; } | awk '
     {
       impl = "C"; mode = ""; cs = ""; us = ""; host = ""
       for (i = 2; i <= NF; i++) {

@@ -98,7 +98,7 @@ done
   echo "$count x FP32; comms stream synchronized every 256 ops; best of $reps x $iters per rank, the slowest"
   echo "rank's figure; us = all included, host = without the synchronizations; jnccl ThreadsOptions"
   echo "maxLead $([ "${MAX_LEAD:-0}" = 0 ] && echo "8 (default)" || echo "$MAX_LEAD"), pinCpus $pin; NCCL: $(grep -ho 'NCCL [0-9][0-9.]*' "$out"/jnccl.*.txt 2>/dev/null | sort -u | tr '\n' ' ')"
-  cat "$out"/c.*.txt "$out"/jnccl.*.txt 2>/dev/null | grep '^RESULT ' | awk -v cases="$cases" '
+  { cat "$out"/c.*.txt "$out"/jnccl.*.txt 2>/dev/null || true; } | { grep '^RESULT ' || true; } | awk -v cases="$cases" '
     {
       impl = "C"; mode = ""; cs = ""; us = ""; host = ""; w = ""
       for (i = 2; i <= NF; i++) {

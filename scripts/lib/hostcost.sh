@@ -1,6 +1,6 @@
 # Shared by scripts/gpu-hostcost-multi.sh and scripts/gpu-hostcost-threads.sh: finds the benchmark jar
 # and a Java runtime (the bundle's on the GPU machine), and builds transaction_overhead.c for the
-# backend. Source it from the repository root after setting: root (the repository root), mode (gpu or
+# backend (not with SKIP_C=1). Source it from the repository root after setting: root (the repository root), mode (gpu or
 # host), work (a scratch folder) and a `log` function. Sets: bundle, jar, java_bin, backend, c_bin, build.
 
 hostcost_prepare() {
@@ -33,14 +33,15 @@ hostcost_prepare() {
   fi
 
   # The C program: nvcc against the machine's CUDA and NCCL, or gcc against the emulation inside the
-  # jar with the emulation's own ABI header (no NVIDIA headers needed).
+  # jar with the emulation's own ABI header (no NVIDIA headers needed). SKIP_C=1: not built.
+  backend=$([ "$mode" = gpu ] && echo cuda || echo host)
+  [ "${SKIP_C:-0}" = 1 ] && return 0
   local c_src=$root/examples/src/main/c/transaction_overhead.c
   c_bin=$work/transaction_overhead
   if [ "$mode" = gpu ]; then
     local nvcc
     nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
     build=("$nvcc" -O2 -cudart shared -o "$c_bin" "$c_src" -lnccl -lpthread)
-    backend=cuda
   else
     local lib
     lib=dev/jnccl/bindings/host/linux-$(uname -m | sed 's/amd64/x86_64/')/libjnccl_host.so
@@ -51,7 +52,6 @@ hostcost_prepare() {
     fi
     build=(${CC:-gcc} -O2 -pthread -DJNCCL_HOST_ABI -I"$root/bindings/src/main/c" -o "$c_bin" "$c_src" -L"$work"
            -l:libjnccl_host.so -Wl,-rpath,"$work")
-    backend=host
   fi
   log "building the C program: ${build[*]}"
   "${build[@]}"
