@@ -79,21 +79,9 @@ launch jnccl "$java_bin" --enable-native-access=ALL-UNNAMED -Djnccl.backend=$bac
 {
   echo "host cost per operation at W=$world, one process per rank on device 0 ($backend; $count x FP32;"
   echo "comms stream synchronized every 256 ops; median of $reps x $iters; the slowest rank's figure)"
-  { cat "$out"/c.*.txt "$out"/jnccl.*.txt 2>/dev/null || true; } | { grep '^RESULT ' || true; } | awk '
-    {
-      impl = "C"; mode = ""; cs = ""; us = ""; host = ""
-      for (i = 2; i <= NF; i++) {
-        split($i, p, "=")
-        if (p[1] == "impl") impl = p[2]
-        else if (p[1] == "case") cs = p[2]
-        else if (p[1] == "comm" || p[1] == "mode") mode = p[2]
-        else if (p[1] == "world") w = p[2]
-        else if (p[1] == "median_us") us = p[2]
-        else if (p[1] == "enqueue_median_us") host = p[2]
-      }
-      key = cs SUBSEP impl SUBSEP mode
-      if (!(key in med) || us + 0 > med[key] + 0) { med[key] = us; hst[key] = host }
-      if (!(key in seen)) { seen[key] = 1; order[n++] = key }
+  hostcost_slowest "$out"/c.*.txt "$out"/jnccl.*.txt | awk '
+    {  # W case impl mode median host_median best host_best
+      key = $2 SUBSEP $3 SUBSEP $4; w = $1; med[key] = $5; hst[key] = $6; order[n++] = key
     }
     END {
       fmt = "%-18s %-6s %-15s %3s %10s %10s %12s\n"

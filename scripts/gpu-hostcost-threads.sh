@@ -98,28 +98,8 @@ done
   echo "$count x FP32; comms stream synchronized every 256 ops; best of $reps x $iters per rank, the slowest"
   echo "rank's figure; us = all included, host = without the synchronizations; jnccl ThreadsOptions"
   echo "maxLead $([ "${MAX_LEAD:-0}" = 0 ] && echo "8 (default)" || echo "$MAX_LEAD"), pinCpus $pin; NCCL: $(grep -ho 'NCCL [0-9][0-9.]*' "$out"/jnccl.*.txt 2>/dev/null | sort -u | tr '\n' ' ')"
-  { cat "$out"/c.*.txt "$out"/jnccl.*.txt 2>/dev/null || true; } | { grep '^RESULT ' || true; } | awk -v cases="$cases" '
-    {
-      impl = "C"; mode = ""; cs = ""; us = ""; host = ""; w = ""
-      for (i = 2; i <= NF; i++) {
-        split($i, p, "=")
-        if (p[1] == "impl") impl = p[2]
-        else if (p[1] == "case") cs = p[2]
-        else if (p[1] == "comm" || p[1] == "mode") mode = p[2]
-        else if (p[1] == "world") w = p[2]
-        else if (p[1] == "min_us") us = p[2]
-        else if (p[1] == "enqueue_min_us") host = p[2]
-      }
-      key = w SUBSEP cs SUBSEP impl SUBSEP mode
-      if (!(key in best) || us + 0 > best[key] + 0) best[key] = us
-      if (!(key in hbest) || host + 0 > hbest[key] + 0) hbest[key] = host
-      if (!(w in seenw)) { seenw[w] = 1; worlds[nw++] = w }
-    }
-    function cell(k, t) { return (k in t) ? t[k] : "-" }
-    function ratio(a, b) { return (a != "-" && b != "-" && b + 0 > 0) ? sprintf("%.2f", a / b) : "-" }
+  hostcost_slowest "$out"/c.*.txt "$out"/jnccl.*.txt | awk -v cases="$cases" "$hostcost_awk_best"'
     END {
-      # W in ascending order
-      for (i = 0; i < nw; i++) for (j = i + 1; j < nw; j++) if (worlds[j] + 0 < worlds[i] + 0) { t = worlds[i]; worlds[i] = worlds[j]; worlds[j] = t }
       nc = split(cases, cl, ",")
       jm[1] = "BLOCKING_SPLIT"; cm[1] = "split"
       jm[2] = "NON_BLOCKING";   cm[2] = "nonblocking"

@@ -40,6 +40,7 @@ limit=${TIMEOUT:-900}
 python=${PYTHON:-python3}
 launcher=${LAUNCHER:-auto}
 log() { echo "gpu-torch-hostcost.sh: $*" >&2; }
+. "$root/scripts/lib/hostcost.sh"    # hostcost_slowest
 if [ -n "${OUT:-}" ]; then out=$OUT; mkdir -p "$out"; else out=$(mktemp -d /tmp/jnccl-torch-hostcost.XXXXXX); fi
 
 torch_ok=0
@@ -95,27 +96,8 @@ done
   jnccl_line=$(cat "$out"/jnccl-*/jnccl.0.txt 2>/dev/null | grep -m1 '^# jnccl' | sed 's/^.*backend/backend/; s/, mode.*//' || true)
   echo "torch: ${torch_line:-not run (--host, or no torch with CUDA here)}"
   echo "jnccl: ${jnccl_line:-no result}"
-  { cat "$out"/torch-*/torch.*.txt "$out"/jnccl-*/jnccl.*.txt 2>/dev/null || true; } | { grep '^RESULT ' || true; } | awk '
-    {
-      impl = ""; mode = ""; cs = ""; us = ""; host = ""; w = ""
-      for (i = 2; i <= NF; i++) {
-        split($i, p, "=")
-        if (p[1] == "impl") impl = p[2]
-        else if (p[1] == "case") cs = p[2]
-        else if (p[1] == "mode") mode = p[2]
-        else if (p[1] == "world") w = p[2]
-        else if (p[1] == "min_us") us = p[2]
-        else if (p[1] == "enqueue_min_us") host = p[2]
-      }
-      key = w SUBSEP cs SUBSEP impl SUBSEP mode
-      if (!(key in best) || us + 0 > best[key] + 0) best[key] = us
-      if (!(key in hbest) || host + 0 > hbest[key] + 0) hbest[key] = host
-      if (!(w in seenw)) { seenw[w] = 1; worlds[nw++] = w }
-    }
-    function cell(k, t) { return (k in t) ? t[k] : "-" }
-    function ratio(a, b) { return (a != "-" && b != "-" && b + 0 > 0) ? sprintf("%.2f", a / b) : "-" }
+  hostcost_slowest "$out"/torch-*/torch.*.txt "$out"/jnccl-*/jnccl.*.txt | awk "$hostcost_awk_best"'
     END {
-      for (i = 0; i < nw; i++) for (j = i + 1; j < nw; j++) if (worlds[j] + 0 < worlds[i] + 0) { t = worlds[i]; worlds[i] = worlds[j]; worlds[j] = t }
       op[1] = "all_reduce";     jc[1] = "allreduce_ordered"
       op[2] = "reduce_scatter"; jc[2] = "reducescatter"
       jm[1] = "BLOCKING_SPLIT"; jm[2] = "NON_BLOCKING"

@@ -56,3 +56,49 @@ hostcost_prepare() {
   log "building the C program: ${build[*]}"
   "${build[@]}"
 }
+
+# The RESULT lines of the given logs (C, jnccl, torch: "RESULT key=value ...") folded over ranks: one
+# line per (W, case, impl, mode), W ascending, then in order of first appearance:
+#   W case impl mode median_us enqueue_median_us min_us enqueue_min_us
+# each figure the largest over the ranks (the slowest rank's); impl C when the line names none, mode
+# from mode= or comm=; "-" for a figure no line gave. Missing logs are skipped.
+hostcost_slowest() {
+  { cat "$@" 2>/dev/null || true; } | { grep -h '^RESULT ' || true; } | awk '
+    {
+      impl = "C"; mode = "-"; cs = "-"; w = "-"; delete v
+      for (i = 2; i <= NF; i++) {
+        split($i, p, "=")
+        if (p[1] == "impl") impl = p[2]
+        else if (p[1] == "case") cs = p[2]
+        else if (p[1] == "comm" || p[1] == "mode") mode = p[2]
+        else if (p[1] == "world") w = p[2]
+        else if (p[1] == "median_us") v[1] = p[2]
+        else if (p[1] == "enqueue_median_us") v[2] = p[2]
+        else if (p[1] == "min_us") v[3] = p[2]
+        else if (p[1] == "enqueue_min_us") v[4] = p[2]
+      }
+      key = w " " cs " " impl " " mode
+      if (!(key in seen)) { seen[key] = n; order[n++] = key }
+      for (f = 1; f <= 4; f++) if ((f in v) && (!((key, f) in fig) || v[f] + 0 > fig[key, f] + 0)) fig[key, f] = v[f]
+    }
+    END {
+      for (k = 0; k < n; k++) {
+        line = order[k]
+        for (f = 1; f <= 4; f++) line = line " " (((order[k], f) in fig) ? fig[order[k], f] : "-")
+        print k, line
+      }
+    }' | sort -s -n -k2,2 -k1,1 | cut -d' ' -f2-
+}
+
+# The start of an awk program over hostcost_slowest's lines, for tables of best repetitions: best[key]
+# and hbest[key] (all included / host only) by key = W SUBSEP case SUBSEP impl SUBSEP mode, worlds[0..nw-1]
+# in order; cell(key, table) gives "-" for a missing figure, ratio(a, b) a / b with 2 decimals or "-".
+# shellcheck disable=SC2016
+hostcost_awk_best='
+  {
+    key = $1 SUBSEP $2 SUBSEP $3 SUBSEP $4; best[key] = $7; hbest[key] = $8
+    if (!($1 in seenw)) { seenw[$1] = 1; worlds[nw++] = $1 }
+  }
+  function cell(k, t) { return (k in t) ? t[k] : "-" }
+  function ratio(a, b) { return (a != "-" && b != "-" && b + 0 > 0) ? sprintf("%.2f", a / b) : "-" }
+'
