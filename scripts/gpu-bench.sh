@@ -119,7 +119,7 @@ c_bin=$work/transaction_overhead
 if [ "$mode" = gpu ]; then
   nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   [ -x "$nvcc" ] || { log "no nvcc (PATH, /usr/local/cuda/bin)"; exit 1; }
-  build=("$nvcc" -O2 -cudart shared -o "$c_bin" "$c_src" -lnccl)
+  build=("$nvcc" -O2 -cudart shared -o "$c_bin" "$c_src" -lnccl -lpthread)
   backend=cuda
 else
   nccl_include=${NCCL_INCLUDE:-}
@@ -138,7 +138,7 @@ else
   else
     (cd "$work" && "$(dirname "$java_bin")/jar" xf "$jar" "$lib" && mv "$lib" .)
   fi
-  build=(${CC:-gcc} -O2 -I"$nccl_include" -I"$cuda_include" -o "$c_bin" "$c_src" -L"$work" -l:libjnccl_host.so
+  build=(${CC:-gcc} -O2 -pthread -I"$nccl_include" -I"$cuda_include" -o "$c_bin" "$c_src" -L"$work" -l:libjnccl_host.so
          -Wl,-rpath,"$work")
   backend=host
 fi

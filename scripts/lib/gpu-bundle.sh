@@ -27,3 +27,20 @@ gpu_bundle() {
   fi
   echo "$dir"
 }
+
+# The NCCL 2.30+ library that lets several ranks of one process share a GPU (with
+# NCCL_MULTI_RANK_GPU_ENABLE=1): $JNCCL_MULTI_RANK_NCCL when set, else .gpu/libnccl.so.2.xz (staged by
+# scripts/stage-gpu.sh from ../shared/nccl-2.30.7-sm90) unpacked to /tmp/jnccl-nccl-multi/libnccl.so.2.
+# Prints its path; returns 1 (with a message) when there is none.
+multi_rank_nccl() {
+  if [ -n "${JNCCL_MULTI_RANK_NCCL:-}" ]; then
+    echo "$JNCCL_MULTI_RANK_NCCL"
+    return 0
+  fi
+  if [ ! -f .gpu/libnccl.so.2.xz ]; then
+    echo "no .gpu/libnccl.so.2.xz (scripts/stage-gpu.sh copies it) and no JNCCL_MULTI_RANK_NCCL" >&2
+    return 1
+  fi
+  mkdir -p /tmp/jnccl-nccl-multi && xz -dc .gpu/libnccl.so.2.xz > /tmp/jnccl-nccl-multi/libnccl.so.2
+  echo /tmp/jnccl-nccl-multi/libnccl.so.2
+}
