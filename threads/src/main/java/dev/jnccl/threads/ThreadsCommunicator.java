@@ -30,13 +30,19 @@ import java.util.List;
  */
 final class ThreadsCommunicator extends Communicator {
 
-    /** What a rank shows its peers for one transaction. */
-    private record Published(int rank, List<Command> commands, CudaEvent readyForPeers, CudaEvent doneReading) {
+    /**
+     * What a rank shows its peers for one transaction. For the memcpy send/recv transport an
+     * all-to-all is a send and a receive of one slot per rank, in command order.
+     */
+    private record Published(int rank, int world, List<Command> commands, CudaEvent readyForPeers,
+                             CudaEvent doneReading) {
         List<Command.Send> sendsTo(int peer) {
             List<Command.Send> sends = new ArrayList<>();
             for (Command command : commands) {
                 if (command instanceof Command.Send send && send.peer() == peer) {
                     sends.add(send);
+                } else if (command instanceof Command.AllToAll allToAll) {
+                    sends.add(new Command.Send(allToAll.send().shard(peer, world), peer));
                 }
             }
             return sends;
@@ -47,6 +53,8 @@ final class ThreadsCommunicator extends Communicator {
             for (Command command : commands) {
                 if (command instanceof Command.Recv recv && recv.peer() == peer) {
                     recvs.add(recv);
+                } else if (command instanceof Command.AllToAll allToAll) {
+                    recvs.add(new Command.Recv(allToAll.recv().shard(peer, world), peer));
                 }
             }
             return recvs;
@@ -71,6 +79,8 @@ final class ThreadsCommunicator extends Communicator {
     /** The rank's thread: an abort that happens on it releases user code that may free buffers. */
     private final Thread owner = Thread.currentThread();
     private long transactions;
+    /** Splits made from this communicator so far: every rank counts the same (split is collective). */
+    private long splits;
     private List<Published> published;
     private int gatherIndex;
     private int[] recvIndex;
@@ -79,16 +89,43 @@ final class ThreadsCommunicator extends Communicator {
         super(id, rank, worldSize, device, options.communicator(), pack::cancellation);
         this.pack = pack;
         this.options = options;
-        if (options.usesMemcpy()) {
-            readyForPeers = CudaEvent.create();
-            doneReading = CudaEvent.create();
-            readsDone = CudaEvent.create();
-            pack.trackReads(rank, readsDone);
-        } else {
-            readyForPeers = null;
-            doneReading = null;
-            readsDone = null;
+        CudaEvent[] events = memcpyEvents(options, pack, rank);
+        readyForPeers = events[0];
+        doneReading = events[1];
+        readsDone = events[2];
+    }
+
+    /** One rank of a split: the same transports, host collectives among the split's members (its own pack). */
+    private ThreadsCommunicator(Split split, ThreadsOptions options, PackState pack) {
+        super(split);
+        this.pack = pack;
+        this.options = options;
+        CudaEvent[] events = memcpyEvents(options, pack, split.rank());
+        readyForPeers = events[0];
+        doneReading = events[1];
+        readsDone = events[2];
+    }
+
+    /** readyForPeers, doneReading and readsDone (tracked by the pack) for memcpy transports; nulls otherwise. */
+    private static CudaEvent[] memcpyEvents(ThreadsOptions options, PackState pack, int rank) {
+        if (!options.usesMemcpy()) {
+            return new CudaEvent[3];
         }
+        CudaEvent[] events = {CudaEvent.create(), CudaEvent.create(), CudaEvent.create()};
+        pack.trackReads(rank, events[2]);
+        return events;
+    }
+
+    /**
+     * The ranks of one color share a child pack (barrier, gathers, throttle, failure) that is tied
+     * to this pack both ways: a failure in either releases and aborts the ranks of both.
+     */
+    @Override
+    protected Communicator newChild(Split split) {
+        PackState childPack = pack.child(++splits, split.color(), split.members());
+        ThreadsCommunicator child = new ThreadsCommunicator(split, options, childPack);
+        childPack.register(split.rank(), child);
+        return child;
     }
 
     @Override
@@ -128,7 +165,7 @@ final class ThreadsCommunicator extends Communicator {
         }
         stream().record(readyForPeers);
         published = pack.exchange("execute", rank(),
-                new Published(rank(), List.copyOf(commands.commands()), readyForPeers, doneReading));
+                new Published(rank(), worldSize(), List.copyOf(commands.commands()), readyForPeers, doneReading));
         checkMatching(published, worldSize(), options);
         for (Published peer : published) {
             if (peer.rank() != rank()) {
@@ -195,6 +232,19 @@ final class ThreadsCommunicator extends Communicator {
         });
     }
 
+    @Override
+    protected void allToAll(Command.AllToAll allToAll) {
+        if (!options.memcpySendRecv()) {
+            super.allToAll(allToAll);
+            return;
+        }
+        // A receive of one slot from every rank (this one included: a local copy); the senders'
+        // slots are matched through Published, like plain sends.
+        for (int peer = 0; peer < worldSize(); peer++) {
+            recv(new Command.Recv(allToAll.recv().shard(peer, worldSize()), peer));
+        }
+    }
+
     private void copy(DeviceTensor target, DeviceTensor source) {
         stream().copyAsync(source, target);
     }
@@ -208,9 +258,7 @@ final class ThreadsCommunicator extends Communicator {
         if (options.memcpySendRecv()) {
             for (int from = 0; from < world; from++) {
                 for (int to = 0; to < world; to++) {
-                    if (from == to) {
-                        continue;
-                    }
+                    // from == to included: a send to this rank is matched by its receive from itself.
                     List<Command.Send> sends = all.get(from).sendsTo(to);
                     List<Command.Recv> recvs = all.get(to).recvsFrom(from);
                     if (sends.size() != recvs.size()) {
@@ -259,6 +307,11 @@ final class ThreadsCommunicator extends Communicator {
         if (readyForPeers != null) {
             // Peers may still be about to wait on these (a failing pack unwinds at different speeds).
             pack.retire(readyForPeers, doneReading, readsDone);
+        }
+        if (pack.isChild()) {
+            // What the launcher does for the pack's own communicators when a rank's work ends.
+            pack.finished(rank());
+            pack.leave();
         }
     }
 
