@@ -262,7 +262,7 @@ public final class Transaction implements AutoCloseable {
         int world = communicator.worldSize();
         if (tensor.count() % world != 0) {
             throw new IllegalArgumentException(operation + ": " + tensor.count() + " elements not divisible by world size "
-                    + world + " (" + tensor + ")");
+                    + world);
         }
     }
 
