@@ -130,7 +130,7 @@ final class PackState {
     }
 
     private void failFromParent(Failure failed) {
-        failed(new Failure(-1, failed.error(), failed.who() + (failed.who().endsWith("pack") ? "" : " of the parent pack")));
+        failed(new Failure(-1, failed.error(), failed.who()));
     }
     void register(int rank, Communicator communicator) {
         synchronized (lock) {
@@ -161,7 +161,9 @@ final class PackState {
      * aborts every communicator of the pack. Returns whether this was the first failure.
      */
     boolean fail(int rank, Throwable error) {
-        return failed(new Failure(rank, error, "rank " + rank));
+        // In a split's pack, reasons name the rank as the whole pack knows it too.
+        String who = parent == null ? "rank " + rank : "rank " + parentRanks[rank] + " (rank " + rank + " of a split)";
+        return failed(new Failure(rank, error, who));
     }
 
     private boolean failed(Failure failed) {
@@ -178,8 +180,7 @@ final class PackState {
         }
         // The packs related by splits fail too (each only once: the first failure wins in each).
         if (parent != null && rank >= 0) {
-            int inParent = parentRanks[rank];
-            parent.failed(new Failure(inParent, failed.error(), "rank " + inParent + " (rank " + rank + " of a split)"));
+            parent.failed(new Failure(parentRanks[rank], failed.error(), failed.who()));
         }
         for (PackState child : splits) {
             child.failFromParent(failed);
