@@ -14,13 +14,10 @@ final class CollectiveOps {
 
     static {
         for (CollectiveOp op : new CollectiveOp[] {new AllReduceOp(), new ReduceScatterOp(), new AllGatherOp(),
-                new SendRecvOp()}) {
+                new SendRecvOp(), new AllToAllOp(), new BroadcastOp()}) {
             SUPPORTED.put(op.name(), op);
         }
-        // Each needs one small CollectiveOp once the API exists (see AllGatherOp for the pattern).
-        PENDING.put("alltoall", "needs Transaction.allToAll(DeviceTensor send, DeviceTensor recv), not in jnccl yet");
-        PENDING.put("broadcast", "needs Transaction.broadcast(DeviceTensor, int root) / Communicator.broadcast(tensor, "
-                + "root, stream), not in jnccl yet");
+        // An operation jnccl's API cannot run yet goes here, with the reason, until its CollectiveOp exists.
     }
 
     /** The operation named {@code name}; a clear error for a known but unsupported or an unknown one. */
