@@ -953,7 +953,8 @@ public abstract class Communicator implements AutoCloseable {
     /**
      * What {@link #split} hands to {@link #newChild}: the parent, the color and key passed, this
      * rank's place in the new communicator, and its members (ranks of the parent, in the new
-     * communicator's rank order), with the NCCL communicator that {@link #Communicator(Split)} takes over.
+     * communicator's rank order), with the NCCL communicator that {@link Communicator#Communicator(Split)}
+     * takes over.
      */
     public static final class Split {
         private final Communicator parent;
