@@ -581,7 +581,7 @@ public abstract class Communicator implements AutoCloseable {
     public final void reduceScatter(List<DeviceTensor> tensors, CudaStream stream) {
         Objects.requireNonNull(tensors, "reduceScatter: tensors is null");
         requireStream("reduceScatter", stream);
-        runOrdered(stream, transaction -> {
+        runOrdered("reduceScatter", stream, transaction -> {
             for (DeviceTensor tensor : tensors) {
                 transaction.reduceScatter(tensor);
             }
@@ -599,7 +599,7 @@ public abstract class Communicator implements AutoCloseable {
         Objects.requireNonNull(tensor, "allReduce: tensor is null");
         Objects.requireNonNull(op, "allReduce: op is null");
         requireStream("allReduce", stream);
-        runOrdered(stream, transaction -> transaction.allReduce(tensor, op));
+        runOrdered("allReduce", stream, transaction -> transaction.allReduce(tensor, op));
     }
 
     /**
@@ -613,7 +613,7 @@ public abstract class Communicator implements AutoCloseable {
     public final void broadcast(DeviceTensor tensor, int root, CudaStream stream) {
         requireStream("broadcast", stream);
         checkRoot("broadcast", root);
-        runOrdered(stream, transaction -> transaction.broadcast(tensor, root));
+        runOrdered("broadcast", stream, transaction -> transaction.broadcast(tensor, root));
     }
 
     /**
@@ -626,7 +626,7 @@ public abstract class Communicator implements AutoCloseable {
      */
     public final void allToAll(DeviceTensor send, DeviceTensor recv, CudaStream stream) {
         requireStream("allToAll", stream);
-        runOrdered(stream, transaction -> transaction.allToAll(send, recv));
+        runOrdered("allToAll", stream, transaction -> transaction.allToAll(send, recv));
     }
 
     /**
@@ -634,14 +634,14 @@ public abstract class Communicator implements AutoCloseable {
      * {@code stream} waits for it. Going through a transaction gives them what transactions have:
      * the watchdog tracks them, the flight recorder lists them, threads mode throttles them.
      */
-    private void runOrdered(CudaStream stream, Consumer<Transaction> commands) {
-        try (Transaction transaction = open("begin", transactionReady)) {
+    private void runOrdered(String operation, CudaStream stream, Consumer<Transaction> commands) {
+        try (Transaction transaction = open(operation, transactionReady)) {
             // The commands are checked before anything native happens; the ready event is recorded
             // after (nobody else can use it: the transaction is open).
             commands.accept(transaction);
             nativeLock.lock();
             try {
-                requireUsable("execute");
+                requireUsable(operation);
                 stream.record(transactionReady);
             } finally {
                 nativeLock.unlock();

@@ -309,10 +309,13 @@ class CommunicatorWorldOneTest {
     }
 
     @Test
-    void splitNeedsNoOpenTransaction() {
-        try (Transaction ignored = comm.begin(compute)) {
+    void splitAndConvenienceOperationsNeedNoOpenTransaction() {
+        try (DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 64); Transaction ignored = comm.begin(compute)) {
             IllegalStateException e = assertThrows(IllegalStateException.class, () -> comm.split(0, 0));
             assertTrue(e.getMessage().startsWith("split: transaction #1 of rank 0 is still open"), e.getMessage());
+            e = assertThrows(IllegalStateException.class,
+                    () -> comm.allReduce(memory.tensor(DType.FP32), ReduceOp.SUM, compute));
+            assertTrue(e.getMessage().startsWith("allReduce: transaction #1 of rank 0 is still open"), e.getMessage());
         }
     }
 }

@@ -65,27 +65,15 @@ class ThreadsFailureTest {
     private static final int FAILING = 2;
     private static final int N = 840 * 4;
 
-    /** Device memory of the ranks, freed after the pack has ended. */
-    private final List<DeviceMemory> memory = new CopyOnWriteArrayList<>();
+    private final PackMemory memory = new PackMemory();
 
     @AfterEach
     void freeMemory() {
-        for (DeviceMemory m : memory) {
-            try {
-                m.close();
-            } catch (RuntimeException e) {
-                System.err.println("freeing " + m + " failed: " + e);
-            }
-        }
-        memory.clear();
+        memory.free();
     }
 
-    /** Device memory on the calling rank's device, filled with nonzero data; freed after the test. */
     private DeviceTensor alloc(long count) {
-        DeviceMemory m = DeviceMemory.allocate(DType.FP32, count);
-        memory.add(m);
-        m.copyFromHost(MemorySegment.ofArray(Data.fp32(count * 31 + m.device(), (int) count)));
-        return m.tensor(DType.FP32).slice(0, count);
+        return memory.fp32(count);
     }
 
     /** What a failing pack left behind. */

@@ -8,18 +8,14 @@ import static org.junit.jupiter.api.Assertions.fail;
 
 import dev.jnccl.Communicator;
 import dev.jnccl.CommunicatorAbortedException;
-import dev.jnccl.DType;
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.ReduceOp;
-import dev.jnccl.cuda.DeviceMemory;
 import dev.jnccl.it.Packs.Mode;
 import dev.jnccl.it.ThreadsFailureTest.Outcome;
-import java.lang.foreign.MemorySegment;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Timeout;
@@ -39,21 +35,15 @@ class ThreadsSplitFailureTest {
     private static final int FAILING = 3;
     private static final int N = 840;
 
-    private final List<DeviceMemory> memory = new CopyOnWriteArrayList<>();
+    private final PackMemory memory = new PackMemory();
 
     @AfterEach
     void freeMemory() {
-        for (DeviceMemory m : memory) {
-            m.close();
-        }
-        memory.clear();
+        memory.free();
     }
 
-    private DeviceTensor alloc(int count) {
-        DeviceMemory m = DeviceMemory.allocate(DType.FP32, count);
-        memory.add(m);
-        m.copyFromHost(MemorySegment.ofArray(Data.fp32(count * 17L + m.device(), count)));
-        return m.tensor(DType.FP32).slice(0, count);
+    private DeviceTensor alloc(long count) {
+        return memory.fp32(count);
     }
 
     static List<Mode> modes() {

@@ -9,20 +9,15 @@ import static org.junit.jupiter.api.Assertions.fail;
 import dev.jnccl.Communicator;
 import dev.jnccl.CommunicatorAbortedException;
 import dev.jnccl.CommunicatorOptions;
-import dev.jnccl.DType;
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.ReduceOp;
 import dev.jnccl.cuda.CudaStream;
-import dev.jnccl.cuda.DeviceMemory;
 import dev.jnccl.it.ThreadsFailureTest.Outcome;
 import dev.jnccl.testsupport.NativeEnv;
 import dev.jnccl.threads.ThreadsOptions;
-import java.lang.foreign.MemorySegment;
 import java.time.Duration;
-import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Timeout;
@@ -59,25 +54,15 @@ class ThreadsStuckCollectiveTest {
         }
     }
 
-    private final List<DeviceMemory> memory = new CopyOnWriteArrayList<>();
+    private final PackMemory memory = new PackMemory();
 
     @AfterEach
     void freeMemory() {
-        for (DeviceMemory m : memory) {
-            try {
-                m.close();
-            } catch (RuntimeException e) {
-                System.err.println("freeing " + m + " failed: " + e);
-            }
-        }
-        memory.clear();
+        memory.free();
     }
 
-    private DeviceTensor alloc(int count) {
-        DeviceMemory m = DeviceMemory.allocate(DType.FP32, count);
-        memory.add(m);
-        m.copyFromHost(MemorySegment.ofArray(Data.fp32(count * 13L + m.device(), count)));
-        return m.tensor(DType.FP32).slice(0, count);
+    private DeviceTensor alloc(long count) {
+        return memory.fp32(count);
     }
 
     @ParameterizedTest
