@@ -7,8 +7,10 @@ import java.util.Objects;
  *
  * <p>{@link DestructiveAllToAll} is a command next to the four of the original design: its rounds
  * must run as separate, ordered NCCL groups (see {@link AllToAllSchedule}), so it cannot be expanded
- * into plain {@link Send}/{@link Recv} commands of the transaction's one group. {@link AllToAll},
- * {@link Broadcast} and {@link AllReduce} run in the transaction's group like the others.
+ * into plain {@link Send}/{@link Recv} commands of the transaction's one group. A plain
+ * {@link AllToAll} runs as a group of its own after the transaction's group, so that its messages
+ * never pair with the transaction's sends and receives; {@link Broadcast} and {@link AllReduce} run
+ * in the transaction's group like the others.
  */
 public sealed interface Command {
 

@@ -403,11 +403,16 @@ public abstract class Communicator implements AutoCloseable {
         return total;
     }
 
-    /** The commands as one NCCL group, then each all-to-all's rounds as ordered groups. */
+    /**
+     * The commands as one NCCL group, then each all-to-all in command order: a plain one as its own
+     * group, a destructive one as its ordered rounds. Apart from the transaction's sends and
+     * receives, an all-to-all (which is point-to-point traffic too, in NCCL's ncclAlltoAll or in
+     * the send/recv fallback) can never be paired with them, whatever order the ranks added them in.
+     */
     private void runCommands(List<Command> commands) {
         boolean grouped = false;
         for (Command command : commands) {
-            if (!(command instanceof Command.DestructiveAllToAll)) {
+            if (!(command instanceof Command.DestructiveAllToAll || command instanceof Command.AllToAll)) {
                 grouped = true;
                 break;
             }
@@ -420,17 +425,19 @@ public abstract class Communicator implements AutoCloseable {
                         case Command.ScatterReduce scatter -> scatterReduce(scatter);
                         case Command.Send send -> send(send);
                         case Command.Recv recv -> recv(recv);
-                        case Command.AllToAll allToAll -> allToAll(allToAll);
                         case Command.Broadcast broadcast -> comm.broadcast(broadcast.tensor(), broadcast.root(), stream);
                         case Command.AllReduce allReduce -> comm.allReduce(allReduce.tensor(), ncclOp(allReduce.op()),
                                 stream);
+                        case Command.AllToAll ignored -> { } // own group below
                         case Command.DestructiveAllToAll ignored -> { } // ordered rounds below
                     }
                 }
             });
         }
         for (Command command : commands) {
-            if (command instanceof Command.DestructiveAllToAll allToAll) {
+            if (command instanceof Command.AllToAll allToAll) {
+                comm.group(() -> allToAll(allToAll));
+            } else if (command instanceof Command.DestructiveAllToAll allToAll) {
                 runAllToAll(allToAll.tensor());
             }
         }
@@ -478,22 +485,25 @@ public abstract class Communicator implements AutoCloseable {
     }
 
     /**
-     * The all-to-all of a transaction, inside its NCCL group: {@code ncclAlltoAll} where the loaded
-     * NCCL has it, else a send and a receive per rank (this rank included). Threads mode may
-     * override it with device-to-device copies.
+     * The all-to-all of a transaction, inside an NCCL group of its own (after the transaction's
+     * group): {@code ncclAlltoAll} where the loaded NCCL has it, else a send and a receive per rank
+     * (this rank included). Threads mode may override it with device-to-device copies.
      *
      * @param allToAll the all-to-all command
      */
     protected void allToAll(Command.AllToAll allToAll) {
-        DeviceTensor send = allToAll.send();
-        DeviceTensor recv = allToAll.recv();
         if (libraries.supports(NcclFeature.ALL_TO_ALL)) {
-            comm.allToAll(send, recv, send.count() / worldSize, stream);
-            return;
+            comm.allToAll(allToAll.send(), allToAll.recv(), allToAll.send().count() / worldSize, stream);
+        } else {
+            allToAllBySendRecv(allToAll);
         }
+    }
+
+    /** The all-to-all as a send and a receive of one slot per rank, in the open NCCL group (NCCL before 2.28). */
+    final void allToAllBySendRecv(Command.AllToAll allToAll) {
         for (int peer = 0; peer < worldSize; peer++) {
-            comm.send(send.shard(peer, worldSize), peer, stream);
-            comm.recv(recv.shard(peer, worldSize), peer, stream);
+            comm.send(allToAll.send().shard(peer, worldSize), peer, stream);
+            comm.recv(allToAll.recv().shard(peer, worldSize), peer, stream);
         }
     }
 

@@ -100,7 +100,9 @@ public final class Transaction implements AutoCloseable {
      * {@code recv} receives what rank {@code i} sent to this rank, so slot {@code rank} is a copy of
      * this rank's own slot. Runs as {@code ncclAlltoAll} where the loaded NCCL has it (2.28+), as
      * grouped send/recv otherwise, and through the memcpy send/recv transport where threads mode
-     * uses it. The tensors must not overlap (use {@link #destructiveAllToAll} to work in place).
+     * uses it; always after the transaction's other commands, in an NCCL group of its own, so its
+     * messages never pair with the transaction's {@link #send}s and {@link #recv}s. The tensors must
+     * not overlap (use {@link #destructiveAllToAll} to work in place).
      *
      * @param send this rank's slots, one per destination rank
      * @param recv where the slots from every rank land, in rank order
@@ -201,8 +203,9 @@ public final class Transaction implements AutoCloseable {
     }
 
     /**
-     * Enqueues the commands on the comms stream, after the ready event, as one NCCL group (the
-     * all-to-all's rounds follow as ordered groups), then records {@code signal} (may be null). An
+     * Enqueues the commands on the comms stream, after the ready event, as one NCCL group (then each
+     * all-to-all in command order: a plain one as a group of its own, a destructive one as its
+     * ordered rounds), then records {@code signal} (may be null). An
      * empty transaction still orders {@code signal} after the ready event. Returns at once: the
      * work runs asynchronously on the GPU.
      *

@@ -150,8 +150,8 @@ class ThreadsOpsTest {
 
     /**
      * Every dtype (all-to-all only moves bytes, so one random byte pattern per rank and dtype is
-     * the data), in a transaction after a ring send/recv (so the memcpy transport must match the
-     * all-to-all's slots after the plain messages), then the convenience form.
+     * the data), in a transaction between a ring send and its receive (the all-to-all's messages
+     * must never pair with them, on NCCL or memcpy), then the convenience form.
      */
     @ParameterizedTest(name = "world {0}, {1}")
     @MethodSource("sendRecvMatrix")
@@ -173,9 +173,8 @@ class ThreadsOpsTest {
                 DeviceTensor ringIn = c.alloc(DType.INT32, 16);
                 CudaEvent signal = c.event();
                 try (Transaction tx = c.comm.begin(c.compute())) {
-                    // With the memcpy transport the all-to-all is a send and a receive per rank, matched
-                    // with plain ones in command order (as NCCL matches point-to-point per pair).
-                    tx.send(ring, next).recv(ringIn, prev).allToAll(send, recv);
+                    // Between a send and its receive: the all-to-all never pairs with them.
+                    tx.send(ring, next).allToAll(send, recv).recv(ringIn, prev);
                     tx.execute(signal);
                 }
                 c.comm.await(signal);

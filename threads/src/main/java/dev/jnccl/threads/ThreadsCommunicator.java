@@ -30,19 +30,13 @@ import java.util.List;
  */
 final class ThreadsCommunicator extends Communicator {
 
-    /**
-     * What a rank shows its peers for one transaction. For the memcpy send/recv transport an
-     * all-to-all is a send and a receive of one slot per rank, in command order.
-     */
-    private record Published(int rank, int world, List<Command> commands, CudaEvent readyForPeers,
-                             CudaEvent doneReading) {
+    /** What a rank shows its peers for one transaction. */
+    private record Published(int rank, List<Command> commands, CudaEvent readyForPeers, CudaEvent doneReading) {
         List<Command.Send> sendsTo(int peer) {
             List<Command.Send> sends = new ArrayList<>();
             for (Command command : commands) {
                 if (command instanceof Command.Send send && send.peer() == peer) {
                     sends.add(send);
-                } else if (command instanceof Command.AllToAll allToAll) {
-                    sends.add(new Command.Send(allToAll.send().shard(peer, world), peer));
                 }
             }
             return sends;
@@ -53,11 +47,20 @@ final class ThreadsCommunicator extends Communicator {
             for (Command command : commands) {
                 if (command instanceof Command.Recv recv && recv.peer() == peer) {
                     recvs.add(recv);
-                } else if (command instanceof Command.AllToAll allToAll) {
-                    recvs.add(new Command.Recv(allToAll.recv().shard(peer, world), peer));
                 }
             }
             return recvs;
+        }
+
+        /** The all-to-alls, in command order (matched by position, apart from sends and receives, as on NCCL). */
+        List<Command.AllToAll> allToAlls() {
+            List<Command.AllToAll> allToAlls = new ArrayList<>();
+            for (Command command : commands) {
+                if (command instanceof Command.AllToAll allToAll) {
+                    allToAlls.add(allToAll);
+                }
+            }
+            return allToAlls;
         }
 
         List<Command.Gather> gathers() {
@@ -83,6 +86,7 @@ final class ThreadsCommunicator extends Communicator {
     private long splits;
     private List<Published> published;
     private int gatherIndex;
+    private int allToAllIndex;
     private int[] recvIndex;
 
     ThreadsCommunicator(UniqueId id, int rank, int worldSize, int device, ThreadsOptions options, PackState pack) {
@@ -165,7 +169,7 @@ final class ThreadsCommunicator extends Communicator {
         }
         stream().record(readyForPeers);
         published = pack.exchange("execute", rank(),
-                new Published(rank(), worldSize(), List.copyOf(commands.commands()), readyForPeers, doneReading));
+                new Published(rank(), List.copyOf(commands.commands()), readyForPeers, doneReading));
         checkMatching(published, worldSize(), options);
         for (Published peer : published) {
             if (peer.rank() != rank()) {
@@ -173,6 +177,7 @@ final class ThreadsCommunicator extends Communicator {
             }
         }
         gatherIndex = 0;
+        allToAllIndex = 0;
         recvIndex = new int[worldSize()];
     }
 
@@ -238,11 +243,16 @@ final class ThreadsCommunicator extends Communicator {
             super.allToAll(allToAll);
             return;
         }
-        // A receive of one slot from every rank (this one included: a local copy); the senders'
-        // slots are matched through Published, like plain sends.
-        for (int peer = 0; peer < worldSize(); peer++) {
-            recv(new Command.Recv(allToAll.recv().shard(peer, worldSize()), peer));
-        }
+        // Pull this rank's slot of every rank's send buffer (its own: a local copy) into the slot of
+        // that rank, from the peer's all-to-all at the same position.
+        int index = allToAllIndex++;
+        pack.enqueueReads("execute", rank(), () -> {
+            for (Published peer : published) {
+                DeviceTensor source = peer.allToAlls().get(index).send().shard(rank(), worldSize());
+                copy(allToAll.recv().shard(peer.rank(), worldSize()), source);
+            }
+            stream().record(readsDone);
+        });
     }
 
     private void copy(DeviceTensor target, DeviceTensor source) {
@@ -276,6 +286,23 @@ final class ThreadsCommunicator extends Communicator {
                                     + " to rank " + to + " has " + sent + " bytes but the matching recv on rank " + to
                                     + " has " + received + " bytes");
                         }
+                    }
+                }
+            }
+        }
+        if (options.memcpySendRecv()) {
+            List<Command.AllToAll> reference = all.get(0).allToAlls();
+            for (Published peer : all) {
+                List<Command.AllToAll> allToAlls = peer.allToAlls();
+                if (allToAlls.size() != reference.size()) {
+                    throw new IllegalStateException("execute: rank " + peer.rank() + " has " + allToAlls.size()
+                            + " all-to-all(s), rank 0 has " + reference.size());
+                }
+                for (int i = 0; i < allToAlls.size(); i++) {
+                    if (allToAlls.get(i).send().bytes() != reference.get(i).send().bytes()) {
+                        throw new IllegalStateException("execute: all-to-all #" + (i + 1) + " sends "
+                                + allToAlls.get(i).send().bytes() + " bytes on rank " + peer.rank() + " but "
+                                + reference.get(i).send().bytes() + " bytes on rank 0");
                     }
                 }
             }
