@@ -514,6 +514,43 @@ class ThreadsFailureTest {
     }
 
     /**
+     * memcpy send/recv: rank 1's all-to-all has another size than the others' (or rank 1 has none):
+     * every rank's execute throws the same IllegalStateException naming rank 1 (and both sizes),
+     * and the pack stays usable.
+     */
+    @ParameterizedTest(name = "{0}")
+    @MethodSource("memcpySendRecvModes")
+    void memcpyAllToAllMismatchIsAnErrorOnEveryRank(Mode mode) {
+        int world = 3;
+        for (boolean missing : new boolean[] {false, true}) {
+            Map<Integer, Throwable> byRank = new ConcurrentHashMap<>();
+            Packs.run(world, mode.options(), Duration.ofSeconds(20), c -> {
+                int count = (c.rank == 1 ? 2 : 1) * 84 * world;
+                DeviceTensor send = c.upload(Data.fp32(c.seed(c.rank, "a2a.mismatch"), count));
+                DeviceTensor recv = c.alloc(DType.FP32, count);
+                try (Transaction tx = c.comm.begin(c.compute())) {
+                    if (!(missing && c.rank == 1)) {
+                        tx.allToAll(send, recv);
+                    }
+                    tx.execute(c.event());
+                    fail(c.what("execute of mismatched all-to-alls did not throw"));
+                } catch (IllegalStateException e) {
+                    byRank.put(c.rank, e);
+                }
+                Scenarios.sendRecvRing(c); // still usable and in step
+            });
+            String message = byRank.get(0).getMessage();
+            for (int r = 0; r < world; r++) {
+                assertEquals(message, byRank.get(r).getMessage(), "every rank reports the same mismatch");
+            }
+            String expected = missing ? "execute: rank 1 has 0 all-to-all(s), rank 0 has 1"
+                    : "execute: all-to-all #1 sends " + 2 * 84 * world * 4 + " bytes on rank 1 but " + 84 * world * 4
+                    + " bytes on rank 0";
+            assertEquals(expected, message);
+        }
+    }
+
+    /**
      * memcpy send/recv: rank 0 sends to rank 1, but rank 1 executes no transaction at all and
      * finishes its work. That is an unmatched send too: it must end in an error naming the ranks
      * within the bound, not a hang.
