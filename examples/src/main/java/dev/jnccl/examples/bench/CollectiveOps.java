@@ -9,36 +9,22 @@ final class CollectiveOps {
 
     /** Supported operations, in the order the usage lists them. */
     private static final Map<String, CollectiveOp> SUPPORTED = new LinkedHashMap<>();
-    /** Known operations jnccl's API cannot run yet, with the reason. */
-    private static final Map<String, String> PENDING = new LinkedHashMap<>();
 
     static {
         for (CollectiveOp op : new CollectiveOp[] {new AllReduceOp(), new ReduceScatterOp(), new AllGatherOp(),
                 new SendRecvOp(), new AllToAllOp(), new BroadcastOp()}) {
             SUPPORTED.put(op.name(), op);
         }
-        // An operation jnccl's API cannot run yet goes here, with the reason, until its CollectiveOp exists.
     }
 
-    /** The operation named {@code name}; a clear error for a known but unsupported or an unknown one. */
+    /** The operation named {@code name}; a clear error for an unknown one. */
     static CollectiveOp byName(String name) {
         CollectiveOp op = SUPPORTED.get(name);
         if (op != null) {
             return op;
         }
-        String pending = PENDING.get(name);
-        if (pending != null) {
-            throw new UnsupportedOperationException("operation '" + name + "' is not supported yet: " + pending);
-        }
-        throw new IllegalArgumentException("unknown operation '" + name + "' (known: " + String.join(", ", names())
+        throw new IllegalArgumentException("unknown operation '" + name + "' (known: " + String.join(", ", supported())
                 + ")");
-    }
-
-    /** Every operation name, supported or pending. */
-    static Iterable<String> names() {
-        java.util.List<String> names = new java.util.ArrayList<>(SUPPORTED.keySet());
-        names.addAll(PENDING.keySet());
-        return names;
     }
 
     /** The names of the supported operations. */
