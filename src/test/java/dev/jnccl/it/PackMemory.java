@@ -6,13 +6,15 @@ import dev.jnccl.cuda.DeviceMemory;
 import java.lang.foreign.MemorySegment;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
+import org.junit.jupiter.api.extension.AfterEachCallback;
+import org.junit.jupiter.api.extension.ExtensionContext;
 
 /**
  * Device memory of the ranks of a pack that is meant to fail, freed by the test only after the
- * pack has ended ({@link #free()} in an {@code @AfterEach}): until then a peer's stream may still
- * use it.
+ * pack has ended (a JUnit extension: register it with {@code @RegisterExtension}; it frees after
+ * each test): until then a peer's stream may still use it.
  */
-final class PackMemory {
+final class PackMemory implements AfterEachCallback {
     private final List<DeviceMemory> memory = new CopyOnWriteArrayList<>();
 
     /** FP32 memory on the calling rank's device, filled with nonzero data. */
@@ -24,7 +26,8 @@ final class PackMemory {
     }
 
     /** Frees everything allocated so far; a failure is printed, not thrown (the test's own outcome matters). */
-    void free() {
+    @Override
+    public void afterEach(ExtensionContext context) {
         for (DeviceMemory m : memory) {
             try {
                 m.close();

@@ -38,10 +38,10 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 import java.util.stream.Stream;
-import org.junit.jupiter.api.AfterEach;
 import org.opentest4j.AssertionFailedError;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
 import org.junit.jupiter.params.provider.MethodSource;
@@ -65,16 +65,8 @@ class ThreadsFailureTest {
     private static final int FAILING = 2;
     private static final int N = 840 * 4;
 
-    private final PackMemory memory = new PackMemory();
-
-    @AfterEach
-    void freeMemory() {
-        memory.free();
-    }
-
-    private DeviceTensor alloc(long count) {
-        return memory.fp32(count);
-    }
+    @RegisterExtension
+    final PackMemory memory = new PackMemory();
 
     /** What a failing pack left behind. */
     record Outcome(Throwable thrown, Map<Integer, Throwable> byRank, Duration elapsed) {
@@ -166,9 +158,9 @@ class ThreadsFailureTest {
 
     /** Others' valid transaction: a reduce-scatter and an all-gather, executed and awaited. */
     private void validTransaction(Communicator comm) {
-        DeviceTensor t = alloc(N);
-        DeviceTensor shard = alloc(N / comm.worldSize());
-        DeviceTensor full = alloc(N);
+        DeviceTensor t = memory.fp32(N);
+        DeviceTensor shard = memory.fp32(N / comm.worldSize());
+        DeviceTensor full = memory.fp32(N);
         try (CudaEvent ready = CudaEvent.create(); CudaEvent signal = CudaEvent.create()) {
             ready.record(comm.stream());
             try (Transaction tx = comm.begin(ready)) {
@@ -240,7 +232,7 @@ class ThreadsFailureTest {
         List<Throwable> thrownOnFailing = new CopyOnWriteArrayList<>();
         Outcome outcome = runFailing(WORLD, mode.options(), comm -> {
             if (comm.rank() == FAILING) {
-                DeviceTensor bad = alloc(N + 1);
+                DeviceTensor bad = memory.fp32(N + 1);
                 try (CudaEvent signal = CudaEvent.create(); Transaction tx = comm.begin(comm.stream())) {
                     try {
                         tx.reduceScatter(bad, ReduceOp.SUM);
@@ -276,7 +268,7 @@ class ThreadsFailureTest {
             if (comm.rank() == FAILING) {
                 CudaEvent bogus = CudaEvent.wrap(0xdead0000L, comm.device());
                 try (CudaEvent signal = CudaEvent.create(); Transaction tx = comm.begin(bogus)) {
-                    tx.reduceScatter(alloc(N)).allGather(alloc(N / WORLD), alloc(N));
+                    tx.reduceScatter(memory.fp32(N)).allGather(memory.fp32(N / WORLD), memory.fp32(N));
                     try {
                         tx.execute(signal);
                     } catch (CudaException e) {
@@ -376,7 +368,7 @@ class ThreadsFailureTest {
                 // Operation 1 works.
                 checkedReduceScatter(comm);
                 // Operation 2: rank 1 hangs or fails in it; the others wait for rank 1 inside it.
-                DeviceTensor t = alloc(N);
+                DeviceTensor t = memory.fp32(N);
                 long start = System.nanoTime();
                 try (CudaEvent signal = CudaEvent.create()) {
                     try (Transaction tx = comm.begin(comm.stream())) {
@@ -428,7 +420,7 @@ class ThreadsFailureTest {
     private void checkedReduceScatter(Communicator comm) {
         int n = comm.worldSize();
         float[] mine = Data.fp32(1000 + comm.rank(), N);
-        DeviceTensor t = alloc(N);
+        DeviceTensor t = memory.fp32(N);
         DeviceMemory.wrap(t.address(), t.bytes(), comm.device()).copyFromHost(MemorySegment.ofArray(mine));
         try (CudaEvent signal = CudaEvent.create()) {
             try (Transaction tx = comm.begin(comm.stream())) {
@@ -560,7 +552,7 @@ class ThreadsFailureTest {
     void memcpySendToARankThatRunsNoTransactionDoesNotHang(Mode mode) {
         Outcome outcome = runFailing(2, mode.options(), comm -> {
             if (comm.rank() == 0) {
-                DeviceTensor out = alloc(840);
+                DeviceTensor out = memory.fp32(840);
                 try (CudaEvent signal = CudaEvent.create(); Transaction tx = comm.begin(comm.stream())) {
                     tx.send(out, 1);
                     tx.execute(signal);

@@ -17,8 +17,8 @@ import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
 
@@ -35,16 +35,8 @@ class ThreadsSplitFailureTest {
     private static final int FAILING = 3;
     private static final int N = 840;
 
-    private final PackMemory memory = new PackMemory();
-
-    @AfterEach
-    void freeMemory() {
-        memory.free();
-    }
-
-    private DeviceTensor alloc(long count) {
-        return memory.fp32(count);
-    }
+    @RegisterExtension
+    final PackMemory memory = new PackMemory();
 
     static List<Mode> modes() {
         return ThreadsFailureTest.modes().toList();
@@ -100,7 +92,7 @@ class ThreadsSplitFailureTest {
         CountDownLatch waiting = new CountDownLatch(WORLD - 1);
         Outcome outcome = ThreadsFailureTest.runFailing(WORLD, mode.options(), comm -> {
             Communicator half = comm.split(comm.rank() / 2, comm.rank()).orElseThrow();
-            DeviceTensor t = alloc(N);
+            DeviceTensor t = memory.fp32(N);
             switch (comm.rank()) {
                 case 2 -> {
                     where.put(2, "child allReduce");

@@ -19,8 +19,8 @@ import java.time.Duration;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
 
@@ -54,16 +54,8 @@ class ThreadsStuckCollectiveTest {
         }
     }
 
-    private final PackMemory memory = new PackMemory();
-
-    @AfterEach
-    void freeMemory() {
-        memory.free();
-    }
-
-    private DeviceTensor alloc(long count) {
-        return memory.fp32(count);
-    }
+    @RegisterExtension
+    final PackMemory memory = new PackMemory();
 
     @ParameterizedTest
     @EnumSource(Op.class)
@@ -77,8 +69,8 @@ class ThreadsStuckCollectiveTest {
         try (NativeEnv ignored = NativeEnv.set("JNCCL_HOST_FAULT", "hang", "JNCCL_HOST_FAULT_RANK",
                 Integer.toString(HUNG), "JNCCL_HOST_FAULT_AT", "2")) {
             outcome = ThreadsFailureTest.runFailing(WORLD, options, comm -> {
-                DeviceTensor a = alloc(N * WORLD);
-                DeviceTensor b = alloc(N * WORLD);
+                DeviceTensor a = memory.fp32(N * WORLD);
+                DeviceTensor b = memory.fp32(N * WORLD);
                 try (CudaStream stream = CudaStream.create()) {
                     // Operation 1 works.
                     comm.allReduce(a, ReduceOp.MAX, stream);
