@@ -153,7 +153,9 @@ public final class NcclComm {
      * blocking child); a negative color is NCCL_SPLIT_NOCOLOR and gives null. Waits, up to
      * {@code timeout} or until {@code cancellation} gives a reason, for the other ranks; while it
      * backs off it releases this communicator's lock (held by the caller), so an abort can get in,
-     * and the split then ends with {@link CommunicatorAbortedException}. On failure nothing is left.
+     * and the split then ends with {@link CommunicatorAbortedException}. On failure nothing is left;
+     * a failure while NCCL may still be splitting (deadline, cancellation) aborts this communicator
+     * too, which ends NCCL's split job before its output slot is freed (the caller aborts anyway).
      *
      * @param childRank  this rank in the new communicator (as NCCL orders: by key, then by rank)
      * @param childSize  the number of ranks with this color
@@ -165,6 +167,7 @@ public final class NcclComm {
                           Supplier<String> cancellation, ReentrantLock childLock) {
         long deadline = System.nanoTime() + timeout.toNanos();
         NcclComm result = new NcclComm(childRank, childSize, device, mode, childLock);
+        boolean settled = true; // whether no split job of NCCL can still write result's slot
         boolean done = false;
         try {
             MemorySegment source = parent;
@@ -181,6 +184,7 @@ public final class NcclComm {
                 if (result0 != SUCCESS && result0 != IN_PROGRESS) {
                     throw failure(result0, "ncclCommSplit", source);
                 }
+                settled = false;
             }
             // As in init: the new handle is published once this (non-blocking) communicator's
             // asynchronous state has left ncclInProgress.
@@ -193,9 +197,11 @@ public final class NcclComm {
                 }
                 int status = asyncError(handle);
                 if (status == SUCCESS) {
+                    settled = true;
                     break;
                 }
                 if (status != IN_PROGRESS) {
+                    settled = true;
                     throw failure(status, "ncclCommSplit", handle);
                 }
                 checkInitDeadline(deadline, timeout, cancellation, "for the other ranks to call split");
@@ -224,6 +230,9 @@ public final class NcclComm {
             return result;
         } finally {
             if (!done) {
+                if (!settled) {
+                    abortHandles(); // ends the split job (NCCL joins it), so the slot below is final
+                }
                 MemorySegment late = result.parent == null && result.arena.scope().isAlive()
                         ? nullToNull(result.childSlot.get(ADDRESS, 0)) : null;
                 if (late != null) {
