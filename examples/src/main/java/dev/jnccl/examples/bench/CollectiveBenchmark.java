@@ -59,10 +59,6 @@ public final class CollectiveBenchmark {
         BenchOptions options;
         try {
             options = BenchOptions.parse(args);
-            if (options.ranks() < options.op().minRanks()) {
-                throw new BenchOptions.UsageException(options.op().name() + " needs at least " + options.op().minRanks()
-                        + " ranks (-g " + options.ranks() + "): jnccl refuses a send or receive with the rank itself");
-            }
             if (options.op().rooted() && options.root() >= options.ranks()) {
                 throw new BenchOptions.UsageException("-r " + options.root() + " is not a rank of " + options.ranks());
             }
