@@ -8,7 +8,7 @@
 #
 #   NCCL_TESTS=DIR scripts/gpu-bench-mpi.sh [-w "2 4"] [-o "all_reduce ..."] [-b 16M] [-e 256M] [-f 4]
 #
-# DIR holds nccl-tests' *_perf programs built with MPI=1 (NVIDIA's public source, built on that
+# ITERS / WARMUP (default 20 / 5) go to both as -n / -w. DIR holds nccl-tests' *_perf programs built with MPI=1 (NVIDIA's public source, built on that
 # machine by hand: never committed here, nor a script that builds it). jnccl runs from the bundle
 # (.gpu/jnccl-bundle.tar.xz, scripts/stage-gpu.sh). Logs go to $OUT (default /tmp/jnccl-bench-mpi).
 set -euo pipefail
@@ -41,9 +41,10 @@ summary=$out/summary.txt
 printf "%-15s %2s %10s %12s %12s %8s\n" op W bytes "jnccl GB/s" "nccl-tests" ratio | tee "$summary"
 for w in $worlds; do
   for op in $ops; do
-    launch "$w" "$NCCL_TESTS/${op}_perf" -b "$min" -e "$max" -f "$factor" -g 1 -c 1 > "$out/nccl-tests-$op-w$w.txt" 2>&1 \
+    timing=(-n "${ITERS:-20}" -w "${WARMUP:-5}")
+    launch "$w" "$NCCL_TESTS/${op}_perf" -b "$min" -e "$max" -f "$factor" "${timing[@]}" -g 1 -c 1 > "$out/nccl-tests-$op-w$w.txt" 2>&1 \
       || echo "gpu-bench-mpi.sh: nccl-tests $op W=$w failed (see $out/nccl-tests-$op-w$w.txt)" >&2
-    launch "$w" "$bundle/bin/bench" "$op" --launcher mpi -b "$min" -e "$max" -f "$factor" -c 1 > "$out/jnccl-$op-w$w.txt" 2>"$out/jnccl-$op-w$w.err" \
+    launch "$w" "$bundle/bin/bench" "$op" --launcher mpi -b "$min" -e "$max" -f "$factor" "${timing[@]}" -c 1 > "$out/jnccl-$op-w$w.txt" 2>"$out/jnccl-$op-w$w.err" \
       || echo "gpu-bench-mpi.sh: jnccl $op W=$w failed (see $out/jnccl-$op-w$w.err)" >&2
     # broadcast and alltoall: jnccl's columns follow nccl-tests'; take the out-of-place busbw where
     # both have it, else the in-place one.
