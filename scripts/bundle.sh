@@ -144,7 +144,7 @@ Without a GPU everything runs on jnccl's host emulation (the output says so).
 | command | what |
 | --- | --- |
 | \`bin/run-example [--gpus N] [--elements N] [--iterations N] [--memcpy]\` | the example: threads mode, destructive all-to-all and ring exchange, every element checked; prints OK |
-| \`bin/bench OP [flags]\` | nccl-tests compatible benchmark: OP all_reduce, reduce_scatter, all_gather, sendrecv; nccl-tests' flags (-b -e -f -g -w -n -d -o -r -c -a) plus --transport, --launcher, --json, --svg; \`bin/bench -h\` |
+| \`bin/bench OP [flags]\` | nccl-tests compatible benchmark: OP all_reduce, reduce_scatter, all_gather, sendrecv, alltoall, broadcast; nccl-tests' flags (-b -e -f -g -w -n -d -o -r -c -a) plus --transport, --launcher, --json, --svg; \`bin/bench -h\` |
 | \`bin/gpu-tests\` | the \`gpu\`-tagged tests and the world-1 conformance tests on real NCCL; reports in \$OUT or /tmp/jnccl-gpu |
 | \`mpirun -np N ... bin/run-example --launcher mpi\` | the example in MPI mode, one process per rank (scripts/gpu-mpi-test.sh shows the one-GPU form) |
 

@@ -7,7 +7,7 @@
 #   scripts/gpu-bench.sh [--host] [JMH arguments...]
 #
 # Default (GPU machine, no JDK or Maven needed): real NCCL and CUDA (jnccl.backend=cuda).
-#   needs  .gpu/jnccl-bundle.tar.gz (scripts/stage-gpu.sh, built elsewhere): its JMH jar and Java runtime;
+#   needs  .gpu/jnccl-bundle.tar.xz (scripts/stage-gpu.sh, built elsewhere): its JMH jar and Java runtime;
 #          or, as before, .gpu/jnccl-benchmarks.jar (or examples/target/jnccl-benchmarks.jar) and
 #          .gpu/jre.tar.gz (unpacked to /tmp/jre) or $JAVA / $JAVA_HOME
 #          nvcc (PATH or /usr/local/cuda/bin), nccl.h and libnccl.so where nvcc finds them
@@ -42,8 +42,7 @@ log() { echo "gpu-bench.sh: $*" >&2; }
 
 # The bundle that scripts/stage-gpu.sh packed (GPU machine): its JMH jar and Java runtime.
 bundle=""
-if [ "$mode" = gpu ] && [ -s "$root/.gpu/jnccl-bundle.tar.gz" ]; then
-  . "$root/scripts/lib/gpu-bundle.sh"
+if [ "$mode" = gpu ] && . "$root/scripts/lib/gpu-bundle.sh" && gpu_bundle_archive "$root" >/dev/null; then
   bundle=$(gpu_bundle)
 fi
 
@@ -120,7 +119,7 @@ c_bin=$work/transaction_overhead
 if [ "$mode" = gpu ]; then
   nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   [ -x "$nvcc" ] || { log "no nvcc (PATH, /usr/local/cuda/bin)"; exit 1; }
-  build=("$nvcc" -O2 -cudart shared -o "$c_bin" "$c_src" -lnccl)
+  build=("$nvcc" -O2 -cudart shared -o "$c_bin" "$c_src" -lnccl -lpthread)
   backend=cuda
 else
   nccl_include=${NCCL_INCLUDE:-}
@@ -139,7 +138,7 @@ else
   else
     (cd "$work" && "$(dirname "$java_bin")/jar" xf "$jar" "$lib" && mv "$lib" .)
   fi
-  build=(${CC:-gcc} -O2 -I"$nccl_include" -I"$cuda_include" -o "$c_bin" "$c_src" -L"$work" -l:libjnccl_host.so
+  build=(${CC:-gcc} -O2 -pthread -I"$nccl_include" -I"$cuda_include" -o "$c_bin" "$c_src" -L"$work" -l:libjnccl_host.so
          -Wl,-rpath,"$work")
   backend=host
 fi

@@ -9,12 +9,14 @@
 #
 #   scripts/gpu-hostcost-multi.sh W [--host]
 #
-# GPU machine (default; no JDK or Maven): needs .gpu/jnccl-bundle.tar.gz (scripts/stage-gpu.sh: its
+# GPU machine (default; no JDK or Maven): needs .gpu/jnccl-bundle.tar.xz (scripts/stage-gpu.sh: its
 #   JMH jar and Java runtime), nvcc, nccl.h and libnccl.so where nvcc finds them.
 # --host (or no nvcc): jnccl's host emulation; the C program is built with gcc against the
 #   libjnccl_host.so inside the benchmark jar and the emulation's own ABI header (no NVIDIA headers).
 # Environment: ITERS (default 20000), REPS (3), WARMUP (2000), COUNT (1024, divisible by W),
-#   OUT (logs; default a new /tmp/jnccl-hostcost.XXXXXX), TIMEOUT per program run (default 900 s).
+#   OUT (logs; default a new /tmp/jnccl-hostcost.XXXXXX), TIMEOUT per program run (default 900 s),
+#   SKIP_C=1 (jnccl only), JAVA_CASES (MultiRankHostCost --cases; default all three:
+#   transaction,allreduce_ordered,reducescatter; scripts/gpu-torch-hostcost.sh runs the last two).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -31,60 +33,16 @@ reps=${REPS:-3}
 warmup=${WARMUP:-2000}
 count=${COUNT:-1024}
 limit=${TIMEOUT:-900}
+java_cases=${JAVA_CASES:-transaction,allreduce_ordered,reducescatter}
 log() { echo "gpu-hostcost-multi.sh: $*" >&2; }
 
 if [ -n "${OUT:-}" ]; then out=$OUT; mkdir -p "$out"; else out=$(mktemp -d /tmp/jnccl-hostcost.XXXXXX); fi
 work=$(mktemp -d /tmp/jnccl-hostcost-build.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-# ---------------------------------------------------------------- jar and java
-# The bundle that scripts/stage-gpu.sh packed (GPU machine): its JMH jar and Java runtime.
-bundle=""
-if [ -s "$root/.gpu/jnccl-bundle.tar.gz" ]; then
-  . "$root/scripts/lib/gpu-bundle.sh"
-  bundle=$(gpu_bundle)
-fi
-jar=""
-for candidate in "${JNCCL_BENCH_JAR:-}" "${bundle:+$bundle/jmh/jnccl-benchmarks.jar}" \
-    "$root/examples/target/jnccl-benchmarks.jar"; do
-  if [ -n "$candidate" ] && [ -s "$candidate" ]; then jar=$candidate; break; fi
-done
-[ -n "$jar" ] || { log "no benchmark jar (.gpu/jnccl-bundle.tar.gz or examples/target/jnccl-benchmarks.jar)"; exit 1; }
-java_bin=${JAVA:-}
-if [ -z "$java_bin" ]; then
-  if [ -n "$bundle" ]; then
-    java_bin=$bundle/runtime/bin/java
-  elif [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then
-    java_bin=$JAVA_HOME/bin/java
-  elif [ -x /usr/lib/jvm/temurin-25-jdk-amd64/bin/java ]; then
-    java_bin=/usr/lib/jvm/temurin-25-jdk-amd64/bin/java
-  fi
-fi
-[ -n "$java_bin" ] || { log "no Java 25+: set JAVA or JAVA_HOME, or provide .gpu/jnccl-bundle.tar.gz"; exit 1; }
-if [ "$mode" = gpu ] && [ -d /usr/local/cuda/lib64 ]; then
-  export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
-
-# ---------------------------------------------------------------- C program
-c_src=$root/examples/src/main/c/transaction_overhead.c
-c_bin=$work/transaction_overhead
-if [ "$mode" = gpu ]; then
-  nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-  build=("$nvcc" -O2 -cudart shared -o "$c_bin" "$c_src" -lnccl)
-  backend=cuda
-else
-  lib=dev/jnccl/bindings/host/linux-$(uname -m | sed 's/amd64/x86_64/')/libjnccl_host.so
-  if command -v unzip >/dev/null; then
-    unzip -q -o -j "$jar" "$lib" -d "$work"
-  else
-    (cd "$work" && "$(dirname "$java_bin")/jar" xf "$jar" "$lib" && mv "$lib" .)
-  fi
-  build=(${CC:-gcc} -O2 -DJNCCL_HOST_ABI -I"$root/bindings/src/main/c" -o "$c_bin" "$c_src" -L"$work"
-         -l:libjnccl_host.so -Wl,-rpath,"$work")
-  backend=host
-fi
-log "building the C program: ${build[*]}"
-"${build[@]}"
+# ---------------------------------------------------------------- jar, java and the C program
+. "$root/scripts/lib/hostcost.sh"
+hostcost_prepare
 
 # ---------------------------------------------------------------- runs
 # Runs "$@" once per rank (the rank number replaces RANK in the arguments), each with its own
@@ -107,33 +65,23 @@ launch() {
 }
 
 status=0
-log "C, W=$world ($backend): -n $iters -r $reps -w $warmup -c $count"
-launch c "$c_bin" --world "$world" --rank RANK --id-file "$work/c-id" -m all -n "$iters" -r "$reps" -w "$warmup" \
-  -c "$count" --cases transaction,allreduce_ordered || status=1
-log "jnccl, W=$world ($backend): both modes"
+if [ "${SKIP_C:-0}" != 1 ]; then
+  log "C, W=$world ($backend): -n $iters -r $reps -w $warmup -c $count"
+  launch c "$c_bin" --world "$world" --rank RANK --id-file "$work/c-id" -m all -n "$iters" -r "$reps" -w "$warmup" \
+    -c "$count" --cases transaction,allreduce_ordered || status=1
+fi
+log "jnccl, W=$world ($backend): both modes, cases $java_cases"
 launch jnccl "$java_bin" --enable-native-access=ALL-UNNAMED -Djnccl.backend=$backend -cp "$jar" \
   dev.jnccl.examples.bench.MultiRankHostCost --world "$world" --rank RANK --id-file "$work/j-id" --mode both \
-  --iters "$iters" --reps "$reps" --warmup "$warmup" --count "$count" || status=1
+  --iters "$iters" --reps "$reps" --warmup "$warmup" --count "$count" --cases "$java_cases" || status=1
 
 # ---------------------------------------------------------------- summary
 {
   echo "host cost per operation at W=$world, one process per rank on device 0 ($backend; $count x FP32;"
   echo "comms stream synchronized every 256 ops; median of $reps x $iters; the slowest rank's figure)"
-  cat "$out"/c.*.txt "$out"/jnccl.*.txt 2>/dev/null | grep '^RESULT ' | awk '
-    {
-      impl = "C"; mode = ""; cs = ""; us = ""; host = ""
-      for (i = 2; i <= NF; i++) {
-        split($i, p, "=")
-        if (p[1] == "impl") impl = p[2]
-        else if (p[1] == "case") cs = p[2]
-        else if (p[1] == "comm" || p[1] == "mode") mode = p[2]
-        else if (p[1] == "world") w = p[2]
-        else if (p[1] == "median_us") us = p[2]
-        else if (p[1] == "enqueue_median_us") host = p[2]
-      }
-      key = cs SUBSEP impl SUBSEP mode
-      if (!(key in med) || us + 0 > med[key] + 0) { med[key] = us; hst[key] = host }
-      if (!(key in seen)) { seen[key] = 1; order[n++] = key }
+  hostcost_slowest "$out"/c.*.txt "$out"/jnccl.*.txt | awk '
+    {  # W case impl mode median host_median best host_best
+      key = $2 SUBSEP $3 SUBSEP $4; w = $1; med[key] = $5; hst[key] = $6; order[n++] = key
     }
     END {
       fmt = "%-18s %-6s %-15s %3s %10s %10s %12s\n"

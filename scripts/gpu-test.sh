@@ -14,9 +14,8 @@ cd "$(dirname "$0")/.."
 . scripts/lib/gpu-bundle.sh
 bundle=$(gpu_bundle) || exit 1
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
-if [ "${1:-}" = "--threads-multi-rank" ] && [ -z "${JNCCL_MULTI_RANK_NCCL:-}" ]; then
-  [ -f .gpu/libnccl.so.2.xz ] || { echo "gpu-test.sh: no .gpu/libnccl.so.2.xz (scripts/stage-gpu.sh copies it)" >&2; exit 2; }
-  mkdir -p /tmp/jnccl-nccl-multi && xz -dc .gpu/libnccl.so.2.xz > /tmp/jnccl-nccl-multi/libnccl.so.2
-  export JNCCL_MULTI_RANK_NCCL=/tmp/jnccl-nccl-multi/libnccl.so.2
+if [ "${1:-}" = "--threads-multi-rank" ]; then
+  JNCCL_MULTI_RANK_NCCL=$(multi_rank_nccl) || { echo "gpu-test.sh: no NCCL 2.30 for --threads-multi-rank" >&2; exit 2; }
+  export JNCCL_MULTI_RANK_NCCL
 fi
 OUT=${OUT:-/tmp/jnccl-gpu} exec "$bundle/bin/gpu-tests" "$@"

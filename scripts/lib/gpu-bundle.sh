@@ -1,18 +1,46 @@
-# Shared by gpu-test.sh and gpu-bench.sh on the GPU machine: `gpu_bundle` prints the folder of the
-# bundle (scripts/bundle.sh) that scripts/stage-gpu.sh packed into .gpu/jnccl-bundle.tar.gz,
-# unpacking it to /tmp/jnccl-bundle first when that copy is missing or older than the archive.
-# Prints nothing and returns 1 when there is no archive. Source it from the repository root.
+# Shared by the gpu-*.sh scripts on the GPU machine: `gpu_bundle` prints the folder of the bundle
+# (scripts/bundle.sh) that scripts/stage-gpu.sh packed into .gpu/jnccl-bundle.tar.xz (xz: 31 MB
+# instead of gzip's 36, so that the bundle and NCCL 2.30 fit the 64 MiB a device call carries;
+# a .tar.gz from an older stage-gpu.sh still works), unpacking it to /tmp/jnccl-bundle first when
+# that copy is missing or older than the archive. Prints nothing and returns 1 when there is no
+# archive. `gpu_bundle_archive` prints the archive's path (returns 1 when there is none). Source it
+# from the repository root.
+
+gpu_bundle_archive() {
+  local root=${1:-.} archive
+  for archive in "$root/.gpu/jnccl-bundle.tar.xz" "$root/.gpu/jnccl-bundle.tar.gz"; do
+    if [ -s "$archive" ]; then echo "$archive"; return 0; fi
+  done
+  return 1
+}
 
 gpu_bundle() {
-  local archive=.gpu/jnccl-bundle.tar.gz dir=/tmp/jnccl-bundle
-  if [ ! -s "$archive" ]; then
-    echo "no $archive: run scripts/stage-gpu.sh where a JDK is, and carry .gpu" >&2
+  local archive dir=/tmp/jnccl-bundle
+  if ! archive=$(gpu_bundle_archive .); then
+    echo "no .gpu/jnccl-bundle.tar.xz: run scripts/stage-gpu.sh where a JDK is, and carry .gpu" >&2
     return 1
   fi
   if [ ! -x "$dir/bin/bench" ] || [ "$archive" -nt "$dir/.unpacked" ]; then
     rm -rf "$dir"
-    tar xzf "$archive" -C "$(dirname "$dir")"
+    tar xaf "$archive" -C "$(dirname "$dir")"
     touch "$dir/.unpacked"
   fi
   echo "$dir"
+}
+
+# The NCCL 2.30+ library that lets several ranks of one process share a GPU (with
+# NCCL_MULTI_RANK_GPU_ENABLE=1): $JNCCL_MULTI_RANK_NCCL when set, else .gpu/libnccl.so.2.xz (staged by
+# scripts/stage-gpu.sh from ../shared/nccl-2.30.7-sm90) unpacked to /tmp/jnccl-nccl-multi/libnccl.so.2.
+# Prints its path; returns 1 (with a message) when there is none.
+multi_rank_nccl() {
+  if [ -n "${JNCCL_MULTI_RANK_NCCL:-}" ]; then
+    echo "$JNCCL_MULTI_RANK_NCCL"
+    return 0
+  fi
+  if [ ! -f .gpu/libnccl.so.2.xz ]; then
+    echo "no .gpu/libnccl.so.2.xz (scripts/stage-gpu.sh copies it) and no JNCCL_MULTI_RANK_NCCL" >&2
+    return 1
+  fi
+  mkdir -p /tmp/jnccl-nccl-multi && xz -dc .gpu/libnccl.so.2.xz > /tmp/jnccl-nccl-multi/libnccl.so.2
+  echo /tmp/jnccl-nccl-multi/libnccl.so.2
 }

@@ -3,7 +3,14 @@
  * dev.jnccl.examples.bench.HostCostBenchmark (JMH) and of MultiRankHostCost. Small tensors; world
  * size 1 by default, or one rank of W processes (--world W --rank R --id-file F: rank 0 writes each
  * communicator's ncclUniqueId to F.<n> atomically, by writing F.<n>.tmp and renaming it, the
- * others poll for it; rank 0 removes the file once all ranks have joined).
+ * others poll for it; rank 0 removes the file once all ranks have joined), or all W ranks as threads
+ * of this process (--threads W: jnccl's threads mode, the C side of ThreadsHostCost). With --threads
+ * each pthread is one rank on the same device (-d), makes its own ncclCommInitRankConfig with the
+ * unique id thread 0 made (as jnccl's ThreadsCommunicators does), and runs every case on its own
+ * communicator, streams, events and buffer; the threads meet at a barrier (deadline 120 s) before
+ * the warm-up and before every timed repetition, so that the ranks' repetitions overlap. Several
+ * ranks of one process on one GPU need NCCL 2.30+ with NCCL_MULTI_RANK_GPU_ENABLE=1 (the emulation
+ * follows the same variable); NCCL 2.28 refuses with "Duplicate GPU detected".
  *
  * Communicators (-m): blocking, nonblocking, split (jnccl's default CommunicatorMode.BLOCKING_SPLIT:
  * a non-blocking parent, split with ncclCommSplit(parent, 0, rank, &child, {blocking = 1,
@@ -27,9 +34,10 @@
  *
  * Timing: clock_gettime(CLOCK_MONOTONIC) around REPS repetitions of ITERS operations after a
  * warmup; the median of the repetitions is reported, one parseable line per case:
- *   RESULT case=transaction comm=nonblocking median_us=5.912 min_us=5.870 max_us=6.101
- *          enqueue_median_us=5.801 iters=100000 reps=5 warmup_us=6.020 samples_us=5.912,...
- * (one line). median_us includes the synchronizations, as the JMH figures do; enqueue_median_us
+ *   RESULT case=transaction comm=nonblocking launch=process world=1 rank=0 median_us=5.912 min_us=5.870
+ *          max_us=6.101 enqueue_median_us=5.801 enqueue_min_us=5.790 iters=100000 reps=5 warmup_us=6.020
+ *          samples_us=5.912,...
+ * (one line; launch=threads with --threads; min_us / enqueue_min_us: the best repetition). median_us includes the synchronizations, as the JMH figures do; enqueue_median_us
  * leaves out the time spent in them: when the two differ much, the device (or the emulation's
  * stream threads), not the host, set the pace. ITERS is lowered, in multiples of 256, when one
  * repetition would take longer than -t seconds.
@@ -43,7 +51,9 @@
  *       transaction_overhead.c -L<dir of libjnccl_host.so> -l:libjnccl_host.so -Wl,-rpath,<that dir>
  *
  * Usage: transaction_overhead [-n ITERS] [-r REPS] [-w WARMUP] [-t MAX_SECONDS_PER_REP]
- *                             [-c COUNT] [-m both|blocking|nonblocking] [-d DEVICE]
+ *                             [-c COUNT] [-m both|all|blocking|nonblocking|split] [-d DEVICE]
+ *                             [--cases LIST] [--world W --rank R --id-file FILE | --threads W]
+ * (the build lines above need -lpthread, or -pthread with gcc, on a glibc older than 2.34)
  */
 #define _POSIX_C_SOURCE 200809L
 #ifdef JNCCL_HOST_ABI
@@ -62,7 +72,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 #endif
+#include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,11 +114,35 @@
 enum { COMM_NONBLOCKING = 0, COMM_BLOCKING = 1, COMM_SPLIT = 2 };
 static const char *COMM_NAMES[] = {"nonblocking", "blocking", "split"};
 
-static int g_world = 1, g_rank = 0;
-static const char *g_id_file = NULL;
-static int g_comm_seq = 0; /* communicators created so far: names the id file of the next one */
+/* --threads: what the rank threads of this process share. */
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int waiting;           /* threads at the barrier now */
+  unsigned long passed;  /* barriers completed: a waiter leaves when it changes */
+  ncclUniqueId id;       /* the next communicator's unique id, made by thread 0 */
+} shared_t;
+
+/* Who this rank is; one per process, or one per thread with --threads (no global rank state). */
+typedef struct {
+  int world, rank;
+  const char *id_file; /* --world W > 1: how the processes exchange unique ids */
+  int comm_seq;        /* communicators created so far: names the id file of the next one */
+  shared_t *shared;    /* --threads: the process's rank threads; NULL otherwise */
+} rank_t;
+
+/* What every rank runs: the same for all ranks of a world (their collectives must match). */
+typedef struct {
+  long iterations, warmup;
+  int reps, device;
+  size_t count;
+  double maxSeconds;
+  const char *cases;
+  int modes[3], nmodes;
+} plan_t;
 
 typedef struct {
+  rank_t *self;
   int blocking;
   int kind;          /* COMM_* */
   ncclComm_t comm;   /* the communicator the work runs on */
@@ -131,6 +167,32 @@ static double now_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* --threads: waits until every rank thread of the process has arrived (nothing without --threads).
+ * A deadline instead of pthread_barrier_wait: a rank stuck inside NCCL ends the program, not hangs it. */
+static void rendezvous(rank_t *self, const char *where) {
+  shared_t *s = self->shared;
+  if (s == NULL) return;
+  pthread_mutex_lock(&s->mu);
+  unsigned long generation = s->passed;
+  if (++s->waiting == self->world) {
+    s->waiting = 0;
+    s->passed++;
+    pthread_cond_broadcast(&s->cv);
+  } else {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 120;
+    while (s->passed == generation) {
+      if (pthread_cond_timedwait(&s->cv, &s->mu, &deadline) == ETIMEDOUT && s->passed == generation) {
+        fprintf(stderr, "rank %d: %d of %d rank threads at the barrier (%s) after 120 s\n", self->rank, s->waiting,
+                self->world, where);
+        exit(1);
+      }
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
 }
 
 /* Non-blocking communicator: wait until the last call's asynchronous part has finished. */
@@ -196,16 +258,23 @@ static void allreduce_ordered(bench_t *b) {
 
 /* The unique id of the next communicator: made by rank 0 (whose process hosts NCCL's bootstrap
  * listener), handed to the others through the id file; world size 1 needs no file. */
-static ncclUniqueId next_unique_id(char *path, size_t path_size) {
+static ncclUniqueId next_unique_id(rank_t *self, char *path, size_t path_size) {
   ncclUniqueId id;
   path[0] = '\0';
-  int seq = g_comm_seq++;
-  if (g_world == 1 || g_id_file == NULL) {
+  int seq = self->comm_seq++;
+  if (self->shared != NULL) { /* threads of one process: thread 0 makes it, the others copy it */
+    if (self->rank == 0) NCCL_CHECK(ncclGetUniqueId(&self->shared->id));
+    rendezvous(self, "unique id made");
+    id = self->shared->id;
+    rendezvous(self, "unique id read"); /* before thread 0 may overwrite it with the next one */
+    return id;
+  }
+  if (self->world == 1 || self->id_file == NULL) {
     NCCL_CHECK(ncclGetUniqueId(&id));
     return id;
   }
-  snprintf(path, path_size, "%s.%d", g_id_file, seq);
-  if (g_rank == 0) {
+  snprintf(path, path_size, "%s.%d", self->id_file, seq);
+  if (self->rank == 0) {
     NCCL_CHECK(ncclGetUniqueId(&id));
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -225,7 +294,7 @@ static ncclUniqueId next_unique_id(char *path, size_t path_size) {
       if (got == 1) return id;
     }
     if (now_seconds() > deadline) {
-      fprintf(stderr, "rank %d: no unique id in %s after 120 s\n", g_rank, path);
+      fprintf(stderr, "rank %d: no unique id in %s after 120 s\n", self->rank, path);
       exit(1);
     }
     struct timespec pause = {0, 2000000};
@@ -233,12 +302,13 @@ static ncclUniqueId next_unique_id(char *path, size_t path_size) {
   }
 }
 
-static void setup(bench_t *b, int device, size_t count, int kind) {
+static void setup(bench_t *b, rank_t *self, int device, size_t count, int kind) {
   memset(b, 0, sizeof *b);
+  b->self = self;
   b->kind = kind;
   b->blocking = kind != COMM_NONBLOCKING;
   b->count = count;
-  b->shardCount = count / (size_t)g_world;
+  b->shardCount = count / (size_t)self->world;
   CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&b->comms, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&b->compute, cudaStreamNonBlocking));
@@ -247,16 +317,16 @@ static void setup(bench_t *b, int device, size_t count, int kind) {
   CUDA_CHECK(cudaEventCreateWithFlags(&b->ready2, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming));
   CUDA_CHECK(cudaMalloc((void **)&b->buffer, count * sizeof(float)));
-  b->shard = b->buffer + (size_t)g_rank * b->shardCount;
+  b->shard = b->buffer + (size_t)self->rank * b->shardCount;
   CUDA_CHECK(cudaMemsetAsync(b->buffer, 0, count * sizeof(float), b->compute));
   CUDA_CHECK(cudaEventRecord(b->ready, b->compute));
   CUDA_CHECK(cudaStreamSynchronize(b->compute));
 
   char path[4200];
-  ncclUniqueId id = next_unique_id(path, sizeof path);
+  ncclUniqueId id = next_unique_id(self, path, sizeof path);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = kind == COMM_BLOCKING;
-  ended(b, ncclCommInitRankConfig(&b->comm, g_world, id, g_rank, &config), "ncclCommInitRankConfig");
+  ended(b, ncclCommInitRankConfig(&b->comm, self->world, id, self->rank, &config), "ncclCommInitRankConfig");
   if (kind == COMM_SPLIT) {
     b->parent = b->comm;
     b->comm = NULL;
@@ -264,14 +334,15 @@ static void setup(bench_t *b, int device, size_t count, int kind) {
     child.blocking = 1;
     child.splitShare = 1;
     double start = now_seconds();
-    ncclResult_t r = ncclCommSplit(b->parent, 0, g_rank, &b->comm, &child);
+    ncclResult_t r = ncclCommSplit(b->parent, 0, self->rank, &b->comm, &child);
     if (r != ncclSuccess && r != ncclInProgress) {
       fprintf(stderr, "ncclCommSplit failed: %s (%d)\n", ncclGetErrorString(r), (int)r);
       exit(1);
     }
     /* The child appears once the parent's async state has left ncclInProgress. */
     await_handle(b->parent, "ncclCommSplit (parent)");
-    while (b->comm == NULL) {
+    /* volatile: the handle is written by NCCL's thread, not by this loop */
+    while (*(ncclComm_t volatile *)&b->comm == NULL) {
       if (now_seconds() - start > 120) {
         fprintf(stderr, "ncclCommSplit: no child communicator after 120 s\n");
         exit(1);
@@ -279,9 +350,9 @@ static void setup(bench_t *b, int device, size_t count, int kind) {
       CPU_RELAX();
     }
     await_handle(b->comm, "ncclCommSplit (child)");
-    printf("# rank %d: split into a blocking child took %.3f ms\n", g_rank, (now_seconds() - start) * 1e3);
+    printf("# rank %d: split into a blocking child took %.3f ms\n", self->rank, (now_seconds() - start) * 1e3);
   }
-  if (path[0] != '\0' && g_rank == 0) unlink(path); /* every rank has joined: the id was read */
+  if (path[0] != '\0' && self->rank == 0) unlink(path); /* every rank has joined: the id was read */
 }
 
 static void teardown(bench_t *b) {
@@ -312,6 +383,7 @@ static int compare_doubles(const void *x, const void *y) {
 /* us per operation, all included; *enqueueUs: the same without the time spent synchronizing. */
 static double run(bench_t *b, op_fn op, long iterations, double *enqueueUs) {
   CUDA_CHECK(cudaStreamSynchronize(b->comms)); /* every repetition starts with an empty queue */
+  rendezvous(b->self, "repetition"); /* --threads: the ranks' repetitions start together */
   b->syncSeconds = 0;
   double start = now_seconds();
   for (long i = 0; i < iterations; i++) op(b);
@@ -325,15 +397,16 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static void measure(const char *name, op_fn op, int device, size_t count, int kind, long iterations, int reps,
-                    long warmup, double maxSeconds) {
+static void measure(rank_t *self, const char *name, op_fn op, const plan_t *plan, int kind) {
   bench_t b;
-  setup(&b, device, count, kind);
-  double warm = run(&b, op, warmup, NULL);
-  long iters = iterations;
+  int reps = plan->reps;
+  double maxSeconds = plan->maxSeconds;
+  setup(&b, self, plan->device, plan->count, kind);
+  double warm = run(&b, op, plan->warmup, NULL);
+  long iters = plan->iterations;
   double perRep = warm * 1e-6 * (double)iters;
   /* Ranks of one world must make the same number of calls: no per-rank adjustment there. */
-  if (perRep > maxSeconds && g_world == 1) {
+  if (perRep > maxSeconds && self->world == 1) {
     iters = (long)(maxSeconds / (warm * 1e-6)) / SYNC_EVERY * SYNC_EVERY;
     if (iters < 4 * SYNC_EVERY) iters = 4 * SYNC_EVERY;
   }
@@ -350,12 +423,12 @@ static void measure(const char *name, op_fn op, int device, size_t count, int ki
     snprintf(all + used, sizeof all - used, "%s%.3f", r == 0 ? "" : ",", samples[r]);
   }
   teardown(&b);
-  double enqueueMedian = median(enqueue, reps);
+  double enqueueMedian = median(enqueue, reps); /* sorts: enqueue[0] is the best */
   double allMedian = median(samples, reps);
-  printf("RESULT case=%s comm=%s world=%d rank=%d median_us=%.3f min_us=%.3f max_us=%.3f enqueue_median_us=%.3f"
-         " iters=%ld reps=%d warmup_us=%.3f samples_us=%s\n",
-         name, COMM_NAMES[kind], g_world, g_rank, allMedian, samples[0], samples[reps - 1], enqueueMedian, iters,
-         reps, warm, all);
+  printf("RESULT case=%s comm=%s launch=%s world=%d rank=%d median_us=%.3f min_us=%.3f max_us=%.3f"
+         " enqueue_median_us=%.3f enqueue_min_us=%.3f iters=%ld reps=%d warmup_us=%.3f samples_us=%s\n",
+         name, COMM_NAMES[kind], self->shared != NULL ? "threads" : "process", self->world, self->rank, allMedian,
+         samples[0], samples[reps - 1], enqueueMedian, enqueue[0], iters, reps, warm, all);
   fflush(stdout);
   free(enqueue);
   free(samples);
@@ -365,63 +438,121 @@ static void usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s [-n ITERS] [-r REPS] [-w WARMUP] [-t MAX_SECONDS_PER_REP] [-c COUNT]"
           " [-m both|all|blocking|nonblocking|split] [-d DEVICE] [--cases transaction,allreduce,allreduce_ordered]"
-          " [--world W --rank R --id-file FILE]\n",
+          " [--world W --rank R --id-file FILE | --threads W]\n",
           argv0);
   exit(2);
 }
 
+/* Every case the plan names, with every communicator mode: one rank's whole run. */
+static void run_plan(rank_t *self, const plan_t *plan) {
+  const char *cases = plan->cases;
+  size_t n = strlen(cases);
+  for (int m = 0; m < plan->nmodes; m++) {
+    if (strstr(cases, "transaction")) measure(self, "transaction", transaction, plan, plan->modes[m]);
+    if (strstr(cases, "allreduce,") || (n >= 9 && strcmp(cases + n - 9, "allreduce") == 0))
+      measure(self, "allreduce", allreduce, plan, plan->modes[m]);
+    if (strstr(cases, "allreduce_ordered")) measure(self, "allreduce_ordered", allreduce_ordered, plan, plan->modes[m]);
+  }
+}
+
+typedef struct {
+  rank_t self;
+  const plan_t *plan;
+  pthread_t thread;
+} rank_thread_t;
+
+static void *rank_thread(void *arg) {
+  rank_thread_t *t = arg;
+  run_plan(&t->self, t->plan);
+  return NULL;
+}
+
+/* --threads W: W rank threads on plan->device; returns when all have finished (a failure exits). */
+static void run_threads(int world, const plan_t *plan) {
+  static shared_t shared; /* zeroed; the mutex and condition are initialised below */
+  pthread_mutex_init(&shared.mu, NULL);
+  pthread_cond_init(&shared.cv, NULL);
+  rank_thread_t *threads = calloc((size_t)world, sizeof *threads);
+  if (threads == NULL) {
+    perror("calloc");
+    exit(1);
+  }
+  for (int r = 0; r < world; r++) {
+    threads[r].self = (rank_t){.world = world, .rank = r, .id_file = NULL, .comm_seq = 0, .shared = &shared};
+    threads[r].plan = plan;
+    int e = pthread_create(&threads[r].thread, NULL, rank_thread, &threads[r]);
+    if (e != 0) {
+      fprintf(stderr, "pthread_create of rank %d: %s\n", r, strerror(e));
+      exit(1);
+    }
+  }
+  for (int r = 0; r < world; r++) pthread_join(threads[r].thread, NULL);
+  free(threads);
+  pthread_cond_destroy(&shared.cv);
+  pthread_mutex_destroy(&shared.mu);
+}
+
 int main(int argc, char **argv) {
-  long iterations = 100000, warmup = 20000;
-  int reps = 5, device = 0;
-  size_t count = 1024;
-  double maxSeconds = 2.0;
+  plan_t plan = {.iterations = 100000, .warmup = 20000, .reps = 5, .device = 0, .count = 1024, .maxSeconds = 2.0,
+                 .cases = "transaction,allreduce,allreduce_ordered", .nmodes = 0};
+  rank_t self = {.world = 1, .rank = 0, .id_file = NULL, .comm_seq = 0, .shared = NULL};
+  int threads = 0;
   const char *mode = "both";
-  const char *cases = "transaction,allreduce,allreduce_ordered";
   static const struct option longs[] = {{"world", required_argument, NULL, 'W'},
                                         {"rank", required_argument, NULL, 'R'},
                                         {"id-file", required_argument, NULL, 'I'},
                                         {"cases", required_argument, NULL, 'C'},
+                                        {"threads", required_argument, NULL, 'T'},
                                         {NULL, 0, NULL, 0}};
   int opt;
   while ((opt = getopt_long(argc, argv, "n:r:w:t:c:m:d:h", longs, NULL)) != -1) {
     switch (opt) {
-      case 'W': g_world = atoi(optarg); break;
-      case 'R': g_rank = atoi(optarg); break;
-      case 'I': g_id_file = optarg; break;
-      case 'C': cases = optarg; break;
-      case 'n': iterations = atol(optarg); break;
-      case 'r': reps = atoi(optarg); break;
-      case 'w': warmup = atol(optarg); break;
-      case 't': maxSeconds = atof(optarg); break;
-      case 'c': count = (size_t)atol(optarg); break;
+      case 'W': self.world = atoi(optarg); break;
+      case 'R': self.rank = atoi(optarg); break;
+      case 'I': self.id_file = optarg; break;
+      case 'T': threads = atoi(optarg); break;
+      case 'C': plan.cases = optarg; break;
+      case 'n': plan.iterations = atol(optarg); break;
+      case 'r': plan.reps = atoi(optarg); break;
+      case 'w': plan.warmup = atol(optarg); break;
+      case 't': plan.maxSeconds = atof(optarg); break;
+      case 'c': plan.count = (size_t)atol(optarg); break;
       case 'm': mode = optarg; break;
-      case 'd': device = atoi(optarg); break;
+      case 'd': plan.device = atoi(optarg); break;
       default: usage(argv[0]);
     }
   }
-  if (iterations < 1 || reps < 1 || warmup < 1 || count < 1 || maxSeconds <= 0) usage(argv[0]);
-  if (g_world < 1 || g_rank < 0 || g_rank >= g_world || (g_world > 1 && g_id_file == NULL)) {
-    fprintf(stderr, "bad --world %d / --rank %d (a world above 1 needs --id-file)\n", g_world, g_rank);
+  if (plan.iterations < 1 || plan.reps < 1 || plan.warmup < 1 || plan.count < 1 || plan.maxSeconds <= 0)
+    usage(argv[0]);
+  if (threads != 0) {
+    if (threads < 1 || self.world != 1 || self.rank != 0 || self.id_file != NULL) {
+      fprintf(stderr, "bad --threads %d (at least 1; not with --world, --rank or --id-file)\n", threads);
+      usage(argv[0]);
+    }
+    self.world = threads;
+  }
+  if (self.world < 1 || self.rank < 0 || self.rank >= self.world ||
+      (self.world > 1 && threads == 0 && self.id_file == NULL)) {
+    fprintf(stderr, "bad --world %d / --rank %d (a world above 1 needs --id-file)\n", self.world, self.rank);
     usage(argv[0]);
   }
-  if (count % (size_t)g_world != 0) {
-    fprintf(stderr, "-c %zu is not divisible by the world size %d\n", count, g_world);
+  if (plan.count % (size_t)self.world != 0) {
+    fprintf(stderr, "-c %zu is not divisible by the world size %d\n", plan.count, self.world);
     usage(argv[0]);
   }
-  int modes[3], nmodes = 0;
   if (strcmp(mode, "both") == 0) {
-    modes[nmodes++] = COMM_NONBLOCKING;
-    modes[nmodes++] = COMM_BLOCKING;
+    plan.modes[plan.nmodes++] = COMM_NONBLOCKING;
+    plan.modes[plan.nmodes++] = COMM_BLOCKING;
   } else if (strcmp(mode, "all") == 0) {
-    modes[nmodes++] = COMM_NONBLOCKING;
-    modes[nmodes++] = COMM_BLOCKING;
-    modes[nmodes++] = COMM_SPLIT;
+    plan.modes[plan.nmodes++] = COMM_NONBLOCKING;
+    plan.modes[plan.nmodes++] = COMM_BLOCKING;
+    plan.modes[plan.nmodes++] = COMM_SPLIT;
   } else if (strcmp(mode, "nonblocking") == 0) {
-    modes[nmodes++] = COMM_NONBLOCKING;
+    plan.modes[plan.nmodes++] = COMM_NONBLOCKING;
   } else if (strcmp(mode, "blocking") == 0) {
-    modes[nmodes++] = COMM_BLOCKING;
+    plan.modes[plan.nmodes++] = COMM_BLOCKING;
   } else if (strcmp(mode, "split") == 0) {
-    modes[nmodes++] = COMM_SPLIT;
+    plan.modes[plan.nmodes++] = COMM_SPLIT;
   } else {
     usage(argv[0]);
   }
@@ -430,18 +561,17 @@ int main(int argc, char **argv) {
   NCCL_CHECK(ncclGetVersion(&ncclVersion));
   CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
   CUDA_CHECK(cudaDriverGetVersion(&driver));
-  printf("# transaction_overhead: NCCL %d, CUDA runtime %d, driver %d, device %d, rank %d of %d, %zu x float32,"
-         " sync every %d, %d reps of up to %ld iterations (max %.1f s each) after %ld warmup\n",
-         ncclVersion, runtime, driver, device, g_rank, g_world, count, SYNC_EVERY, reps, iterations, maxSeconds,
-         warmup);
+  const char *multi = getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+  printf("# transaction_overhead: NCCL %d, CUDA runtime %d, driver %d, device %d, %s %d of %d, %zu x float32,"
+         " sync every %d, %d reps of up to %ld iterations (max %.1f s each) after %ld warmup%s%s\n",
+         ncclVersion, runtime, driver, plan.device, threads ? "threads" : "rank", threads ? threads : self.rank,
+         self.world, plan.count, SYNC_EVERY, plan.reps, plan.iterations, plan.maxSeconds, plan.warmup,
+         threads ? ", NCCL_MULTI_RANK_GPU_ENABLE=" : "", threads ? (multi ? multi : "(unset)") : "");
   fflush(stdout);
-  for (int m = 0; m < nmodes; m++) {
-    if (strstr(cases, "transaction"))
-      measure("transaction", transaction, device, count, modes[m], iterations, reps, warmup, maxSeconds);
-    if (strstr(cases, "allreduce,") || (strlen(cases) >= 9 && strcmp(cases + strlen(cases) - 9, "allreduce") == 0))
-      measure("allreduce", allreduce, device, count, modes[m], iterations, reps, warmup, maxSeconds);
-    if (strstr(cases, "allreduce_ordered"))
-      measure("allreduce_ordered", allreduce_ordered, device, count, modes[m], iterations, reps, warmup, maxSeconds);
+  if (threads) {
+    run_threads(threads, &plan);
+  } else {
+    run_plan(&self, &plan);
   }
   return 0;
 }

@@ -5,9 +5,12 @@ import java.util.Objects;
 /**
  * One command of a transaction. Execution is an exhaustive switch over these records.
  *
- * <p>{@link AllToAll} is a fifth command next to the four of the original design: its rounds must
- * run as separate, ordered NCCL groups (see {@link AllToAllSchedule}), so it cannot be expanded into
- * plain {@link Send}/{@link Recv} commands of the transaction's one group.
+ * <p>{@link DestructiveAllToAll} is a command next to the four of the original design: its rounds
+ * must run as separate, ordered NCCL groups (see {@link AllToAllSchedule}), so it cannot be expanded
+ * into plain {@link Send}/{@link Recv} commands of the transaction's one group. A plain
+ * {@link AllToAll} runs as a group of its own after the transaction's group, so that its messages
+ * never pair with the transaction's sends and receives; {@link Broadcast} and {@link AllReduce} run
+ * in the transaction's group like the others.
  */
 public sealed interface Command {
 
@@ -93,10 +96,67 @@ public sealed interface Command {
      *
      * @param tensor the tensor, world size slots
      */
-    record AllToAll(DeviceTensor tensor) implements Command {
+    record DestructiveAllToAll(DeviceTensor tensor) implements Command {
         /** Checks that the tensor is given. */
+        public DestructiveAllToAll {
+            Objects.requireNonNull(tensor, "DestructiveAllToAll: tensor is null");
+        }
+
+        @Override
+        public long bytes() {
+            return tensor.bytes();
+        }
+    }
+
+    /**
+     * All-to-all from {@code send} into {@code recv} (non-destructive): slot {@code j} of
+     * {@code send} goes to rank {@code j}, slot {@code i} of {@code recv} comes from rank {@code i}.
+     *
+     * @param send this rank's world-size slots, one per destination rank
+     * @param recv where the slots from every rank land, in rank order
+     */
+    record AllToAll(DeviceTensor send, DeviceTensor recv) implements Command {
+        /** Checks that both tensors are given. */
         public AllToAll {
-            Objects.requireNonNull(tensor, "AllToAll: tensor is null");
+            Objects.requireNonNull(send, "AllToAll: send is null");
+            Objects.requireNonNull(recv, "AllToAll: recv is null");
+        }
+
+        @Override
+        public long bytes() {
+            return send.bytes();
+        }
+    }
+
+    /**
+     * In-place broadcast: every rank's {@code tensor} receives {@code root}'s.
+     *
+     * @param tensor the tensor (the source on the root)
+     * @param root the rank whose tensor is broadcast
+     */
+    record Broadcast(DeviceTensor tensor, int root) implements Command {
+        /** Checks that the tensor is given. */
+        public Broadcast {
+            Objects.requireNonNull(tensor, "Broadcast: tensor is null");
+        }
+
+        @Override
+        public long bytes() {
+            return tensor.bytes();
+        }
+    }
+
+    /**
+     * In-place all-reduce: every rank's {@code tensor} receives the reduction over all ranks.
+     *
+     * @param tensor the tensor
+     * @param op the reduction
+     */
+    record AllReduce(DeviceTensor tensor, ReduceOp op) implements Command {
+        /** Checks that the tensor and the operation are given. */
+        public AllReduce {
+            Objects.requireNonNull(tensor, "AllReduce: tensor is null");
+            Objects.requireNonNull(op, "AllReduce: op is null");
         }
 
         @Override

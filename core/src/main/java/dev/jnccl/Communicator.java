@@ -16,10 +16,14 @@ import dev.jnccl.internal.Resources;
 import dev.jnccl.internal.Watchdog;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.ReentrantLock;
+import java.util.Optional;
+import java.util.function.Consumer;
+import java.util.function.Function;
 import java.util.function.Supplier;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -52,14 +56,19 @@ public abstract class Communicator implements AutoCloseable {
     private final LoadedLibraries libraries;
     private final CudaStream stream;
     /** Serializes every call into NCCL and on the comms stream; abort and close take it too. */
-    private final ReentrantLock nativeLock = new ReentrantLock();
+    private final ReentrantLock nativeLock;
     private final CudaEvent transactionReady;
-    private final CudaEvent operationReady;
     private final CudaEvent commsDone;
     private final FlightRecorder recorder;
     private final Object lifecycle = new Object();
     private final NcclComm comm;
     private final Watchdog watchdog;
+    /** Polled by waits for the other ranks (init, split): a launcher's reason to give up early. */
+    private final Supplier<String> initCancellation;
+    /** The communicator this one was split from, or null. */
+    private final Communicator parent;
+    /** Live communicators split from this one (guarded by {@link #lifecycle}); closed before this one. */
+    private final List<Communicator> children = new ArrayList<>();
 
     private volatile State state = State.OPEN;
     private volatile String abortReason;
@@ -98,8 +107,28 @@ public abstract class Communicator implements AutoCloseable {
      */
     protected Communicator(UniqueId id, int rank, int worldSize, int device, CommunicatorOptions options,
                            Supplier<String> initCancellation) {
+        this(rank, worldSize, device, options, initCancellation, null, new ReentrantLock(),
+                lock -> NcclComm.init(Objects.requireNonNull(id, "Communicator: unique id is null"), rank, worldSize,
+                        device, options.mode(), options.initTimeout(), initCancellation, lock));
+    }
+
+    /**
+     * The child communicator of a {@link #split}, built by {@link #newChild}: this rank of the
+     * split's members, on the parent's device, with the parent's options and init cancellation.
+     * It takes over the split's NCCL communicator (on failure the caller aborts it).
+     *
+     * @param split what {@link #split} made
+     */
+    protected Communicator(Split split) {
+        this(Objects.requireNonNull(split, "Communicator: split is null").rank(), split.worldSize(),
+                split.parent().device(), split.parent().options(), split.parent().initCancellation, split.parent(),
+                split.comm().lock(), lock -> split.comm());
+    }
+
+    private Communicator(int rank, int worldSize, int device, CommunicatorOptions options,
+                         Supplier<String> initCancellation, Communicator parent, ReentrantLock lock,
+                         Function<ReentrantLock, NcclComm> connect) {
         Objects.requireNonNull(initCancellation, "Communicator: initCancellation is null");
-        Objects.requireNonNull(id, "Communicator: unique id is null");
         Objects.requireNonNull(options, "Communicator: options are null");
         if (worldSize < 1) {
             throw new IllegalArgumentException("Communicator: world size " + worldSize + " must be at least 1");
@@ -117,6 +146,9 @@ public abstract class Communicator implements AutoCloseable {
         this.worldSize = worldSize;
         this.device = device;
         this.options = options;
+        this.initCancellation = initCancellation;
+        this.parent = parent;
+        this.nativeLock = lock;
         this.recorder = new FlightRecorder(options.flightRecorderSize());
 
         Events.CommInit initEvent = new Events.CommInit();
@@ -127,17 +159,16 @@ public abstract class Communicator implements AutoCloseable {
         try {
             this.stream = Resources.remember(created, CudaStream.create());
             this.transactionReady = Resources.remember(created, CudaEvent.create());
-            this.operationReady = Resources.remember(created, CudaEvent.create());
             this.commsDone = Resources.remember(created, CudaEvent.create());
-            this.comm = NcclComm.init(id, rank, worldSize, device, options.mode(), options.initTimeout(),
-                    initCancellation, nativeLock);
+            this.comm = connect.apply(nativeLock);
         } catch (RuntimeException e) {
             Resources.closeAll(created, e, LOG);
             throw e;
         }
         long initMillis = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
-        LOG.info("jnccl communicator ready: rank {} of {}, device {}, backend {}, mode {}, NCCL {}, CUDA runtime {}"
-                        + " (driver {}), init {} ms", rank, worldSize, device, libraries.backend().id(), options.mode(),
+        LOG.info("jnccl communicator ready: rank {} of {}{}, device {}, backend {}, mode {}, NCCL {}, CUDA runtime {}"
+                        + " (driver {}), init {} ms", rank, worldSize, parent == null ? "" : " (split of rank "
+                        + parent.rank + " of " + parent.worldSize + ")", device, libraries.backend().id(), options.mode(),
                 libraries.nccl(), libraries.cudaRuntime(), libraries.cudaDriver(), initMillis);
         initEvent.commit(rank, worldSize, device, libraries.backend().id(), libraries.nccl().toString());
         watchdog = options.watchdogEnabled()
@@ -372,11 +403,16 @@ public abstract class Communicator implements AutoCloseable {
         return total;
     }
 
-    /** The commands as one NCCL group, then each all-to-all's rounds as ordered groups. */
+    /**
+     * The commands as one NCCL group, then each all-to-all in command order: a plain one as its own
+     * group, a destructive one as its ordered rounds. Apart from the transaction's sends and
+     * receives, an all-to-all (which is point-to-point traffic too, in NCCL's ncclAlltoAll or in
+     * the send/recv fallback) can never be paired with them, whatever order the ranks added them in.
+     */
     private void runCommands(List<Command> commands) {
         boolean grouped = false;
         for (Command command : commands) {
-            if (!(command instanceof Command.AllToAll)) {
+            if (!(command instanceof Command.DestructiveAllToAll || command instanceof Command.AllToAll)) {
                 grouped = true;
                 break;
             }
@@ -389,13 +425,19 @@ public abstract class Communicator implements AutoCloseable {
                         case Command.ScatterReduce scatter -> scatterReduce(scatter);
                         case Command.Send send -> send(send);
                         case Command.Recv recv -> recv(recv);
-                        case Command.AllToAll ignored -> { } // ordered rounds below
+                        case Command.Broadcast broadcast -> comm.broadcast(broadcast.tensor(), broadcast.root(), stream);
+                        case Command.AllReduce allReduce -> comm.allReduce(allReduce.tensor(), ncclOp(allReduce.op()),
+                                stream);
+                        case Command.AllToAll ignored -> { } // own group below
+                        case Command.DestructiveAllToAll ignored -> { } // ordered rounds below
                     }
                 }
             });
         }
         for (Command command : commands) {
             if (command instanceof Command.AllToAll allToAll) {
+                comm.group(() -> allToAll(allToAll));
+            } else if (command instanceof Command.DestructiveAllToAll allToAll) {
                 runAllToAll(allToAll.tensor());
             }
         }
@@ -440,6 +482,29 @@ public abstract class Communicator implements AutoCloseable {
      */
     protected void recv(Command.Recv recv) {
         comm.recv(recv.tensor(), recv.peer(), stream);
+    }
+
+    /**
+     * The all-to-all of a transaction, inside an NCCL group of its own (after the transaction's
+     * group): {@code ncclAlltoAll} where the loaded NCCL has it, else a send and a receive per rank
+     * (this rank included). Threads mode may override it with device-to-device copies.
+     *
+     * @param allToAll the all-to-all command
+     */
+    protected void allToAll(Command.AllToAll allToAll) {
+        if (libraries.supports(NcclFeature.ALL_TO_ALL)) {
+            comm.allToAll(allToAll.send(), allToAll.recv(), allToAll.send().count() / worldSize, stream);
+        } else {
+            allToAllBySendRecv(allToAll);
+        }
+    }
+
+    /** The all-to-all as a send and a receive of one slot per rank, in the open NCCL group (NCCL before 2.28). */
+    final void allToAllBySendRecv(Command.AllToAll allToAll) {
+        for (int peer = 0; peer < worldSize; peer++) {
+            comm.send(allToAll.send().shard(peer, worldSize), peer, stream);
+            comm.recv(allToAll.recv().shard(peer, worldSize), peer, stream);
+        }
     }
 
     private void scatterReduce(Command.ScatterReduce scatter) {
@@ -535,13 +600,11 @@ public abstract class Communicator implements AutoCloseable {
     public final void reduceScatter(List<DeviceTensor> tensors, CudaStream stream) {
         Objects.requireNonNull(tensors, "reduceScatter: tensors is null");
         requireStream("reduceScatter", stream);
-        try (Transaction transaction = begin(stream)) {
+        runOrdered("reduceScatter", stream, transaction -> {
             for (DeviceTensor tensor : tensors) {
                 transaction.reduceScatter(tensor);
             }
-            transaction.execute(null);
-        }
-        waitOnComms(stream);
+        });
     }
 
     /**
@@ -555,23 +618,56 @@ public abstract class Communicator implements AutoCloseable {
         Objects.requireNonNull(tensor, "allReduce: tensor is null");
         Objects.requireNonNull(op, "allReduce: op is null");
         requireStream("allReduce", stream);
-        checkReducible("allReduce", tensor.dtype(), op);
-        nativeLock.lock();
-        try {
-            requireUsable("allReduce");
-            stream.record(operationReady);
-            this.stream.waitFor(operationReady);
+        runOrdered("allReduce", stream, transaction -> transaction.allReduce(tensor, op));
+    }
+
+    /**
+     * In-place broadcast of {@code root}'s {@code tensor} to every rank, as one transaction ordered
+     * after and before work on {@code stream}. See {@link Transaction#broadcast}.
+     *
+     * @param tensor the tensor (the source on {@code root})
+     * @param root the rank whose tensor is broadcast
+     * @param stream the stream the operation is ordered with
+     */
+    public final void broadcast(DeviceTensor tensor, int root, CudaStream stream) {
+        requireStream("broadcast", stream);
+        checkRoot("broadcast", root);
+        runOrdered("broadcast", stream, transaction -> transaction.broadcast(tensor, root));
+    }
+
+    /**
+     * All-to-all from {@code send} into {@code recv}, as one transaction ordered after and before
+     * work on {@code stream}. See {@link Transaction#allToAll}.
+     *
+     * @param send this rank's slots, one per destination rank
+     * @param recv where the slots from every rank land, in rank order
+     * @param stream the stream the operation is ordered with
+     */
+    public final void allToAll(DeviceTensor send, DeviceTensor recv, CudaStream stream) {
+        requireStream("allToAll", stream);
+        runOrdered("allToAll", stream, transaction -> transaction.allToAll(send, recv));
+    }
+
+    /**
+     * The convenience operations: one transaction after the work on {@code stream} so far, then
+     * {@code stream} waits for it. Going through a transaction gives them what transactions have:
+     * the watchdog tracks them, the flight recorder lists them, threads mode throttles them.
+     */
+    private void runOrdered(String operation, CudaStream stream, Consumer<Transaction> commands) {
+        try (Transaction transaction = open(operation, transactionReady)) {
+            // The commands are checked before anything native happens; the ready event is recorded
+            // after (nobody else can use it: the transaction is open).
+            commands.accept(transaction);
+            nativeLock.lock();
             try {
-                comm.group(() -> comm.allReduce(tensor, ncclOp(op), this.stream));
-            } catch (NcclException e) {
-                abort("allReduce failed: " + e.getMessage());
-                throw e;
+                requireUsable(operation);
+                stream.record(transactionReady);
+            } finally {
+                nativeLock.unlock();
             }
-            this.stream.record(commsDone);
-            stream.waitFor(commsDone);
-        } finally {
-            nativeLock.unlock();
+            transaction.execute(null);
         }
+        waitOnComms(stream);
     }
 
     /**
@@ -698,9 +794,7 @@ public abstract class Communicator implements AutoCloseable {
      */
     public final List<byte[]> gatherBytesHost(byte[] local, int root) {
         Objects.requireNonNull(local, "gatherBytesHost: local is null");
-        if (root < 0 || root >= worldSize) {
-            throw new IllegalArgumentException("gatherBytesHost: root " + root + " out of range [0, " + worldSize + ")");
-        }
+        checkRoot("gatherBytesHost", root);
         requireUsable("gatherBytesHost");
         return hostGather(local, root);
     }
@@ -752,12 +846,200 @@ public abstract class Communicator implements AutoCloseable {
      */
     protected abstract List<byte[]> hostAllGather(byte[] local);
 
+    // ---------------------------------------------------------------- sub-communicators
+
+    /**
+     * Splits this communicator ({@code ncclCommSplit}): the ranks that pass the same non-negative
+     * {@code color} get a new communicator among themselves, ranked by {@code key} (ties by their
+     * rank here), on the same devices and with the same options. A rank that passes a negative
+     * color takes part but gets no communicator: the result is {@link Optional#empty()}.
+     *
+     * <p><b>Collective:</b> every rank of this communicator must call it (the host all-gather of
+     * this communicator exchanges the colors and keys, then NCCL splits), with no transaction open;
+     * the wait for the others is bounded by {@link CommunicatorOptions#initTimeout()}, and a failure
+     * or timeout of the split aborts this communicator. The new communicator's transactions,
+     * convenience operations, barrier and host gathers involve its members only; in threads mode a
+     * failure of any of its ranks fails the whole pack, as a failure of this one does.
+     *
+     * <p><b>Lifecycle:</b> close the new communicator when done with it; closing (or aborting) this
+     * one first closes (or aborts) every communicator split from it that is still open.
+     *
+     * @param color the group of this rank; negative: not a member of any
+     * @param key the order of this rank in its group
+     * @return the new communicator, or empty for a negative color
+     * @throws IllegalStateException         when a transaction is open or this communicator is closed
+     * @throws UnsupportedOperationException when this kind of communicator has no {@link #newChild}
+     * @throws NcclException                 when NCCL refuses the split
+     * @throws CommunicatorAbortedException  when the other ranks did not split in time, or on abort
+     */
+    public final Optional<Communicator> split(int color, int key) {
+        requireUsable("split");
+        nativeLock.lock();
+        try {
+            requireNoOpenTransaction("split");
+        } finally {
+            nativeLock.unlock();
+        }
+        List<byte[]> all = hostAllGather(ByteBuffer.allocate(2 * Integer.BYTES).putInt(color).putInt(key).array());
+        List<int[]> mates = new ArrayList<>(); // {key, rank} of the ranks with this color
+        for (int r = 0; r < all.size(); r++) {
+            ByteBuffer entry = ByteBuffer.wrap(all.get(r));
+            int theirColor = entry.getInt();
+            int theirKey = entry.getInt();
+            if (color >= 0 && theirColor == color) {
+                mates.add(new int[] {theirKey, r});
+            }
+        }
+        // NCCL's order: by key, then by rank in this communicator.
+        mates.sort((a, b) -> a[0] != b[0] ? Integer.compare(a[0], b[0]) : Integer.compare(a[1], b[1]));
+        List<Integer> members = mates.stream().map(m -> m[1]).toList();
+        int childRank = members.indexOf(rank);
+        ReentrantLock childLock = new ReentrantLock();
+        NcclComm childComm;
+        nativeLock.lock();
+        try {
+            requireUsable("split");
+            childComm = comm.split(color, key, childRank, members.size(), options.initTimeout(), initCancellation,
+                    childLock);
+        } catch (RuntimeException e) {
+            nativeLock.unlock();
+            try {
+                abort("split (color " + color + ", key " + key + ") failed: " + e.getMessage());
+            } finally {
+                nativeLock.lock();
+            }
+            throw e;
+        } finally {
+            nativeLock.unlock();
+        }
+        if (childComm == null) {
+            return Optional.empty();
+        }
+        Communicator child;
+        try {
+            child = Objects.requireNonNull(newChild(new Split(this, color, key, childRank, members, childComm)),
+                    "split: newChild returned null");
+        } catch (RuntimeException | Error e) {
+            childComm.abort();
+            throw e;
+        }
+        synchronized (lifecycle) {
+            if (state == State.OPEN) {
+                children.add(child);
+                return Optional.of(child);
+            }
+        }
+        child.close();
+        requireUsable("split");
+        throw new IllegalStateException("split: communicator of rank " + rank + " was closed during the split");
+    }
+
+    /**
+     * Makes the subclass's communicator for one rank of a {@link #split}: usually a constructor of
+     * the subclass that calls {@link #Communicator(Split)} and sets up host-side collectives
+     * (barrier, gathers) among {@link Split#members()} only. Called on the splitting thread, after
+     * NCCL has split, on every member rank. The default throws {@link UnsupportedOperationException}.
+     *
+     * @param split the split: parent, color, key, this rank's place and the members
+     * @return the child communicator
+     */
+    protected Communicator newChild(Split split) {
+        throw new UnsupportedOperationException("split: " + getClass().getSimpleName()
+                + " does not support sub-communicators");
+    }
+
+    /**
+     * The communicator this one was split from, if any.
+     *
+     * @return the parent, or empty for a communicator that was not made by {@link #split}
+     */
+    public final Optional<Communicator> parent() {
+        return Optional.ofNullable(parent);
+    }
+
+    private void childClosed(Communicator child) {
+        synchronized (lifecycle) {
+            children.remove(child);
+        }
+    }
+
+    private List<Communicator> liveChildren() {
+        synchronized (lifecycle) {
+            return List.copyOf(children);
+        }
+    }
+
+    /**
+     * What {@link #split} hands to {@link #newChild}: the parent, the color and key passed, this
+     * rank's place in the new communicator, and its members (ranks of the parent, in the new
+     * communicator's rank order), with the NCCL communicator that {@link Communicator#Communicator(Split)}
+     * takes over.
+     */
+    public static final class Split {
+        private final Communicator parent;
+        private final int color;
+        private final int key;
+        private final int rank;
+        private final List<Integer> members;
+        private final NcclComm comm;
+
+        Split(Communicator parent, int color, int key, int rank, List<Integer> members, NcclComm comm) {
+            this.parent = parent;
+            this.color = color;
+            this.key = key;
+            this.rank = rank;
+            this.members = Collections.unmodifiableList(new ArrayList<>(members));
+            this.comm = comm;
+        }
+
+        /** {@return the communicator that was split} */
+        public Communicator parent() {
+            return parent;
+        }
+
+        /** {@return the color this rank passed (non-negative)} */
+        public int color() {
+            return color;
+        }
+
+        /** {@return the key this rank passed} */
+        public int key() {
+            return key;
+        }
+
+        /** {@return this rank in the new communicator} */
+        public int rank() {
+            return rank;
+        }
+
+        /** {@return the number of ranks of the new communicator} */
+        public int worldSize() {
+            return members.size();
+        }
+
+        /** {@return the members' ranks in the parent, indexed by their rank in the new communicator} */
+        public List<Integer> members() {
+            return members;
+        }
+
+        NcclComm comm() {
+            return comm;
+        }
+
+        @Override
+        public String toString() {
+            return "Split[color " + color + ", key " + key + ", rank " + rank + " of " + members.size()
+                    + ", parent ranks " + members + "]";
+        }
+    }
+
     // ---------------------------------------------------------------- abort and close
 
     /**
      * Aborts the communicator (ncclCommAbort): pending and stuck operations end, every later use
      * and every thread waiting through this communicator gets {@link CommunicatorAbortedException}
-     * with {@code reason}. Idempotent; callable from any thread.
+     * with {@code reason}. Idempotent; callable from any thread. Communicators
+     * {@linkplain #split split} from this one that are still open are aborted too.
      *
      * @param reason why; reported by every exception that follows
      */
@@ -770,6 +1052,9 @@ public abstract class Communicator implements AutoCloseable {
             }
             abortReason = explained;
             state = State.ABORTED;
+        }
+        for (Communicator child : liveChildren()) {
+            child.abort("the communicator it was split from (rank " + rank + ") was aborted: " + explained);
         }
         LOG.error("rank {} (device {}): aborting communicator: {}\n  flight recorder, {}", rank, device, explained,
                 recorder.dump());
@@ -796,6 +1081,7 @@ public abstract class Communicator implements AutoCloseable {
     /**
      * Waits for pending communication, finalizes and destroys the communicator, within
      * {@link CommunicatorOptions#closeTimeout()}; past the deadline it aborts instead. Idempotent.
+     * Communicators {@linkplain #split split} from this one that are still open are closed first.
      */
     @Override
     public final void close() {
@@ -804,6 +1090,19 @@ public abstract class Communicator implements AutoCloseable {
                 return;
             }
         }
+        for (Communicator child : liveChildren()) {
+            child.close(); // bounded and idempotent like this one
+        }
+        try {
+            closeSelf();
+        } finally {
+            if (parent != null) {
+                parent.childClosed(this);
+            }
+        }
+    }
+
+    private void closeSelf() {
         long deadline = System.nanoTime() + options.closeTimeout().toNanos();
         if (watchdog != null) {
             watchdog.stop();
@@ -832,7 +1131,7 @@ public abstract class Communicator implements AutoCloseable {
             } catch (RuntimeException e) {
                 LOG.warn("rank {}: onClose hook failed", rank, e);
             }
-            List<AutoCloseable> resources = List.of(commsDone, operationReady, transactionReady, stream);
+            List<AutoCloseable> resources = List.of(commsDone, transactionReady, stream);
             Resources.closeAll(resources, null, LOG);
         } finally {
             nativeLock.unlock();
@@ -885,8 +1184,11 @@ public abstract class Communicator implements AutoCloseable {
         if (peer < 0 || peer >= worldSize) {
             throw new IllegalArgumentException(operation + ": peer " + peer + " out of range [0, " + worldSize + ")");
         }
-        if (peer == rank) {
-            throw new IllegalArgumentException(operation + ": peer " + peer + " is this rank");
+    }
+
+    final void checkRoot(String operation, int root) {
+        if (root < 0 || root >= worldSize) {
+            throw new IllegalArgumentException(operation + ": root " + root + " out of range [0, " + worldSize + ")");
         }
     }
 

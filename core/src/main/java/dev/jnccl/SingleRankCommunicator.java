@@ -9,6 +9,15 @@ final class SingleRankCommunicator extends Communicator {
         super(UniqueId.generate(), 0, 1, device, options);
     }
 
+    private SingleRankCommunicator(Split split) {
+        super(split);
+    }
+
+    @Override
+    protected Communicator newChild(Split split) {
+        return new SingleRankCommunicator(split);
+    }
+
     @Override
     protected void hostBarrier() {}
 

@@ -90,15 +90,90 @@ public final class Transaction implements AutoCloseable {
         Objects.requireNonNull(tensor, "destructiveAllToAll: tensor is null");
         communicator.checkSupported("destructiveAllToAll", tensor.dtype());
         requireDivisible("destructiveAllToAll", tensor);
-        buffer.add(new Command.AllToAll(tensor));
+        buffer.add(new Command.DestructiveAllToAll(tensor));
         return this;
     }
 
     /**
-     * Sends {@code tensor} to {@code peer}; the peer must post a matching {@link #recv}.
+     * All-to-all from {@code send} into {@code recv} (non-destructive): slot {@code j} of
+     * {@code send} (world size equal slots) goes to rank {@code j}, and slot {@code i} of
+     * {@code recv} receives what rank {@code i} sent to this rank, so slot {@code rank} is a copy of
+     * this rank's own slot. Runs as {@code ncclAlltoAll} where the loaded NCCL has it (2.28+), as
+     * grouped send/recv otherwise, and through the memcpy send/recv transport where threads mode
+     * uses it; always after the transaction's other commands, in an NCCL group of its own, so its
+     * messages never pair with the transaction's {@link #send}s and {@link #recv}s. The tensors must
+     * not overlap (use {@link #destructiveAllToAll} to work in place).
+     *
+     * @param send this rank's slots, one per destination rank
+     * @param recv where the slots from every rank land, in rank order
+     * @return this transaction
+     * @throws IllegalArgumentException for different dtypes or sizes, a size not divisible by the
+     *                                  world size, or overlapping tensors
+     */
+    public Transaction allToAll(DeviceTensor send, DeviceTensor recv) {
+        requireOpen("allToAll");
+        Objects.requireNonNull(send, "allToAll: send is null");
+        Objects.requireNonNull(recv, "allToAll: recv is null");
+        if (send.dtype() != recv.dtype()) {
+            throw new IllegalArgumentException("allToAll: send dtype " + send.dtype() + " differs from recv dtype "
+                    + recv.dtype());
+        }
+        if (send.count() != recv.count()) {
+            throw new IllegalArgumentException("allToAll: send has " + send.count() + " elements but recv has "
+                    + recv.count());
+        }
+        requireDivisible("allToAll", send);
+        if (send.count() > 0 && send.address() < recv.address() + recv.bytes()
+                && recv.address() < send.address() + send.bytes()) {
+            throw new IllegalArgumentException("allToAll: send " + send + " and recv " + recv
+                    + " overlap; use destructiveAllToAll for an in-place exchange");
+        }
+        communicator.checkSupported("allToAll", send.dtype());
+        buffer.add(new Command.AllToAll(send, recv));
+        return this;
+    }
+
+    /**
+     * In-place broadcast: every rank's {@code tensor} receives the contents of {@code root}'s
+     * (all ranks pass tensors of the same size and dtype).
+     *
+     * @param tensor the tensor (the source on {@code root})
+     * @param root the rank whose tensor is broadcast, in {@code [0, worldSize)}
+     * @return this transaction
+     * @throws IllegalArgumentException for a root out of range
+     */
+    public Transaction broadcast(DeviceTensor tensor, int root) {
+        requireOpen("broadcast");
+        Objects.requireNonNull(tensor, "broadcast: tensor is null");
+        communicator.checkRoot("broadcast", root);
+        communicator.checkSupported("broadcast", tensor.dtype());
+        buffer.add(new Command.Broadcast(tensor, root));
+        return this;
+    }
+
+    /**
+     * In-place all-reduce of {@code tensor} with {@code op}: every rank receives the reduction.
+     *
+     * @param tensor the tensor
+     * @param op the reduction
+     * @return this transaction
+     */
+    public Transaction allReduce(DeviceTensor tensor, ReduceOp op) {
+        requireOpen("allReduce");
+        Objects.requireNonNull(tensor, "allReduce: tensor is null");
+        Objects.requireNonNull(op, "allReduce: op is null");
+        communicator.checkReducible("allReduce", tensor.dtype(), op);
+        buffer.add(new Command.AllReduce(tensor, op));
+        return this;
+    }
+
+    /**
+     * Sends {@code tensor} to {@code peer}; the peer must post a matching {@link #recv}. The peer
+     * may be this rank (a local copy, matched by a {@link #recv} from this rank in the same
+     * transaction), so ring code written for any world size works at world 1.
      *
      * @param tensor what is sent
-     * @param peer the receiving rank
+     * @param peer the receiving rank, in {@code [0, worldSize)}
      * @return this transaction
      */
     public Transaction send(DeviceTensor tensor, int peer) {
@@ -112,9 +187,10 @@ public final class Transaction implements AutoCloseable {
 
     /**
      * Receives into {@code tensor} from {@code peer}; the peer must post a matching {@link #send}.
+     * The peer may be this rank (see {@link #send}).
      *
      * @param tensor where the message lands
-     * @param peer the sending rank
+     * @param peer the sending rank, in {@code [0, worldSize)}
      * @return this transaction
      */
     public Transaction recv(DeviceTensor tensor, int peer) {
@@ -127,8 +203,9 @@ public final class Transaction implements AutoCloseable {
     }
 
     /**
-     * Enqueues the commands on the comms stream, after the ready event, as one NCCL group (the
-     * all-to-all's rounds follow as ordered groups), then records {@code signal} (may be null). An
+     * Enqueues the commands on the comms stream, after the ready event, as one NCCL group (then each
+     * all-to-all in command order: a plain one as a group of its own, a destructive one as its
+     * ordered rounds), then records {@code signal} (may be null). An
      * empty transaction still orders {@code signal} after the ready event. Returns at once: the
      * work runs asynchronously on the GPU.
      *

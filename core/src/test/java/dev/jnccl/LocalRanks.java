@@ -19,12 +19,29 @@ final class LocalRanks {
     static final class TestCommunicator extends Communicator {
         private final CyclicBarrier barrier;
         private final byte[][] slots;
+        private final boolean allToAllBySendRecv;
 
         TestCommunicator(UniqueId id, int rank, int world, int device, CommunicatorOptions options,
                          CyclicBarrier barrier, byte[][] slots) {
+            this(id, rank, world, device, options, barrier, slots, false);
+        }
+
+        TestCommunicator(UniqueId id, int rank, int world, int device, CommunicatorOptions options,
+                         CyclicBarrier barrier, byte[][] slots, boolean allToAllBySendRecv) {
             super(id, rank, world, device, options);
             this.barrier = barrier;
             this.slots = slots;
+            this.allToAllBySendRecv = allToAllBySendRecv;
+        }
+
+        /** Optionally the path of an NCCL without ncclAlltoAll (before 2.28), which the emulation is not. */
+        @Override
+        protected void allToAll(Command.AllToAll allToAll) {
+            if (allToAllBySendRecv) {
+                allToAllBySendRecv(allToAll);
+            } else {
+                super.allToAll(allToAll);
+            }
         }
 
         @Override
@@ -54,6 +71,12 @@ final class LocalRanks {
 
     /** Runs {@code body} on each of {@code world} ranks (rank r on device r); returns each rank's result or failure. */
     static <T> List<Object> run(int world, CommunicatorOptions options, Function<Communicator, T> body) throws Exception {
+        return run(world, options, false, body);
+    }
+
+    /** As {@link #run(int, CommunicatorOptions, Function)}; all-to-alls as grouped send/recv when asked. */
+    static <T> List<Object> run(int world, CommunicatorOptions options, boolean allToAllBySendRecv,
+                                Function<Communicator, T> body) throws Exception {
         UniqueId id = UniqueId.generate();
         CyclicBarrier barrier = new CyclicBarrier(world);
         byte[][] slots = new byte[world][];
@@ -63,7 +86,8 @@ final class LocalRanks {
             for (int rank = 0; rank < world; rank++) {
                 int r = rank;
                 futures.add(pool.submit(() -> {
-                    try (TestCommunicator comm = new TestCommunicator(id, r, world, r, options, barrier, slots)) {
+                    try (TestCommunicator comm = new TestCommunicator(id, r, world, r, options, barrier, slots,
+                            allToAllBySendRecv)) {
                         return (Object) body.apply(comm);
                     } catch (Throwable t) {
                         barrier.reset();

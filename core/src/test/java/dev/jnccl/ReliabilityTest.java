@@ -235,6 +235,45 @@ class ReliabilityTest {
         assertTrue(anyWatchdog, "no rank was aborted by its watchdog: " + results);
     }
 
+    /**
+     * Rank 1 takes part in split's host exchange but never calls NCCL's split: rank 0 gives up at
+     * its init deadline with CommunicatorAbortedException, aborted (so its peers learn of it), not hung.
+     */
+    @Test
+    void splitGivesUpAtTheDeadlineWhenAPeerNeverSplits() throws Throwable {
+        CommunicatorOptions options = CommunicatorOptions.defaults().withInitTimeout(Duration.ofSeconds(1))
+                .withCloseTimeout(Duration.ofSeconds(2));
+        long started = System.nanoTime();
+        java.util.concurrent.CountDownLatch rankZeroDone = new java.util.concurrent.CountDownLatch(1);
+        List<Object> results = LocalRanks.run(2, options, comm -> {
+            if (comm.rank() == 1) {
+                comm.allGatherBytesHost(new byte[8]); // split's exchange of color and key, nothing more
+                try {
+                    // Stay (not closing) until rank 0 has given up: then nothing of rank 1 can help it.
+                    return rankZeroDone.await(20, java.util.concurrent.TimeUnit.SECONDS) ? "bystander" : "rank 0 hung";
+                } catch (InterruptedException e) {
+                    throw new IllegalStateException(e);
+                }
+            }
+            try {
+                comm.split(0, 0);
+                return "split returned";
+            } catch (CommunicatorAbortedException e) {
+                long millis = Duration.ofNanos(System.nanoTime() - started).toMillis();
+                return e.getMessage() + " | aborted " + comm.isAborted() + " | after " + millis + " ms";
+            } finally {
+                rankZeroDone.countDown();
+            }
+        });
+        LocalRanks.rethrowAny(results);
+        assertEquals("bystander", results.get(1));
+        String outcome = (String) results.getFirst();
+        assertTrue(outcome.contains("waiting 1000 ms for the other ranks to call split (CommunicatorOptions.initTimeout)")
+                && outcome.contains("| aborted true |"), outcome);
+        long millis = Long.parseLong(outcome.replaceAll(".*after (\\d+) ms$", "$1"));
+        assertTrue(millis >= 1000 && millis < 6000, outcome);
+    }
+
     @Test
     void watchdogReportsAsynchronousErrors() throws Throwable {
         CommunicatorOptions options = CommunicatorOptions.defaults().withWatchdog(Duration.ofSeconds(5))

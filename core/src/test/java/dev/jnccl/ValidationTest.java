@@ -49,7 +49,10 @@ class ValidationTest {
                             () -> tx.allGather(shard, thousand));
                     expect(IllegalArgumentException.class, "send: peer 3 out of range [0, 3)", () -> tx.send(shard, 3));
                     expect(IllegalArgumentException.class, "recv: peer -1 out of range [0, 3)", () -> tx.recv(shard, -1));
-                    expect(IllegalArgumentException.class, "send: peer 0 is this rank", () -> tx.send(shard, 0));
+                    expect(IllegalArgumentException.class, "allToAll: 1000 elements not divisible by world size 3",
+                            () -> tx.allToAll(thousand, memory.tensor(DType.FP32).slice(1000, 1000)));
+                    expect(IllegalArgumentException.class, "broadcast: root 3 out of range [0, 3)",
+                            () -> tx.broadcast(thousand, 3));
                     expect(IllegalArgumentException.class,
                             "reduceScatter: BYTE tensors cannot be reduced (SUM); use a numeric type",
                             () -> tx.reduceScatter(new DeviceTensor(memory.address(), DType.BYTE, 3)));

@@ -43,6 +43,8 @@ import java.util.List;
  */
 public final class ProcessRank {
     static final Duration INIT_TIMEOUT_NEVER_JOINED = Duration.ofSeconds(2);
+    /** ncclRemoteError: a peer closed its connection (here: it gave up its init at the deadline). */
+    private static final int NCCL_REMOTE_ERROR = 6;
     static final Duration WATCHDOG_TIMEOUT = Duration.ofSeconds(3);
     static final Duration CLOSE_TIMEOUT = Duration.ofSeconds(5);
 
@@ -136,6 +138,15 @@ public final class ProcessRank {
                 ok = false;
             } catch (CommunicatorAbortedException e) {
                 System.out.println("INIT_ABORTED mode=" + mode + " ms=" + millisSince(started) + " reason="
+                        + e.getMessage().replace('\n', ' '));
+            } catch (NcclException e) {
+                // Real NCCL (seen on the H200, 2.28.3): when the bootstrap root (rank 0) reaches its
+                // deadline first and aborts, the others' init fails at once with ncclRemoteError
+                // ("Connection closed by remote peer") instead of reaching their own deadline.
+                if (e.result() != NCCL_REMOTE_ERROR) {
+                    throw e;
+                }
+                System.out.println("INIT_PEER_GAVE_UP mode=" + mode + " ms=" + millisSince(started) + " reason="
                         + e.getMessage().replace('\n', ' '));
             }
             // The id file stays: after a failed init other ranks may not have read it yet (the test

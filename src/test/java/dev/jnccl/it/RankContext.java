@@ -113,6 +113,23 @@ final class RankContext implements AutoCloseable {
         return tensor;
     }
 
+    /** A tensor of {@code dtype} holding {@code raw} (little-endian elements; length a multiple of the size). */
+    DeviceTensor upload(DType dtype, byte[] raw) {
+        if (raw.length % dtype.size() != 0) {
+            throw new IllegalArgumentException(raw.length + " bytes are not whole " + dtype + " elements");
+        }
+        DeviceTensor tensor = alloc(dtype, raw.length / dtype.size());
+        view(tensor).copyFromHost(MemorySegment.ofArray(raw));
+        return tensor;
+    }
+
+    /** The raw bytes of {@code tensor}, whatever its dtype. */
+    byte[] raw(DeviceTensor tensor) {
+        byte[] values = new byte[Math.toIntExact(tensor.bytes())];
+        view(tensor).copyToHost(MemorySegment.ofArray(values));
+        return values;
+    }
+
     private <T extends AutoCloseable> T own(T resource) {
         owned.push(resource);
         return resource;

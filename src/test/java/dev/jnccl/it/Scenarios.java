@@ -39,9 +39,7 @@ final class Scenarios {
     static void transactionCommands(RankContext c) {
         reduceScatters(c);
         allGathers(c);
-        if (c.world > 1) {
-            sendRecvRing(c);
-        }
+        sendRecvRing(c); // at world 1 every message goes to the rank itself
         destructiveAllToAll(c);
         emptyTransaction(c);
     }
@@ -432,12 +430,10 @@ final class Scenarios {
             tx.allGather(gShard, gFull);
             tx.reduceScatter(tRs);
             tx.destructiveAllToAll(tA2a);
-            if (n > 1) {
-                tx.send(send, next).recv(recv, prev);
-            }
+            tx.send(send, next).recv(recv, prev); // to itself at world 1
             tx.reduceScatter(tRsb, ReduceOp.SUM);
             tx.allGather(gIn.shard(c.rank, n), gIn);
-            assertEquals(n > 1 ? 7 : 5, tx.commands().commands().size(), c.what("mixed transaction: commands"));
+            assertEquals(7, tx.commands().commands().size(), c.what("mixed transaction: commands"));
             tx.execute(signal);
         }
         c.comm.await(signal);
@@ -452,9 +448,7 @@ final class Scenarios {
         Verify.bf16(c.what("mixed: reduceScatter BF16"), Data.reduceBf16(rsb, ReduceOp.SUM, from, shard, Data.Ring.reduceScatter(c.rank, c.world)),
                 c.bf16(tRsb.shard(c.rank, n)), c.exact, Data.magnitudeBf16(rsb, from, shard));
         checkAllToAll(c, a2a, c.floats(tA2a), "mixed: destructiveAllToAll");
-        if (n > 1) {
-            Verify.floats(c.what("mixed: recv from rank " + prev), Data.fp32(c.seed(prev, "mixed.p2p"), SHARD), c.floats(recv));
-        }
+        Verify.floats(c.what("mixed: recv from rank " + prev), Data.fp32(c.seed(prev, "mixed.p2p"), SHARD), c.floats(recv));
     }
 
     // ================================================================== send-only transactions

@@ -38,10 +38,10 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 import java.util.stream.Stream;
-import org.junit.jupiter.api.AfterEach;
 import org.opentest4j.AssertionFailedError;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
 import org.junit.jupiter.params.provider.MethodSource;
@@ -65,28 +65,8 @@ class ThreadsFailureTest {
     private static final int FAILING = 2;
     private static final int N = 840 * 4;
 
-    /** Device memory of the ranks, freed after the pack has ended. */
-    private final List<DeviceMemory> memory = new CopyOnWriteArrayList<>();
-
-    @AfterEach
-    void freeMemory() {
-        for (DeviceMemory m : memory) {
-            try {
-                m.close();
-            } catch (RuntimeException e) {
-                System.err.println("freeing " + m + " failed: " + e);
-            }
-        }
-        memory.clear();
-    }
-
-    /** Device memory on the calling rank's device, filled with nonzero data; freed after the test. */
-    private DeviceTensor alloc(long count) {
-        DeviceMemory m = DeviceMemory.allocate(DType.FP32, count);
-        memory.add(m);
-        m.copyFromHost(MemorySegment.ofArray(Data.fp32(count * 31 + m.device(), (int) count)));
-        return m.tensor(DType.FP32).slice(0, count);
-    }
+    @RegisterExtension
+    final PackMemory memory = new PackMemory();
 
     /** What a failing pack left behind. */
     record Outcome(Throwable thrown, Map<Integer, Throwable> byRank, Duration elapsed) {
@@ -178,9 +158,9 @@ class ThreadsFailureTest {
 
     /** Others' valid transaction: a reduce-scatter and an all-gather, executed and awaited. */
     private void validTransaction(Communicator comm) {
-        DeviceTensor t = alloc(N);
-        DeviceTensor shard = alloc(N / comm.worldSize());
-        DeviceTensor full = alloc(N);
+        DeviceTensor t = memory.fp32(N);
+        DeviceTensor shard = memory.fp32(N / comm.worldSize());
+        DeviceTensor full = memory.fp32(N);
         try (CudaEvent ready = CudaEvent.create(); CudaEvent signal = CudaEvent.create()) {
             ready.record(comm.stream());
             try (Transaction tx = comm.begin(ready)) {
@@ -252,7 +232,7 @@ class ThreadsFailureTest {
         List<Throwable> thrownOnFailing = new CopyOnWriteArrayList<>();
         Outcome outcome = runFailing(WORLD, mode.options(), comm -> {
             if (comm.rank() == FAILING) {
-                DeviceTensor bad = alloc(N + 1);
+                DeviceTensor bad = memory.fp32(N + 1);
                 try (CudaEvent signal = CudaEvent.create(); Transaction tx = comm.begin(comm.stream())) {
                     try {
                         tx.reduceScatter(bad, ReduceOp.SUM);
@@ -288,7 +268,7 @@ class ThreadsFailureTest {
             if (comm.rank() == FAILING) {
                 CudaEvent bogus = CudaEvent.wrap(0xdead0000L, comm.device());
                 try (CudaEvent signal = CudaEvent.create(); Transaction tx = comm.begin(bogus)) {
-                    tx.reduceScatter(alloc(N)).allGather(alloc(N / WORLD), alloc(N));
+                    tx.reduceScatter(memory.fp32(N)).allGather(memory.fp32(N / WORLD), memory.fp32(N));
                     try {
                         tx.execute(signal);
                     } catch (CudaException e) {
@@ -388,7 +368,7 @@ class ThreadsFailureTest {
                 // Operation 1 works.
                 checkedReduceScatter(comm);
                 // Operation 2: rank 1 hangs or fails in it; the others wait for rank 1 inside it.
-                DeviceTensor t = alloc(N);
+                DeviceTensor t = memory.fp32(N);
                 long start = System.nanoTime();
                 try (CudaEvent signal = CudaEvent.create()) {
                     try (Transaction tx = comm.begin(comm.stream())) {
@@ -440,7 +420,7 @@ class ThreadsFailureTest {
     private void checkedReduceScatter(Communicator comm) {
         int n = comm.worldSize();
         float[] mine = Data.fp32(1000 + comm.rank(), N);
-        DeviceTensor t = alloc(N);
+        DeviceTensor t = memory.fp32(N);
         DeviceMemory.wrap(t.address(), t.bytes(), comm.device()).copyFromHost(MemorySegment.ofArray(mine));
         try (CudaEvent signal = CudaEvent.create()) {
             try (Transaction tx = comm.begin(comm.stream())) {
@@ -526,6 +506,43 @@ class ThreadsFailureTest {
     }
 
     /**
+     * memcpy send/recv: rank 1's all-to-all has another size than the others' (or rank 1 has none):
+     * every rank's execute throws the same IllegalStateException naming rank 1 (and both sizes),
+     * and the pack stays usable.
+     */
+    @ParameterizedTest(name = "{0}")
+    @MethodSource("memcpySendRecvModes")
+    void memcpyAllToAllMismatchIsAnErrorOnEveryRank(Mode mode) {
+        int world = 3;
+        for (boolean missing : new boolean[] {false, true}) {
+            Map<Integer, Throwable> byRank = new ConcurrentHashMap<>();
+            Packs.run(world, mode.options(), Duration.ofSeconds(20), c -> {
+                int count = (c.rank == 1 ? 2 : 1) * 84 * world;
+                DeviceTensor send = c.upload(Data.fp32(c.seed(c.rank, "a2a.mismatch"), count));
+                DeviceTensor recv = c.alloc(DType.FP32, count);
+                try (Transaction tx = c.comm.begin(c.compute())) {
+                    if (!(missing && c.rank == 1)) {
+                        tx.allToAll(send, recv);
+                    }
+                    tx.execute(c.event());
+                    fail(c.what("execute of mismatched all-to-alls did not throw"));
+                } catch (IllegalStateException e) {
+                    byRank.put(c.rank, e);
+                }
+                Scenarios.sendRecvRing(c); // still usable and in step
+            });
+            String message = byRank.get(0).getMessage();
+            for (int r = 0; r < world; r++) {
+                assertEquals(message, byRank.get(r).getMessage(), "every rank reports the same mismatch");
+            }
+            String expected = missing ? "execute: rank 1 has 0 all-to-all(s), rank 0 has 1"
+                    : "execute: all-to-all #1 sends " + 2 * 84 * world * 4 + " bytes on rank 1 but " + 84 * world * 4
+                    + " bytes on rank 0";
+            assertEquals(expected, message);
+        }
+    }
+
+    /**
      * memcpy send/recv: rank 0 sends to rank 1, but rank 1 executes no transaction at all and
      * finishes its work. That is an unmatched send too: it must end in an error naming the ranks
      * within the bound, not a hang.
@@ -535,7 +552,7 @@ class ThreadsFailureTest {
     void memcpySendToARankThatRunsNoTransactionDoesNotHang(Mode mode) {
         Outcome outcome = runFailing(2, mode.options(), comm -> {
             if (comm.rank() == 0) {
-                DeviceTensor out = alloc(840);
+                DeviceTensor out = memory.fp32(840);
                 try (CudaEvent signal = CudaEvent.create(); Transaction tx = comm.begin(comm.stream())) {
                     tx.send(out, 1);
                     tx.execute(signal);

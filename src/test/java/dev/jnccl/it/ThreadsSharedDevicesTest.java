@@ -1,7 +1,9 @@
 package dev.jnccl.it;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -12,10 +14,17 @@ import dev.jnccl.threads.ThreadsOptions;
 import dev.jnccl.testsupport.NativeEnv;
 import dev.jnccl.threads.ThreadsPack;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
+import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import java.util.stream.Collectors;
+import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -65,27 +74,53 @@ class ThreadsSharedDevicesTest {
     @Test
     void anNcclThatRefusesSharedDevicesGetsAnExceptionSayingWhatToSetOrLoad() {
         Packs.assumeHost("switches NCCL_MULTI_RANK_GPU_ENABLE inside the process");
-        ThreadsOptions options = ThreadsOptions.defaults().withDevices(1, 1, 2)
-                .withCommunicator(dev.jnccl.CommunicatorOptions.defaults().withInitTimeout(Duration.ofSeconds(20)));
-        try (NativeEnv env = NativeEnv.set("NCCL_MULTI_RANK_GPU_ENABLE", "0")) {
-            try (ThreadsPack pack = ThreadsCommunicators.launch(0, options, comm -> { })) {
+        // The second placement: two shared devices, ranks not adjacent, a rank alone on its device.
+        for (int[] deviceOfRank : List.of(new int[] {1, 1, 2}, new int[] {2, 0, 2, 1, 0})) {
+            ThreadsOptions options = ThreadsOptions.defaults().withDevices(deviceOfRank)
+                    .withCommunicator(dev.jnccl.CommunicatorOptions.defaults().withInitTimeout(Duration.ofSeconds(20)));
+            try (NativeEnv env = NativeEnv.set("NCCL_MULTI_RANK_GPU_ENABLE", "0");
+                 ThreadsPack pack = ThreadsCommunicators.launch(0, options, comm -> { })) {
                 RuntimeException e = assertThrows(RuntimeException.class, pack::join);
-                String all = ThreadsFailureTest.chain(e);
-                assertTrue(all.contains("ranks [0, 1] share device 1"), all);
-                assertTrue(all.contains("NCCL_MULTI_RANK_GPU_ENABLE=1"), all);
-                assertTrue(all.contains("jnccl.nccl.library"), all);
-                Throwable refusal = e instanceof IllegalStateException ? e : null;
-                for (Throwable t : e.getSuppressed()) {
-                    if (refusal == null && t instanceof IllegalStateException) {
-                        refusal = t;
-                    }
+                List<Throwable> failures = new ArrayList<>();
+                failures.add(e);
+                failures.addAll(List.of(e.getSuppressed()));
+                String all = failures.stream().map(ThreadsFailureTest::chain).collect(Collectors.joining(" || "));
+                // NCCL may report the refusal to any rank, also one alone on its device: whichever rank's
+                // exception explains it must name ranks that truly share a device of this placement.
+                List<IllegalStateException> refusals = failures.stream()
+                        .filter(t -> t instanceof IllegalStateException && t.getMessage().contains(" share device "))
+                        .map(IllegalStateException.class::cast).toList();
+                assertFalse(refusals.isEmpty(), () -> "no IllegalStateException explaining the refusal in " + all);
+                for (IllegalStateException refusal : refusals) {
+                    assertNamesTrulySharingRanks(refusal.getMessage(), deviceOfRank);
+                    assertTrue(refusal.getMessage().contains("NCCL_MULTI_RANK_GPU_ENABLE=1"), refusal.getMessage());
+                    assertTrue(refusal.getMessage().contains("jnccl.nccl.library"), refusal.getMessage());
+                    assertInstanceOf(NcclException.class, refusal.getCause(), all);
+                    assertTrue(refusal.getCause().getMessage().contains("Duplicate GPU"), all);
                 }
-                assertTrue(refusal != null, () -> "no IllegalStateException explaining the refusal in " + all);
-                assertInstanceOf(NcclException.class, refusal.getCause(), all);
-                assertTrue(refusal.getCause().getMessage().contains("Duplicate GPU"), all);
             }
         }
         Packs.assertNoPackThreads();
+    }
+
+    /**
+     * {@code message} says "ranks [a, b, ...] share device d" for every device of the placement that
+     * several ranks share, and only for those, with exactly the ranks on it.
+     */
+    private static void assertNamesTrulySharingRanks(String message, int[] deviceOfRank) {
+        Map<Integer, List<Integer>> expected = new TreeMap<>();
+        for (int rank = 0; rank < deviceOfRank.length; rank++) {
+            expected.computeIfAbsent(deviceOfRank[rank], d -> new ArrayList<>()).add(rank);
+        }
+        expected.values().removeIf(ranks -> ranks.size() < 2);
+        Map<Integer, List<Integer>> named = new TreeMap<>();
+        Matcher m = Pattern.compile("ranks \\[([0-9, ]+)\\] share device ([0-9]+)").matcher(message);
+        while (m.find()) {
+            List<Integer> ranks = Stream.of(m.group(1).split(", ")).map(Integer::valueOf).toList();
+            assertNull(named.put(Integer.valueOf(m.group(2)), ranks), () -> "device named twice in " + message);
+        }
+        assertEquals(expected, named, () -> "sharing ranks named in: " + message + " (placement "
+                + Arrays.toString(deviceOfRank) + ")");
     }
 
     @Test

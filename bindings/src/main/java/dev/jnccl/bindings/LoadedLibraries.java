@@ -19,10 +19,11 @@ public record LoadedLibraries(Backend backend, Path ncclPath, Path cudartPath, N
      * Whether the loaded NCCL has {@code feature}.
      *
      * @param feature the feature asked about
-     * @return whether this NCCL version is at least the feature's first version
+     * @return whether this NCCL version is at least the feature's first version and, for a
+     *         feature that needs a function, the library has it ({@link NcclFeature#isLinked()})
      */
     public boolean supports(NcclFeature feature) {
-        return feature.isSupportedBy(nccl);
+        return feature.isSupportedBy(nccl) && feature.isLinked();
     }
 
     /** {@return one line for logs: backend, versions and files} */

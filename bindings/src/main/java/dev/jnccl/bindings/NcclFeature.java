@@ -1,5 +1,7 @@
 package dev.jnccl.bindings;
 
+import java.lang.foreign.SymbolLookup;
+
 /**
  * Optional NCCL features and the first NCCL version that has them. Modules consult this table
  * instead of catching linkage errors. Hardware requirements (e.g. FP8 reductions also need an
@@ -15,12 +17,23 @@ public enum NcclFeature {
     /** ncclMemAlloc / ncclMemFree and ncclCommRegister / ncclCommDeregister. */
     MEM_ALLOC_AND_REGISTER(2, 19),
     /** ncclFloat8e4m3 and ncclFloat8e5m2 data types. */
-    FP8(2, 24);
+    FP8(2, 24),
+    /** ncclAlltoAll (a library that reports 2.28 or newer but lacks the symbol does not have it). */
+    ALL_TO_ALL(2, 28, "ncclAlltoAll");
 
     private final NcclVersion since;
+    /** The function that must be in the loaded library, or null when the version alone decides. */
+    private final String symbol;
+    /** Whether {@link #symbol} was found; looked up once, after the libraries were loaded. */
+    private volatile Boolean linked;
 
     NcclFeature(int major, int minor) {
+        this(major, minor, null);
+    }
+
+    NcclFeature(int major, int minor, String symbol) {
         this.since = new NcclVersion(major, minor, 0);
+        this.symbol = symbol;
     }
 
     /** {@return the first NCCL version with this feature} */
@@ -36,5 +49,26 @@ public enum NcclFeature {
      */
     public boolean isSupportedBy(NcclVersion version) {
         return version.compareTo(since) >= 0;
+    }
+
+    /**
+     * Whether the function this feature needs is in the loaded NCCL library (always true for a
+     * feature that only needs a version). Looked up once, in the same loader lookup the generated
+     * bindings use, so a call through them cannot fail to link when this says true.
+     *
+     * @return whether the feature's function can be called
+     */
+    public boolean isLinked() {
+        if (symbol == null) {
+            return true;
+        }
+        Boolean found = linked;
+        if (found == null) {
+            found = SymbolLookup.loaderLookup().find(symbol).isPresent();
+            if (found || NativeLibraries.loadedOrNull() != null) {
+                linked = found; // a miss before the libraries were loaded is asked again later
+            }
+        }
+        return found;
     }
 }

@@ -107,6 +107,9 @@ class EmulationWorldOneConformanceTest {
             nccl(Nccl.ncclGetVersion(version), "ncclGetVersion");
             assertEquals(libraries.nccl(), NcclVersion.decode(version.get(JAVA_INT, 0)));
         }
+        // The emulation reports 2.28 and has ncclAlltoAll: the feature is both versioned and linked.
+        assertTrue(NcclFeature.ALL_TO_ALL.isLinked(), "ncclAlltoAll not found in the loaded library");
+        assertTrue(libraries.supports(NcclFeature.ALL_TO_ALL), "NCCL " + libraries.nccl());
     }
 
     @Test

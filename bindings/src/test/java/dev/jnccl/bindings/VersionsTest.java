@@ -48,6 +48,8 @@ class VersionsTest {
         assertTrue(NcclFeature.COMM_SPLIT.isSupportedBy(NcclVersion.MINIMUM));
         assertTrue(NcclFeature.MEM_ALLOC_AND_REGISTER.isSupportedBy(NcclVersion.MINIMUM));
         assertFalse(NcclFeature.BFLOAT16_AND_AVG.isSupportedBy(NcclVersion.decode(2804)));
+        assertFalse(NcclFeature.ALL_TO_ALL.isSupportedBy(NcclVersion.decode(22707)));
+        assertTrue(NcclFeature.ALL_TO_ALL.isSupportedBy(NcclVersion.decode(22800)));
     }
 
     @Test

@@ -84,8 +84,14 @@ public final class FlightRecorder {
                         + s.bytes() + " bytes) to rank " + s.peer();
                 case Command.Recv r -> "recv " + r.tensor().dtype() + " " + r.tensor().count() + " elements ("
                         + r.bytes() + " bytes) from rank " + r.peer();
-                case Command.AllToAll a -> "destructiveAllToAll " + a.tensor().dtype() + " " + a.tensor().count()
-                        + " elements (" + a.bytes() + " bytes)";
+                case Command.DestructiveAllToAll a -> "destructiveAllToAll " + a.tensor().dtype() + " "
+                        + a.tensor().count() + " elements (" + a.bytes() + " bytes)";
+                case Command.AllToAll a -> "allToAll " + a.send().dtype() + " " + a.send().count() + " elements ("
+                        + a.bytes() + " bytes)";
+                case Command.Broadcast b -> "broadcast " + b.tensor().dtype() + " " + b.tensor().count()
+                        + " elements (" + b.bytes() + " bytes) from rank " + b.root();
+                case Command.AllReduce a -> "allReduce " + a.op() + " " + a.tensor().dtype() + " "
+                        + a.tensor().count() + " elements (" + a.bytes() + " bytes)";
             };
         }
     }

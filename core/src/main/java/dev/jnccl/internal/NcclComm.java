@@ -111,6 +111,11 @@ public final class NcclComm {
         }
         awaitInit(parent, "ncclCommInitRankConfig", deadline, timeout, cancellation,
                 "for the other ranks to join");
+        splitBlocking(deadline, timeout, cancellation);
+    }
+
+    /** BLOCKING_SPLIT mode: the blocking child of the (ready) non-blocking parent; nothing otherwise. */
+    private void splitBlocking(long deadline, Duration timeout, Supplier<String> cancellation) {
         if (mode != CommunicatorMode.BLOCKING_SPLIT) {
             return;
         }
@@ -139,6 +144,105 @@ public final class NcclComm {
         child = handle;
         awaitInit(handle, "ncclCommSplit", deadline, timeout, cancellation,
                 "for the blocking communicator to become ready");
+    }
+
+    /**
+     * ncclCommSplit of this communicator's non-blocking handle (every rank of this communicator
+     * calls it): the ranks with the same non-negative {@code color}, ordered by {@code key}, get a
+     * new communicator in this one's mode (in {@code BLOCKING_SPLIT} mode, split once more into its
+     * blocking child); a negative color is NCCL_SPLIT_NOCOLOR and gives null. Waits, up to
+     * {@code timeout} or until {@code cancellation} gives a reason, for the other ranks; while it
+     * backs off it releases this communicator's lock (held by the caller), so an abort can get in,
+     * and the split then ends with {@link CommunicatorAbortedException}. On failure nothing is left;
+     * a failure while NCCL may still be splitting (deadline, cancellation) aborts this communicator
+     * too, which ends NCCL's split job before its output slot is freed (the caller aborts anyway).
+     *
+     * @param childRank  this rank in the new communicator (as NCCL orders: by key, then by rank)
+     * @param childSize  the number of ranks with this color
+     * @param childLock  the lock of the new communicator's owner
+     * @throws NcclException                when NCCL refuses
+     * @throws CommunicatorAbortedException at the deadline, on cancellation, or when this one is aborted
+     */
+    public NcclComm split(int color, int key, int childRank, int childSize, Duration timeout,
+                          Supplier<String> cancellation, ReentrantLock childLock) {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        NcclComm result = new NcclComm(childRank, childSize, device, mode, childLock);
+        boolean settled = true; // whether no split job of NCCL can still write result's slot
+        boolean done = false;
+        try {
+            MemorySegment source = parent;
+            if (source == null) {
+                throw new CommunicatorAbortedException("ncclCommSplit: the communicator of rank " + rank
+                        + " was aborted");
+            }
+            try (Arena call = Arena.ofConfined()) {
+                MemorySegment config = NcclConfigs.allocate(call);
+                ncclConfig_t.blocking(config, 0);
+                result.childSlot.set(ADDRESS, 0, MemorySegment.NULL);
+                int result0 = Nccl.ncclCommSplit(source, color < 0 ? Nccl.NCCL_SPLIT_NOCOLOR() : color, key,
+                        result.childSlot, config);
+                if (result0 != SUCCESS && result0 != IN_PROGRESS) {
+                    throw failure(result0, "ncclCommSplit", source);
+                }
+                settled = false;
+            }
+            // As in init: the new handle is published once this (non-blocking) communicator's
+            // asynchronous state has left ncclInProgress.
+            long spins = 0;
+            while (true) {
+                MemorySegment handle = parent;
+                if (handle == null) {
+                    throw new CommunicatorAbortedException("ncclCommSplit: the communicator of rank " + rank
+                            + " was aborted while splitting");
+                }
+                int status = asyncError(handle);
+                if (status == SUCCESS) {
+                    settled = true;
+                    break;
+                }
+                if (status != IN_PROGRESS) {
+                    settled = true;
+                    throw failure(status, "ncclCommSplit", handle);
+                }
+                checkInitDeadline(deadline, timeout, cancellation, "for the other ranks to call split");
+                lock.unlock();
+                try {
+                    Backoff.pause(spins++);
+                } finally {
+                    lock.lock();
+                }
+            }
+            if (color < 0) {
+                return null;
+            }
+            MemorySegment handle = nullToNull(result.childSlot.get(ADDRESS, 0));
+            while (handle == null) {
+                checkInitDeadline(deadline, timeout, cancellation, "for ncclCommSplit to publish the new communicator");
+                LockSupport.parkNanos(200_000);
+                handle = nullToNull(result.childSlot.get(ADDRESS, 0));
+            }
+            result.childSlot.set(ADDRESS, 0, MemorySegment.NULL);
+            result.parent = handle;
+            result.awaitInit(handle, "ncclCommSplit", deadline, timeout, cancellation,
+                    "for the new communicator to become ready");
+            result.splitBlocking(deadline, timeout, cancellation);
+            done = true;
+            return result;
+        } finally {
+            if (!done) {
+                if (!settled) {
+                    abortHandles(); // ends the split job (NCCL joins it), so the slot below is final
+                }
+                MemorySegment late = result.parent == null && result.arena.scope().isAlive()
+                        ? nullToNull(result.childSlot.get(ADDRESS, 0)) : null;
+                if (late != null) {
+                    result.childSlot.set(ADDRESS, 0, MemorySegment.NULL);
+                    result.parent = late;
+                }
+                result.abortHandles();
+                result.arena.close();
+            }
+        }
     }
 
     private void awaitInit(MemorySegment handle, String function, long deadline, Duration timeout,
@@ -236,6 +340,23 @@ public final class NcclComm {
         MemorySegment work = work("ncclAllReduce");
         check(Nccl.ncclAllReduce(segment(tensor.address()), segment(tensor.address()), tensor.count(),
                 NcclTypes.of(tensor.dtype()), ncclOp, work, stream.handle()), "ncclAllReduce", work);
+    }
+
+    /** In-place ncclBroadcast of {@code tensor} from {@code root}. */
+    public void broadcast(DeviceTensor tensor, int root, CudaStream stream) {
+        MemorySegment work = work("ncclBroadcast");
+        check(Nccl.ncclBroadcast(segment(tensor.address()), segment(tensor.address()), tensor.count(),
+                NcclTypes.of(tensor.dtype()), root, work, stream.handle()), "ncclBroadcast", work);
+    }
+
+    /**
+     * ncclAlltoAll from {@code send} into {@code recv} ({@code count} elements per peer). Only when
+     * the loaded NCCL has it ({@code NcclFeature.ALL_TO_ALL}): the generated binding links lazily.
+     */
+    public void allToAll(DeviceTensor send, DeviceTensor recv, long count, CudaStream stream) {
+        MemorySegment work = work("ncclAlltoAll");
+        check(Nccl.ncclAlltoAll(segment(send.address()), segment(recv.address()), count,
+                NcclTypes.of(send.dtype()), work, stream.handle()), "ncclAlltoAll", work);
     }
 
     public void send(DeviceTensor tensor, int peer, CudaStream stream) {

@@ -6,7 +6,9 @@ import dev.jnccl.cuda.CudaEvent;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.locks.LockSupport;
@@ -29,11 +31,23 @@ import org.slf4j.LoggerFactory;
 final class PackState {
     private static final Logger LOG = LoggerFactory.getLogger(PackState.class);
 
-    /** The first failure of the pack. */
-    record Failure(int rank, Throwable error) {}
+    /**
+     * The first failure of the pack.
+     *
+     * @param rank  the failed rank in this pack, or -1 when the failure came from the parent pack
+     * @param error what it threw
+     * @param who   how reasons name the failed rank ("rank 2", "rank 5 of the parent pack")
+     */
+    record Failure(int rank, Throwable error, String who) {}
 
     private final int size;
     private final Duration drainTimeout;
+    /** The pack this one was split from (see {@link #child}), or null. */
+    private final PackState parent;
+    /** Per rank of this pack: its rank in {@link #parent}; null without a parent. */
+    private final int[] parentRanks;
+    /** The packs of the communicators split from this pack's, by split number and color (guarded by lock). */
+    private final Map<String, PackState> children = new HashMap<>();
     /** Per rank: held while the rank enqueues copies from peers' buffers (see {@link #enqueueReads}). */
     private final Object[] readLocks;
     /** Per rank: recorded after its latest copies from peers' buffers; null without memcpy transports. */
@@ -56,8 +70,14 @@ final class PackState {
      *                     buffers (the communicators' close timeout)
      */
     PackState(int size, Duration drainTimeout) {
+        this(size, drainTimeout, null, null);
+    }
+
+    private PackState(int size, Duration drainTimeout, PackState parent, int[] parentRanks) {
         this.size = size;
         this.drainTimeout = drainTimeout;
+        this.parent = parent;
+        this.parentRanks = parentRanks;
         this.readLocks = new Object[size];
         Arrays.setAll(readLocks, i -> new Object());
         this.readsDone = new CudaEvent[size];
@@ -84,6 +104,34 @@ final class PackState {
         return size;
     }
 
+    /** Whether this is the pack of a split (see {@link #child}). */
+    boolean isChild() {
+        return parent != null;
+    }
+
+    /**
+     * The shared state of the ranks that got the same color in split number {@code split} of this
+     * pack's communicators (the first member to ask creates it). A failure in either pack fails the
+     * other, so a failing child releases the whole pack and vice versa.
+     *
+     * @param members the child's ranks in this pack, in child rank order
+     */
+    PackState child(long split, int color, List<Integer> members) {
+        PackState child;
+        synchronized (lock) {
+            child = children.computeIfAbsent(split + "/" + color, key -> new PackState(members.size(), drainTimeout,
+                    this, members.stream().mapToInt(Integer::intValue).toArray()));
+        }
+        Failure failed = failure.get();
+        if (failed != null) {
+            child.failFromParent(failed);
+        }
+        return child;
+    }
+
+    private void failFromParent(Failure failed) {
+        failed(new Failure(-1, failed.error(), failed.who()));
+    }
     void register(int rank, Communicator communicator) {
         synchronized (lock) {
             communicators[rank] = communicator;
@@ -105,7 +153,7 @@ final class PackState {
     }
 
     static String reason(Failure failed) {
-        return "rank " + failed.rank() + " failed: " + failed.error();
+        return failed.who() + " failed: " + failed.error();
     }
 
     /**
@@ -113,14 +161,29 @@ final class PackState {
      * aborts every communicator of the pack. Returns whether this was the first failure.
      */
     boolean fail(int rank, Throwable error) {
-        Failure failed = new Failure(rank, error);
+        // In a split's pack, reasons name the rank as the whole pack knows it too.
+        String who = parent == null ? "rank " + rank : "rank " + parentRanks[rank] + " (rank " + rank + " of a split)";
+        return failed(new Failure(rank, error, who));
+    }
+
+    private boolean failed(Failure failed) {
         if (!failure.compareAndSet(null, failed)) {
             return false;
         }
+        int rank = failed.rank();
         Communicator[] toAbort;
+        List<PackState> splits;
         synchronized (lock) {
             lock.notifyAll();
             toAbort = communicators.clone();
+            splits = List.copyOf(children.values());
+        }
+        // The packs related by splits fail too (each only once: the first failure wins in each).
+        if (parent != null && rank >= 0) {
+            parent.failed(new Failure(parentRanks[rank], failed.error(), failed.who()));
+        }
+        for (PackState child : splits) {
+            child.failFromParent(failed);
         }
         // The failing rank's own communicator last: its abort may wait for the peers' copies (see
         // awaitReadsDrained), which the peers' aborts let finish when a collective is stuck.

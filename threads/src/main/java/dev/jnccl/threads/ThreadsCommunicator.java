@@ -52,6 +52,17 @@ final class ThreadsCommunicator extends Communicator {
             return recvs;
         }
 
+        /** The all-to-alls, in command order (matched by position, apart from sends and receives, as on NCCL). */
+        List<Command.AllToAll> allToAlls() {
+            List<Command.AllToAll> allToAlls = new ArrayList<>();
+            for (Command command : commands) {
+                if (command instanceof Command.AllToAll allToAll) {
+                    allToAlls.add(allToAll);
+                }
+            }
+            return allToAlls;
+        }
+
         List<Command.Gather> gathers() {
             List<Command.Gather> gathers = new ArrayList<>();
             for (Command command : commands) {
@@ -71,24 +82,54 @@ final class ThreadsCommunicator extends Communicator {
     /** The rank's thread: an abort that happens on it releases user code that may free buffers. */
     private final Thread owner = Thread.currentThread();
     private long transactions;
+    /** Splits made from this communicator so far: every rank counts the same (split is collective). */
+    private long splits;
     private List<Published> published;
     private int gatherIndex;
+    private int allToAllIndex;
     private int[] recvIndex;
 
     ThreadsCommunicator(UniqueId id, int rank, int worldSize, int device, ThreadsOptions options, PackState pack) {
         super(id, rank, worldSize, device, options.communicator(), pack::cancellation);
         this.pack = pack;
         this.options = options;
-        if (options.usesMemcpy()) {
-            readyForPeers = CudaEvent.create();
-            doneReading = CudaEvent.create();
-            readsDone = CudaEvent.create();
-            pack.trackReads(rank, readsDone);
-        } else {
-            readyForPeers = null;
-            doneReading = null;
-            readsDone = null;
+        CudaEvent[] events = memcpyEvents(options, pack, rank);
+        readyForPeers = events[0];
+        doneReading = events[1];
+        readsDone = events[2];
+    }
+
+    /** One rank of a split: the same transports, host collectives among the split's members (its own pack). */
+    private ThreadsCommunicator(Split split, ThreadsOptions options, PackState pack) {
+        super(split);
+        this.pack = pack;
+        this.options = options;
+        CudaEvent[] events = memcpyEvents(options, pack, split.rank());
+        readyForPeers = events[0];
+        doneReading = events[1];
+        readsDone = events[2];
+    }
+
+    /** readyForPeers, doneReading and readsDone (tracked by the pack) for memcpy transports; nulls otherwise. */
+    private static CudaEvent[] memcpyEvents(ThreadsOptions options, PackState pack, int rank) {
+        if (!options.usesMemcpy()) {
+            return new CudaEvent[3];
         }
+        CudaEvent[] events = {CudaEvent.create(), CudaEvent.create(), CudaEvent.create()};
+        pack.trackReads(rank, events[2]);
+        return events;
+    }
+
+    /**
+     * The ranks of one color share a child pack (barrier, gathers, throttle, failure) that is tied
+     * to this pack both ways: a failure in either releases and aborts the ranks of both.
+     */
+    @Override
+    protected Communicator newChild(Split split) {
+        PackState childPack = pack.child(++splits, split.color(), split.members());
+        ThreadsCommunicator child = new ThreadsCommunicator(split, options, childPack);
+        childPack.register(split.rank(), child);
+        return child;
     }
 
     @Override
@@ -136,6 +177,7 @@ final class ThreadsCommunicator extends Communicator {
             }
         }
         gatherIndex = 0;
+        allToAllIndex = 0;
         recvIndex = new int[worldSize()];
     }
 
@@ -195,6 +237,24 @@ final class ThreadsCommunicator extends Communicator {
         });
     }
 
+    @Override
+    protected void allToAll(Command.AllToAll allToAll) {
+        if (!options.memcpySendRecv()) {
+            super.allToAll(allToAll);
+            return;
+        }
+        // Pull this rank's slot of every rank's send buffer (its own: a local copy) into the slot of
+        // that rank, from the peer's all-to-all at the same position.
+        int index = allToAllIndex++;
+        pack.enqueueReads("execute", rank(), () -> {
+            for (Published peer : published) {
+                DeviceTensor source = peer.allToAlls().get(index).send().shard(rank(), worldSize());
+                copy(allToAll.recv().shard(peer.rank(), worldSize()), source);
+            }
+            stream().record(readsDone);
+        });
+    }
+
     private void copy(DeviceTensor target, DeviceTensor source) {
         stream().copyAsync(source, target);
     }
@@ -208,9 +268,7 @@ final class ThreadsCommunicator extends Communicator {
         if (options.memcpySendRecv()) {
             for (int from = 0; from < world; from++) {
                 for (int to = 0; to < world; to++) {
-                    if (from == to) {
-                        continue;
-                    }
+                    // from == to included: a send to this rank is matched by its receive from itself.
                     List<Command.Send> sends = all.get(from).sendsTo(to);
                     List<Command.Recv> recvs = all.get(to).recvsFrom(from);
                     if (sends.size() != recvs.size()) {
@@ -228,6 +286,23 @@ final class ThreadsCommunicator extends Communicator {
                                     + " to rank " + to + " has " + sent + " bytes but the matching recv on rank " + to
                                     + " has " + received + " bytes");
                         }
+                    }
+                }
+            }
+        }
+        if (options.memcpySendRecv()) {
+            List<Command.AllToAll> reference = all.get(0).allToAlls();
+            for (Published peer : all) {
+                List<Command.AllToAll> allToAlls = peer.allToAlls();
+                if (allToAlls.size() != reference.size()) {
+                    throw new IllegalStateException("execute: rank " + peer.rank() + " has " + allToAlls.size()
+                            + " all-to-all(s), rank 0 has " + reference.size());
+                }
+                for (int i = 0; i < allToAlls.size(); i++) {
+                    if (allToAlls.get(i).send().bytes() != reference.get(i).send().bytes()) {
+                        throw new IllegalStateException("execute: all-to-all #" + (i + 1) + " sends "
+                                + allToAlls.get(i).send().bytes() + " bytes on rank " + peer.rank() + " but "
+                                + reference.get(i).send().bytes() + " bytes on rank 0");
                     }
                 }
             }
@@ -259,6 +334,11 @@ final class ThreadsCommunicator extends Communicator {
         if (readyForPeers != null) {
             // Peers may still be about to wait on these (a failing pack unwinds at different speeds).
             pack.retire(readyForPeers, doneReading, readsDone);
+        }
+        if (pack.isChild()) {
+            // What the launcher does for the pack's own communicators when a rank's work ends.
+            pack.finished(rank());
+            pack.leave();
         }
     }
 

@@ -8,7 +8,9 @@ import dev.jnccl.UniqueId;
 import dev.jnccl.cuda.Cuda;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
+import java.util.TreeMap;
 import java.util.function.Consumer;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -152,7 +154,9 @@ public final class ThreadsCommunicators {
     /**
      * The rank's communicator. When ranks share a device and NCCL refuses that ("Duplicate GPU
      * detected", NCCL before 2.30 or without NCCL_MULTI_RANK_GPU_ENABLE=1), the exception says
-     * what to set or load.
+     * what to set or load. It names the ranks that share a device from the placement, not from the
+     * refused rank's own device: NCCL may report the refusal to every rank of the communicator,
+     * including ranks alone on their device (the host emulation does).
      */
     private static ThreadsCommunicator createCommunicator(UniqueId id, int rank, int device, ThreadsOptions options,
                                                           PackState state, int[] deviceOfRank) {
@@ -162,23 +166,31 @@ public final class ThreadsCommunicators {
             if (!options.sharesDevices() || !e.getMessage().contains("Duplicate GPU")) {
                 throw e;
             }
-            throw new IllegalStateException("launch: ranks " + ranksOn(device, deviceOfRank) + " share device "
-                    + device + " (ThreadsOptions.devices " + options.devices() + ") and NCCL "
-                    + JncclRuntime.query().nccl() + " refuses several ranks of one process on one GPU. NCCL 2.30 or"
-                    + " newer allows it with the environment variable NCCL_MULTI_RANK_GPU_ENABLE=1 (load it with"
+            throw new IllegalStateException("launch: " + sharedDevices(deviceOfRank) + " (ThreadsOptions.devices "
+                    + options.devices() + ") and NCCL " + JncclRuntime.query().nccl() + " refuses several ranks of"
+                    + " one process on one GPU (reported to rank " + rank + "). NCCL 2.30 or newer allows it with the"
+                    + " environment variable NCCL_MULTI_RANK_GPU_ENABLE=1 (load it with"
                     + " -Djnccl.nccl.library=/path/libnccl.so.2); otherwise use one rank per device or one process"
                     + " per rank (MPI mode)", e);
         }
     }
 
-    private static List<Integer> ranksOn(int device, int[] deviceOfRank) {
-        List<Integer> ranks = new ArrayList<>();
+    /**
+     * Every device that several ranks share, as {@code ranks [0, 1] share device 1}, joined with
+     * {@code " and "} in device order; empty when no device is shared.
+     */
+    static String sharedDevices(int[] deviceOfRank) {
+        Map<Integer, List<Integer>> ranksOfDevice = new TreeMap<>();
         for (int rank = 0; rank < deviceOfRank.length; rank++) {
-            if (deviceOfRank[rank] == device) {
-                ranks.add(rank);
-            }
+            ranksOfDevice.computeIfAbsent(deviceOfRank[rank], d -> new ArrayList<>()).add(rank);
         }
-        return ranks;
+        List<String> shared = new ArrayList<>();
+        ranksOfDevice.forEach((device, ranks) -> {
+            if (ranks.size() > 1) {
+                shared.add("ranks " + ranks + " share device " + device);
+            }
+        });
+        return String.join(" and ", shared);
     }
 
     /** Peer access from {@code device} to every other device of the pack (ranks on the same device need none). */

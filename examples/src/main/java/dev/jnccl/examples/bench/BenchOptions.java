@@ -77,7 +77,7 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
 
     static String usage() {
         return """
-                usage: bench.sh OP [flags]      OP: all_reduce reduce_scatter all_gather sendrecv (alltoall broadcast: later)
+                usage: bench.sh OP [flags]      OP: all_reduce reduce_scatter all_gather sendrecv alltoall broadcast
                   nccl-tests' flags (same defaults except -a):
                   -b,--minbytes N      smallest size in bytes (suffixes K M G; default 32M)
                   -e,--maxbytes N      largest size (default 32M)
@@ -95,8 +95,8 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
                   -J,--output_file F   same as --json F
                   jnccl's flags:
                   --launcher L         threads (one JVM thread per rank; default) or mpi (one process per rank)
-                  --transport T        nccl (default), memcpy (threads mode's copy-engine all-gather and
-                                       send/recv), or nccl,memcpy (one run each)
+                  --transport T        nccl (default), memcpy (threads mode's copy-engine all-gather,
+                                       send/recv and all-to-all), or nccl,memcpy (one run each)
                   --json F             results as JSON (nccl-tests' -J layout; several runs: an array)
                   --svg F              bus bandwidth against size, one line per run, transport and placement""";
     }
@@ -157,7 +157,7 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
         CollectiveOp op;
         try {
             op = CollectiveOps.byName(opName);
-        } catch (IllegalArgumentException | UnsupportedOperationException e) {
+        } catch (IllegalArgumentException e) {
             throw new UsageException(e.getMessage());
         }
         long min = size(values, "minbytes", 32L << 20);

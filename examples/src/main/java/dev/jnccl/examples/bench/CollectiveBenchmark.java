@@ -60,12 +60,7 @@ public final class CollectiveBenchmark {
         try {
             options = BenchOptions.parse(args);
             // Under MPI the world is mpirun's -np, known once the communicator exists.
-            boolean threads = options.launcher().equals("threads");
-            if (threads && options.ranks() < options.op().minRanks()) {
-                throw new BenchOptions.UsageException(options.op().name() + " needs at least " + options.op().minRanks()
-                        + " ranks (-g " + options.ranks() + "): jnccl refuses a send or receive with the rank itself");
-            }
-            if (threads && options.op().rooted() && options.root() >= options.ranks()) {
+            if (options.launcher().equals("threads") && options.op().rooted() && options.root() >= options.ranks()) {
                 throw new BenchOptions.UsageException("-r " + options.root() + " is not a rank of " + options.ranks());
             }
         } catch (BenchOptions.HelpRequested e) {

@@ -58,11 +58,6 @@ interface CollectiveOp {
         return Set.of("nccl");
     }
 
-    /** The smallest world size it runs with. */
-    default int minRanks() {
-        return 1;
-    }
-
     /** nccl-tests' shape for {@code bytes} of the type on {@code ranks} ranks. */
     Shape shape(long bytes, BenchType type, int ranks);
 

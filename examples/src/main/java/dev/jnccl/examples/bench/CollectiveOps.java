@@ -9,39 +9,22 @@ final class CollectiveOps {
 
     /** Supported operations, in the order the usage lists them. */
     private static final Map<String, CollectiveOp> SUPPORTED = new LinkedHashMap<>();
-    /** Known operations jnccl's API cannot run yet, with the reason. */
-    private static final Map<String, String> PENDING = new LinkedHashMap<>();
 
     static {
         for (CollectiveOp op : new CollectiveOp[] {new AllReduceOp(), new ReduceScatterOp(), new AllGatherOp(),
-                new SendRecvOp()}) {
+                new SendRecvOp(), new AllToAllOp(), new BroadcastOp()}) {
             SUPPORTED.put(op.name(), op);
         }
-        // Each needs one small CollectiveOp once the API exists (see AllGatherOp for the pattern).
-        PENDING.put("alltoall", "needs Transaction.allToAll(DeviceTensor send, DeviceTensor recv), not in jnccl yet");
-        PENDING.put("broadcast", "needs Transaction.broadcast(DeviceTensor, int root) / Communicator.broadcast(tensor, "
-                + "root, stream), not in jnccl yet");
     }
 
-    /** The operation named {@code name}; a clear error for a known but unsupported or an unknown one. */
+    /** The operation named {@code name}; a clear error for an unknown one. */
     static CollectiveOp byName(String name) {
         CollectiveOp op = SUPPORTED.get(name);
         if (op != null) {
             return op;
         }
-        String pending = PENDING.get(name);
-        if (pending != null) {
-            throw new UnsupportedOperationException("operation '" + name + "' is not supported yet: " + pending);
-        }
-        throw new IllegalArgumentException("unknown operation '" + name + "' (known: " + String.join(", ", names())
+        throw new IllegalArgumentException("unknown operation '" + name + "' (known: " + String.join(", ", supported())
                 + ")");
-    }
-
-    /** Every operation name, supported or pending. */
-    static Iterable<String> names() {
-        java.util.List<String> names = new java.util.ArrayList<>(SUPPORTED.keySet());
-        names.addAll(PENDING.keySet());
-        return names;
     }
 
     /** The names of the supported operations. */

@@ -8,9 +8,8 @@ import java.util.Set;
  * {@code sendrecv}: a ring, every rank sends its {@code count} elements to rank (r+1) % n and
  * receives rank (r-1) % n's, in one transaction ({@code Transaction.send} + {@code recv}).
  * nccl-tests: size = count elements, busbw = algbw. In place sends and receives through the same
- * buffer; like nccl-tests, those results are not checked ({@code N/A}). jnccl refuses a send to
- * the rank itself, so it needs 2 ranks or more. {@code --transport memcpy}: threads mode's memcpy
- * sends and receives.
+ * buffer; like nccl-tests, those results are not checked ({@code N/A}). With one rank it sends to
+ * itself. {@code --transport memcpy}: threads mode's memcpy sends and receives.
  */
 final class SendRecvOp implements CollectiveOp {
     @Override
@@ -31,11 +30,6 @@ final class SendRecvOp implements CollectiveOp {
     @Override
     public Set<String> transports() {
         return Set.of("nccl", "memcpy");
-    }
-
-    @Override
-    public int minRanks() {
-        return 2;
     }
 
     @Override

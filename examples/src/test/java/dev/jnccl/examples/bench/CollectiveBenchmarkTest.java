@@ -14,6 +14,7 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Set;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import java.util.stream.Stream;
@@ -54,10 +55,15 @@ class CollectiveBenchmarkTest {
 
     static Stream<Arguments> operationsAndRanks() {
         List<Arguments> cases = new ArrayList<>();
-        for (String op : new String[] {"all_reduce", "reduce_scatter", "all_gather", "sendrecv"}) {
+        for (String op : new String[] {"all_reduce", "reduce_scatter", "all_gather", "sendrecv", "alltoall",
+                "broadcast"}) {
             for (int ranks : new int[] {2, 3}) {
                 cases.add(Arguments.of(op, ranks));
             }
+        }
+        // One rank: sendrecv to itself, alltoall of one slot, broadcast from the only rank.
+        for (String op : new String[] {"sendrecv", "alltoall", "broadcast"}) {
+            cases.add(Arguments.of(op, 1));
         }
         return cases.stream();
     }
@@ -67,8 +73,12 @@ class CollectiveBenchmarkTest {
     void everyOperationPrintsNcclTestsTableWithCheckedResults(String op, int ranks) throws Exception {
         Path json = dir.resolve("out.json");
         Path svg = dir.resolve("out.svg");
-        Output o = run(op, "-b", "8", "-e", "4K", "-f", "4", "-g", String.valueOf(ranks), "-w", "1", "-n", "2", "-c",
-                "1", "--json", json.toString(), "--svg", svg.toString());
+        List<String> args = new ArrayList<>(List.of(op, "-b", "8", "-e", "4K", "-f", "4", "-g", String.valueOf(ranks),
+                "-w", "1", "-n", "2", "-c", "1", "--json", json.toString(), "--svg", svg.toString()));
+        if (op.equals("broadcast")) {
+            args.addAll(List.of("-r", String.valueOf(ranks - 1))); // the last rank is the root
+        }
+        Output o = run(args.toArray(String[]::new));
         assertEquals(0, o.status(), o.out() + o.err());
         @SuppressWarnings("unchecked")
         Map<String, Object> report = (Map<String, Object>) MiniJson.parse(Files.readString(json));
@@ -77,7 +87,7 @@ class CollectiveBenchmarkTest {
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"all_gather", "sendrecv"})
+    @ValueSource(strings = {"all_gather", "sendrecv", "alltoall"})
     void memcpyTransportIsASecondRunWithItsOwnReport(String op) throws Exception {
         Path json = dir.resolve("both.json");
         Path svg = dir.resolve("both.svg");
@@ -97,12 +107,11 @@ class CollectiveBenchmarkTest {
     @Test
     void badCommandLinesAreUsageErrorsNamingTheProblem() {
         assertUsage("unknown operation 'all_reduces'", "all_reduces");
-        assertUsage("operation 'alltoall' is not supported yet: needs Transaction.allToAll", "alltoall");
-        assertUsage("operation 'broadcast' is not supported yet: needs Transaction.broadcast", "broadcast");
+        assertUsage("-r 2 is not a rank of 2", "broadcast", "-g", "2", "-r", "2");
+        assertUsage("--transport 'memcpy': broadcast runs on nccl", "broadcast", "--transport", "memcpy");
         assertUsage("--launcher mpi: -g 2: each MPI process drives one GPU", "all_reduce", "--launcher", "mpi", "-g", "2",
                 "-b", "8", "-e", "8");
         assertUsage("--transport 'memcpy': all_reduce runs on nccl", "all_reduce", "--transport", "memcpy");
-        assertUsage("sendrecv needs at least 2 ranks (-g 1)", "sendrecv", "-g", "1");
         assertUsage("-d 'float32': unknown datatype", "all_reduce", "-d", "float32");
         assertUsage("-o 'mulsum': unknown reduction", "all_reduce", "-o", "mulsum");
         assertUsage("-b 2048 is larger than -e 1024", "all_reduce", "-b", "2K", "-e", "1K");
@@ -145,7 +154,7 @@ class CollectiveBenchmarkTest {
     }
 
     private static boolean expectedOutOfPlace(String op) {
-        return op.equals("all_gather") || op.equals("sendrecv");
+        return op.equals("all_gather") || op.equals("sendrecv") || op.equals("alltoall");
     }
 
     /** nccl-tests' size, count and bus factor for float (4 bytes), restated from its sources. */
@@ -153,7 +162,7 @@ class CollectiveBenchmarkTest {
         long count = bytes / 4;
         long base = (count / n) & ~3L; // per-rank count rounded down to 16 bytes
         return switch (op) {
-            case "reduce_scatter", "all_gather" -> new long[] {base * n * 4, base};
+            case "reduce_scatter", "all_gather", "alltoall" -> new long[] {base * n * 4, base};
             default -> new long[] {count * 4, count};
         };
     }
@@ -161,7 +170,7 @@ class CollectiveBenchmarkTest {
     private static double busFactor(String op, int n) {
         return switch (op) {
             case "all_reduce" -> 2.0 * (n - 1) / n;
-            case "reduce_scatter", "all_gather" -> (n - 1) / (double) n;
+            case "reduce_scatter", "all_gather", "alltoall" -> (n - 1) / (double) n;
             default -> 1;
         };
     }
@@ -218,9 +227,10 @@ class CollectiveBenchmarkTest {
             assertEquals(shape[0], Long.parseLong(t[0]), line);
             assertEquals(shape[1], Long.parseLong(t[1]), line);
             assertEquals("float", t[2]);
-            assertEquals(op.equals("all_gather") ? "none" : "sum", t[3]);
-            assertEquals("-1", t[4]);
-            assertTrue(line.startsWith(String.format("%12d  %12d  %8s  %6s  %6s", shape[0], shape[1], "float", t[3], "-1")),
+            assertEquals(Set.of("all_gather", "alltoall", "broadcast").contains(op) ? "none" : "sum", t[3]);
+            String root = op.equals("broadcast") ? String.valueOf(ranks - 1) : "-1";
+            assertEquals(root, t[4]);
+            assertTrue(line.startsWith(String.format("%12d  %12d  %8s  %6s  %6s", shape[0], shape[1], "float", t[3], root)),
                     line);
             if (!outOfPlace) {
                 assertTrue(line.substring(52, 84).isBlank(), "out-of-place columns not empty: " + line);
@@ -228,7 +238,7 @@ class CollectiveBenchmarkTest {
             Map<String, Object> row = cast(results.get(s));
             assertEquals((double) shape[0], row.get("size"));
             assertEquals((double) shape[1], row.get("count"));
-            assertEquals("    -1", row.get("root"));
+            assertEquals(String.format("%6s", root), row.get("root"));
             int column = 5;
             for (String placement : new String[] {"out_of_place", "in_place"}) {
                 Object m = row.get(placement);
@@ -248,7 +258,7 @@ class CollectiveBenchmarkTest {
                 assertClose(time, Double.parseDouble(t[column]), printedTolerance(t[column]), line);
                 assertClose(algBw, Double.parseDouble(t[column + 1]), printedTolerance(t[column + 1]), line);
                 assertClose(busBw, Double.parseDouble(t[column + 2]), printedTolerance(t[column + 2]), line);
-                boolean unchecked = op.equals("sendrecv") && placement.equals("in_place");
+                boolean unchecked = (op.equals("sendrecv") || op.equals("alltoall")) && placement.equals("in_place");
                 assertEquals(unchecked ? "N/A" : "0", t[column + 3], "#wrong: " + line);
                 assertEquals(unchecked ? null : 0.0, f.get("nwrong"), line);
                 busSum += busBw;

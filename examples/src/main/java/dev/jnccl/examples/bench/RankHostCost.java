@@ -1,0 +1,193 @@
+package dev.jnccl.examples.bench;
+
+import dev.jnccl.Communicator;
+import dev.jnccl.CommunicatorMode;
+import dev.jnccl.DType;
+import dev.jnccl.DeviceTensor;
+import dev.jnccl.ReduceOp;
+import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.cuda.CudaStream;
+import dev.jnccl.cuda.DeviceMemory;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Locale;
+
+/**
+ * What one rank measures in the host-cost programs {@link MultiRankHostCost} (one process per rank)
+ * and {@link ThreadsHostCost} (ranks as threads of one process): the settings both parse, and the
+ * timed loops, the same as {@code transaction_overhead.c}'s. Per case, on the rank's communicator:
+ * {@code warmup} operations, then {@code reps} repetitions of {@code iters} operations, the comms
+ * stream synchronized after every {@value QueueBound#SYNC_EVERY}th operation inside the timed loop
+ * (its time is kept apart: the host-only "enqueue" figure), and the rank's {@code barrier} before
+ * the warm-up and before every repetition (threads mode: the ranks' repetitions overlap, as the C
+ * program's threads do; one process per rank: nothing). One parseable line per case:
+ * {@code RESULT impl=jnccl case=transaction mode=BLOCKING_SPLIT launch=threads world=2 rank=0 median_us=...
+ * min_us=... enqueue_median_us=... enqueue_min_us=... iters=... reps=... samples_us=...}.
+ */
+final class RankHostCost {
+    private static final int SYNC_EVERY = QueueBound.SYNC_EVERY;
+    /** Every case, in the order they run. */
+    static final List<String> CASES = List.of("transaction", "allreduce_ordered", "reducescatter");
+
+    private RankHostCost() {}
+
+    /**
+     * The command line of both programs. {@code world}: the ranks (of the world, or of the process
+     * in threads mode); {@code rank} and {@code idFile}: one process per rank only.
+     */
+    record Settings(int world, int rank, int device, int count, long iters, long warmup, int reps, String idFile,
+                    List<CommunicatorMode> modes, List<String> cases, boolean pinCpus, int maxLead) {
+
+        /**
+         * Parses {@code --world --rank --device --count --iters --warmup --reps --id-file --mode
+         * BLOCKING_SPLIT|NON_BLOCKING|both --cases a,b --pin-cpus true|false --max-lead N};
+         * {@code threads}: the ranks are threads of this process (no --rank or --id-file; --pin-cpus
+         * and --max-lead, ThreadsOptions' CPU pinning and launch-queue lead, allowed; 0: jnccl's default).
+         */
+        static Settings parse(String[] args, boolean threads, String program) {
+            int world = 1;
+            int rank = 0;
+            int device = 0;
+            int count = 1024;
+            long iters = 20_000;
+            long warmup = 2_000;
+            int reps = 3;
+            String idFile = null;
+            String modes = "both";
+            String cases = String.join(",", CASES);
+            boolean pinCpus = true;
+            int maxLead = 0;
+            for (int i = 0; i < args.length; i += 2) {
+                String name = args[i];
+                if (i + 1 >= args.length) {
+                    throw new IllegalArgumentException(program + ": " + name + " needs a value");
+                }
+                String value = args[i + 1];
+                switch (name) {
+                    case "--world" -> world = Integer.parseInt(value);
+                    case "--device" -> device = Integer.parseInt(value);
+                    case "--count" -> count = Integer.parseInt(value);
+                    case "--iters" -> iters = Long.parseLong(value);
+                    case "--warmup" -> warmup = Long.parseLong(value);
+                    case "--reps" -> reps = Integer.parseInt(value);
+                    case "--mode" -> modes = value;
+                    case "--cases" -> cases = value;
+                    case "--rank" -> rank = threads ? refused(program, name) : Integer.parseInt(value);
+                    case "--id-file" -> idFile = threads ? refused(program, name) : value;
+                    case "--pin-cpus" -> pinCpus = threads ? Boolean.parseBoolean(value) : refused(program, name);
+                    case "--max-lead" -> maxLead = threads ? Integer.parseInt(value) : refused(program, name);
+                    default -> throw new IllegalArgumentException(program + ": unknown argument " + name
+                            + " (see the javadoc of " + program + ")");
+                }
+            }
+            List<String> caseList = List.of(cases.split(","));
+            for (String c : caseList) {
+                if (!CASES.contains(c)) {
+                    throw new IllegalArgumentException(program + ": unknown case " + c + " in --cases " + cases
+                            + " (known: " + String.join(",", CASES) + ")");
+                }
+            }
+            if (world < 1 || rank < 0 || rank >= world || (!threads && world > 1 && idFile == null)
+                    || count % world != 0 || iters < SYNC_EVERY || warmup < 1 || reps < 1 || maxLead < 0) {
+                throw new IllegalArgumentException(program + ": bad arguments: world " + world + ", rank " + rank
+                        + ", id file " + idFile + " (needed by one process per rank at a world above 1), count "
+                        + count + " (divisible by the world size), iters " + iters + " (>= " + SYNC_EVERY
+                        + "), warmup " + warmup + " (>= 1), reps " + reps + " (>= 1), max lead " + maxLead + " (>= 0)");
+            }
+            List<CommunicatorMode> chosen = modes.equals("both") ? List.of(CommunicatorMode.values())
+                    : List.of(CommunicatorMode.valueOf(modes));
+            return new Settings(world, rank, device, count, iters, warmup, reps, idFile, chosen, caseList, pinCpus,
+                    maxLead);
+        }
+
+        private static <T> T refused(String program, String name) {
+            throw new IllegalArgumentException(program + ": " + name + " is not an option of this program");
+        }
+    }
+
+    /**
+     * Runs every case of {@code settings} on {@code comm} (whose rank's device is current) and
+     * prints their RESULT lines.
+     *
+     * @param launch  {@code process} or {@code threads}, for the RESULT line
+     * @param barrier the rank's meeting point before each timed repetition
+     */
+    static void measureAll(Communicator comm, CommunicatorMode mode, Settings settings, String launch,
+                           Runnable barrier) {
+        int count = settings.count();
+        try (CudaStream compute = CudaStream.create(); CudaEvent ready = CudaEvent.create();
+             CudaEvent signal = CudaEvent.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, count)) {
+            memory.fill((byte) 0, compute);
+            compute.record(ready);
+            compute.synchronize();
+            DeviceTensor tensor = memory.tensor(DType.FP32);
+            DeviceTensor shard = tensor.shard(comm.rank(), comm.worldSize());
+            System.out.println("# jnccl rank " + comm.rank() + " of " + comm.worldSize() + " (" + launch
+                    + "), device " + comm.device() + ", backend " + comm.backend() + ", NCCL " + comm.ncclVersion()
+                    + ", mode " + mode + ", " + count + " x FP32");
+            for (String name : settings.cases()) {
+                Runnable op = switch (name) {
+                    case "transaction" -> () -> comm.begin(ready).reduceScatter(tensor).allGather(shard, tensor)
+                            .execute(signal);
+                    case "allreduce_ordered" -> () -> comm.allReduce(tensor, ReduceOp.SUM, compute);
+                    case "reducescatter" -> () -> comm.reduceScatter(tensor, compute);
+                    default -> throw new IllegalArgumentException("unknown case " + name);
+                };
+                measure(name, comm, mode, settings, launch, barrier, op);
+            }
+            compute.synchronize();
+        }
+    }
+
+    private static void measure(String name, Communicator comm, CommunicatorMode mode, Settings settings,
+                                String launch, Runnable barrier, Runnable op) {
+        CudaStream comms = comm.stream();
+        long iters = settings.iters();
+        int reps = settings.reps();
+        long[] syncNanos = new long[1];
+        Runnable timed = () -> {
+            for (long i = 1; i <= iters; i++) {
+                op.run();
+                if ((i & (SYNC_EVERY - 1)) == 0) {
+                    long start = System.nanoTime();
+                    comms.synchronize();
+                    syncNanos[0] += System.nanoTime() - start;
+                }
+            }
+        };
+        barrier.run();
+        for (long i = 1; i <= settings.warmup(); i++) {
+            op.run();
+            if ((i & (SYNC_EVERY - 1)) == 0) {
+                comms.synchronize();
+            }
+        }
+        comms.synchronize();
+        double[] all = new double[reps];
+        double[] enqueue = new double[reps];
+        List<String> samples = new ArrayList<>();
+        for (int r = 0; r < reps; r++) {
+            barrier.run();
+            syncNanos[0] = 0;
+            long start = System.nanoTime();
+            timed.run();
+            long elapsed = System.nanoTime() - start;
+            comms.synchronize();
+            all[r] = elapsed / 1000.0 / iters;
+            enqueue[r] = (elapsed - syncNanos[0]) / 1000.0 / iters;
+            samples.add(String.format(Locale.ROOT, "%.3f", all[r]));
+        }
+        System.out.printf(Locale.ROOT, "RESULT impl=jnccl case=%s mode=%s launch=%s world=%d rank=%d median_us=%.3f"
+                        + " min_us=%.3f enqueue_median_us=%.3f enqueue_min_us=%.3f iters=%d reps=%d samples_us=%s%n",
+                name, mode, launch, comm.worldSize(), comm.rank(), median(all), Arrays.stream(all).min().orElseThrow(),
+                median(enqueue), Arrays.stream(enqueue).min().orElseThrow(), iters, reps, String.join(",", samples));
+    }
+
+    private static double median(double[] values) {
+        double[] sorted = values.clone();
+        Arrays.sort(sorted);
+        int n = sorted.length;
+        return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+    }
+}

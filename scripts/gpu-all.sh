@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Every GPU check of jnccl in one go on the one-GPU machine (after scripts/stage-gpu.sh, .gpu
+# carried): the correctness suites side by side (they need the GPU's memory and spare cores, not its
+# speed), then the measurements one after another. Each part runs under its own time limit so that a
+# hung part cannot take the rest with it; a line per part (name, exit code, seconds since the start)
+# goes to stdout and summary.txt. Everything lands in $OUT/gpu-all.tgz plus $OUT/summary.txt (few
+# files: a device call brings back at most 8).
+#
+#   scripts/gpu-all.sh
+#
+# Parts: gpu-test.sh (gpu-tagged and world-1 conformance tests, NCCL 2.28), gpu-test.sh
+# --threads-multi-rank (threads suite at worlds 2-8 on NCCL 2.30), gpu-mpi-test.sh (MPI mode, one
+# process per rank), then gpu-bench-mpi.sh (jnccl vs nccl-tests, W=2; only when $NCCL_TESTS names
+# nccl-tests' build folder), gpu-hostcost-threads.sh 2, gpu-torch-hostcost.sh 2,
+# gpu-hostcost-multi.sh 2, and bin/bench at world 1 for the operations that need no second rank.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+out=${OUT:-/tmp/jnccl-gpu-all}
+r=$(mktemp -d /tmp/jnccl-gpu-all.XXXXXX)
+mkdir -p "$out"
+start=$(date +%s)
+part() { # name, limit in seconds, command...: runs it with its log in $r/name.log
+  local name=$1 limit=$2 rc
+  shift 2
+  OUT=$r/$name timeout "$limit" "$@" > "$r/$name.log" 2>&1
+  rc=$?
+  echo "$name rc=$rc t=$(( $(date +%s) - start ))s" | tee -a "$r/summary.txt"
+  grep -hE "tests (successful|failed)|ALL PASSED|FAILED|^PASS|^FAIL" "$r/$name.log" | sed "s/^/  $name: /" | tee -a "$r/summary.txt"
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$r/summary.txt"
+. scripts/lib/gpu-bundle.sh
+gpu_bundle >/dev/null || exit 1
+
+# Correctness, side by side.
+part mpi "${MPI_LIMIT:-240}" scripts/gpu-mpi-test.sh &
+part gpu-test "${GPU_TEST_LIMIT:-240}" scripts/gpu-test.sh &
+JNCCL_MULTI_RANK_TESTS=${JNCCL_MULTI_RANK_TESTS:-ThreadsCollectivesTest ThreadsOpsTest ThreadsStuckCollectiveTest ThreadsSplitFailureTest ThreadsReductionArithmeticTest} \
+  part multi-rank "${MULTI_LIMIT:-260}" scripts/gpu-test.sh --threads-multi-rank
+wait
+
+# Measurements, one at a time.
+if [ -n "${NCCL_TESTS:-}" ]; then
+  ITERS=${BENCH_ITERS:-10} WARMUP=2 part bench-mpi "${BENCH_LIMIT:-120}" scripts/gpu-bench-mpi.sh -w 2 \
+    -o "${BENCH_OPS:-all_reduce reduce_scatter all_gather alltoall}"
+fi
+ITERS=${HOSTCOST_ITERS:-2000} part hostcost-threads 70 scripts/gpu-hostcost-threads.sh 2
+ITERS=${HOSTCOST_ITERS:-2000} part torch 70 scripts/gpu-torch-hostcost.sh 2
+ITERS=${HOSTCOST_ITERS:-2000} WARMUP=200 TIMEOUT=80 part hostcost-multi 90 scripts/gpu-hostcost-multi.sh 2
+for op in alltoall broadcast sendrecv; do
+  part "bench1-$op" 30 /tmp/jnccl-bundle/bin/bench "$op" -b 8 -e 1G -f 8 -g 1 -w 2 -n 10
+done
+if [ -n "${NCCL_TESTS:-}" ]; then
+  part nccl-tests1-all_gather 30 "$NCCL_TESTS/all_gather_perf" -b 8 -e 1G -f 8 -g 1 -w 2 -n 10
+fi
+tar czf "$out/gpu-all.tgz" -C "$r" .
+cp "$r/summary.txt" "$out/summary.txt"
