@@ -124,7 +124,7 @@ if [ "${1:-}" = "--threads-multi-rank" ]; then
   run threads-multi-rank $selection
   exit $status
 fi
-run gpu-tagged --scan-classpath "$roots" --include-tag gpu
+run gpu-tagged --scan-classpath "$roots" --include-tag gpu --exclude-tag mpi
 run conformance --select-class dev.jnccl.bindings.EmulationWorldOneConformanceTest \
   --select-class dev.jnccl.CommunicatorWorldOneTest --select-class dev.jnccl.JncclRuntimeTest \
   --select-class dev.jnccl.CopyAsyncTest --select-class dev.jnccl.PublicApiTest

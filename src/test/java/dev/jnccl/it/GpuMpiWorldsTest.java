@@ -19,6 +19,7 @@ import org.junit.jupiter.params.provider.ValueSource;
  * scripts/gpu-mpi-test.sh runs it from the bundle.
  */
 @Tag("gpu")
+@Tag("mpi") // bin/gpu-tests leaves it to scripts/gpu-mpi-test.sh (which gpu-all.sh runs beside it)
 @Timeout(value = 600, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
 class GpuMpiWorldsTest extends MpiWorldsChecks {
     private static final MpiJobs.Launcher LAUNCHER = MpiJobs.Launcher.OPEN_MPI;
