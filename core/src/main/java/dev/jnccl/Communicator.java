@@ -894,6 +894,7 @@ public abstract class Communicator implements AutoCloseable {
         mates.sort((a, b) -> a[0] != b[0] ? Integer.compare(a[0], b[0]) : Integer.compare(a[1], b[1]));
         List<Integer> members = mates.stream().map(m -> m[1]).toList();
         int childRank = members.indexOf(rank);
+        beforeSplit(color, key);
         ReentrantLock childLock = new ReentrantLock();
         NcclComm childComm;
         nativeLock.lock();
@@ -933,6 +934,17 @@ public abstract class Communicator implements AutoCloseable {
         requireUsable("split");
         throw new IllegalStateException("split: communicator of rank " + rank + " was closed during the split");
     }
+
+    /**
+     * Called by {@link #split} on every rank of this communicator, members of a child or not
+     * (negative color), after the colors and keys are exchanged and before NCCL splits: where a
+     * subclass's host side needs every rank for its own split (MPI_Comm_split) or counts splits.
+     * The default does nothing.
+     *
+     * @param color the color this rank passed to {@link #split}
+     * @param key   the key this rank passed to {@link #split}
+     */
+    protected void beforeSplit(int color, int key) {}
 
     /**
      * Makes the subclass's communicator for one rank of a {@link #split}: usually a constructor of

@@ -92,6 +92,10 @@ public final class MpiRank {
                 Scenarios.everyDataType(c);
                 Scenarios.hostHelpers(c);
                 Scenarios.overlapWithCompute(c, c.newStream());
+                OpsScenarios.broadcastFromEveryRoot(c);
+                OpsScenarios.sendAndReceiveToItselfAloneAndInRings(c);
+                OpsScenarios.allToAllOfEveryDtype(c);
+                OpsScenarios.splitIntoGroups(c);
             }
             verdict(comm, "scenarios=all");
         });

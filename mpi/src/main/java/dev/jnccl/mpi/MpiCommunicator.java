@@ -22,16 +22,66 @@ final class MpiCommunicator extends Communicator {
     static final int ABORT_EXIT_CODE = 1;
 
     private final MpiLibrary mpi;
+    /** This communicator's host collectives: jnccl's duplicate of MPI_COMM_WORLD, or a split of it. */
     private final MpiLibrary.Handle comm;
+    /** Where MPI_Abort goes: the duplicate of MPI_COMM_WORLD, so that a failing child ends the whole job. */
+    private final MpiLibrary.Handle job;
     private final boolean finalizeOnClose;
-    private final AtomicBoolean jobAborted = new AtomicBoolean();
+    /** One per process (shared with the children): MPI_Abort once. */
+    private final AtomicBoolean jobAborted;
+    /** The MPI side of the split in progress ({@link #beforeSplit}), taken by {@link #newChild}. */
+    private MpiLibrary.Handle pendingSplit;
 
     MpiCommunicator(UniqueId id, int rank, int worldSize, int device, MpiOptions options, MpiLibrary mpi,
                     MpiLibrary.Handle comm, boolean finalizeOnClose) {
         super(id, rank, worldSize, device, options.communicator());
         this.mpi = mpi;
         this.comm = comm;
+        this.job = comm;
         this.finalizeOnClose = finalizeOnClose;
+        this.jobAborted = new AtomicBoolean();
+    }
+
+    /** A member of a split: host collectives over {@code comm}, the MPI split of the same colors and keys. */
+    private MpiCommunicator(Split split, MpiCommunicator parent, MpiLibrary.Handle comm) {
+        super(split);
+        this.mpi = parent.mpi;
+        this.comm = comm;
+        this.job = parent.job;
+        this.finalizeOnClose = false;
+        this.jobAborted = parent.jobAborted;
+    }
+
+    /**
+     * MPI_Comm_split needs every rank of this communicator, members of the NCCL split or not: same
+     * colors (negative: MPI_UNDEFINED), same keys, so that MPI orders the members as NCCL does (by
+     * key, then by rank here).
+     */
+    @Override
+    protected void beforeSplit(int color, int key) {
+        MpiLibrary.Handle previous = pendingSplit;
+        pendingSplit = null;
+        if (previous != null && !previous.equals(mpi.commNull())) {
+            mpi.free(previous); // a split whose NCCL part failed on this rank
+        }
+        pendingSplit = mpi.split(comm, color < 0 ? MpiLibrary.UNDEFINED : color, key);
+    }
+
+    @Override
+    protected Communicator newChild(Split split) {
+        MpiLibrary.Handle childComm = pendingSplit;
+        pendingSplit = null;
+        if (childComm == null || childComm.equals(mpi.commNull())) {
+            throw new IllegalStateException("split: rank " + rank() + " is a member of color " + split.color()
+                    + " for NCCL but MPI_Comm_split gave it no communicator");
+        }
+        int mpiRank = mpi.rank(childComm);
+        if (mpiRank != split.rank() || mpi.size(childComm) != split.worldSize()) {
+            mpi.free(childComm);
+            throw new IllegalStateException("split: NCCL made rank " + split.rank() + " of " + split.worldSize()
+                    + " but MPI_Comm_split rank " + mpiRank + " of " + mpi.size(childComm));
+        }
+        return new MpiCommunicator(split, this, childComm);
     }
 
     @Override
@@ -62,13 +112,16 @@ final class MpiCommunicator extends Communicator {
         }
         LOG.error("rank {} of {}: ending the MPI job (MPI_Abort, exit code {}): {}", rank(), worldSize(),
                 ABORT_EXIT_CODE, reason);
-        mpi.abort(comm, ABORT_EXIT_CODE);
+        mpi.abort(job, ABORT_EXIT_CODE);
     }
 
     @Override
     protected void onClose() {
         if (isAborted()) {
             return; // the job was ended with MPI_Abort: no MPI call is valid any more
+        }
+        if (pendingSplit != null && !pendingSplit.equals(mpi.commNull())) {
+            mpi.free(pendingSplit);
         }
         mpi.free(comm);
         if (finalizeOnClose) {

@@ -124,9 +124,15 @@ final class ThreadsCommunicator extends Communicator {
      * The ranks of one color share a child pack (barrier, gathers, throttle, failure) that is tied
      * to this pack both ways: a failure in either releases and aborts the ranks of both.
      */
+    /** Counted on every rank, members or not, so that the n-th split has the same number everywhere. */
+    @Override
+    protected void beforeSplit(int color, int key) {
+        splits++;
+    }
+
     @Override
     protected Communicator newChild(Split split) {
-        PackState childPack = pack.child(++splits, split.color(), split.members());
+        PackState childPack = pack.child(splits, split.color(), split.members());
         ThreadsCommunicator child = new ThreadsCommunicator(split, options, childPack);
         childPack.register(split.rank(), child);
         return child;

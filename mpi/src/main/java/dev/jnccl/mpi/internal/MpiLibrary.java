@@ -49,6 +49,8 @@ public final class MpiLibrary {
     public static final int THREAD_SINGLE = 0;
     /** MPI_THREAD_MULTIPLE. */
     public static final int THREAD_MULTIPLE = 3;
+    /** MPI_UNDEFINED: the same value in Open MPI's and in the MPICH ABI's mpi.h (a color for "no group"). */
+    public static final int UNDEFINED = -32766;
     private static final List<String> THREAD_LEVELS = List.of("MPI_THREAD_SINGLE", "MPI_THREAD_FUNNELED",
             "MPI_THREAD_SERIALIZED", "MPI_THREAD_MULTIPLE");
     /** Larger than MPI_MAX_ERROR_STRING of both ABIs (Open MPI 256, MPICH 512). */
