@@ -44,14 +44,14 @@ if [ -n "${NCCL_TESTS:-}" ]; then
   ITERS=${BENCH_ITERS:-10} WARMUP=2 part bench-mpi "${BENCH_LIMIT:-120}" scripts/gpu-bench-mpi.sh -w 2 \
     -o "${BENCH_OPS:-all_reduce reduce_scatter all_gather alltoall}"
 fi
-ITERS=${HOSTCOST_ITERS:-2000} part hostcost-threads 70 scripts/gpu-hostcost-threads.sh 2
-ITERS=${HOSTCOST_ITERS:-2000} part torch 70 scripts/gpu-torch-hostcost.sh 2
-ITERS=${HOSTCOST_ITERS:-2000} WARMUP=200 TIMEOUT=80 part hostcost-multi 90 scripts/gpu-hostcost-multi.sh 2
+ITERS=${HOSTCOST_ITERS:-2000} part hostcost-threads "${HOSTCOST_LIMIT:-60}" scripts/gpu-hostcost-threads.sh 2
+ITERS=${HOSTCOST_ITERS:-2000} part torch "${HOSTCOST_LIMIT:-60}" scripts/gpu-torch-hostcost.sh 2
+ITERS=${HOSTCOST_ITERS:-2000} WARMUP=200 TIMEOUT=65 part hostcost-multi 75 scripts/gpu-hostcost-multi.sh 2
 for op in alltoall broadcast sendrecv; do
-  part "bench1-$op" 30 /tmp/jnccl-bundle/bin/bench "$op" -b 8 -e 1G -f 8 -g 1 -w 2 -n 10
+  part "bench1-$op" 15 /tmp/jnccl-bundle/bin/bench "$op" -b 8 -e 256M -f 16 -g 1 -w 2 -n 10
 done
 if [ -n "${NCCL_TESTS:-}" ]; then
-  part nccl-tests1-all_gather 30 "$NCCL_TESTS/all_gather_perf" -b 8 -e 1G -f 8 -g 1 -w 2 -n 10
+  part nccl-tests1-all_gather 15 "$NCCL_TESTS/all_gather_perf" -b 1M -e 1G -f 4 -g 1 -w 2 -n 10
 fi
 tar czf "$out/gpu-all.tgz" -C "$r" .
 cp "$r/summary.txt" "$out/summary.txt"
