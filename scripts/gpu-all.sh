@@ -46,12 +46,12 @@ if [ -n "${NCCL_TESTS:-}" ]; then
 fi
 ITERS=${HOSTCOST_ITERS:-2000} part hostcost-threads "${HOSTCOST_LIMIT:-60}" scripts/gpu-hostcost-threads.sh 2
 ITERS=${HOSTCOST_ITERS:-2000} part torch "${HOSTCOST_LIMIT:-60}" scripts/gpu-torch-hostcost.sh 2
-ITERS=${HOSTCOST_ITERS:-2000} WARMUP=200 TIMEOUT=65 part hostcost-multi 75 scripts/gpu-hostcost-multi.sh 2
-for op in alltoall broadcast sendrecv; do
-  part "bench1-$op" 15 /tmp/jnccl-bundle/bin/bench "$op" -b 8 -e 256M -f 16 -g 1 -w 2 -n 10
+ITERS=${HOSTCOST_ITERS:-2000} WARMUP=200 TIMEOUT=$(( ${HOSTCOST_MULTI_LIMIT:-75} - 10 )) part hostcost-multi "${HOSTCOST_MULTI_LIMIT:-75}" scripts/gpu-hostcost-multi.sh 2
+for op in ${BENCH1_OPS:-alltoall broadcast sendrecv}; do
+  part "bench1-$op" "${BENCH1_LIMIT:-15}" /tmp/jnccl-bundle/bin/bench "$op" -b 8 -e 256M -f 16 -g 1 -w 2 -n 10
 done
 if [ -n "${NCCL_TESTS:-}" ]; then
-  part nccl-tests1-all_gather 15 "$NCCL_TESTS/all_gather_perf" -b 1M -e 1G -f 4 -g 1 -w 2 -n 10
+  part nccl-tests1-all_gather "${BENCH1_LIMIT:-15}" "$NCCL_TESTS/all_gather_perf" -b 1M -e 1G -f 4 -g 1 -w 2 -n 10
 fi
 tar czf "$out/gpu-all.tgz" -C "$r" .
 cp "$r/summary.txt" "$out/summary.txt"
