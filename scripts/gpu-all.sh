@@ -13,6 +13,8 @@
 # process per rank), then gpu-bench-mpi.sh (jnccl vs nccl-tests, W=2; only when $NCCL_TESTS names
 # nccl-tests' build folder), gpu-hostcost-threads.sh 2, gpu-torch-hostcost.sh 2,
 # gpu-hostcost-multi.sh 2, and bin/bench at world 1 for the operations that need no second rank.
+# SKIP="name ..." leaves parts out (names as in the summary: mpi gpu-test multi-rank bench-mpi
+# hostcost-threads torch hostcost-multi bench1-OP nccl-tests1-all_gather).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
@@ -20,9 +22,10 @@ out=${OUT:-/tmp/jnccl-gpu-all}
 r=$(mktemp -d /tmp/jnccl-gpu-all.XXXXXX)
 mkdir -p "$out"
 start=$(date +%s)
-part() { # name, limit in seconds, command...: runs it with its log in $r/name.log
+part() { # name, limit in seconds, command...: runs it with its log in $r/name.log (unless $SKIP names it)
   local name=$1 limit=$2 rc
   shift 2
+  case " ${SKIP:-} " in *" $name "*) echo "$name skipped (SKIP)" | tee -a "$r/summary.txt"; return 0 ;; esac
   OUT=$r/$name timeout "$limit" "$@" > "$r/$name.log" 2>&1
   rc=$?
   echo "$name rc=$rc t=$(( $(date +%s) - start ))s" | tee -a "$r/summary.txt"
