@@ -106,7 +106,7 @@ run() { # name, launcher arguments...
   echo "=== $name"
   # shellcheck disable=SC2086 # JAVA_OPTS is a list of options
   "$here/runtime/bin/java" --enable-native-access=ALL-UNNAMED -Djnccl.backend="${JNCCL_TEST_BACKEND:-cuda}" \
-    ${JAVA_OPTS:-} -jar "$here/tools/junit-console.jar" execute -cp "$cp" --details=summary --disable-banner \
+    ${JAVA_OPTS:-} -jar "$here/tools/junit-console.jar" execute -cp "$cp" --details=testfeed --disable-banner \
     --reports-dir="$out/$name" "$@" > "$out/$name.log" 2>&1
   code=$?
   grep -E "tests (successful|failed|skipped|aborted)|MethodSource|=>|Exception" "$out/$name.log" | head -60

@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.fail;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import java.io.File;
+import dev.jnccl.testsupport.ChildJvm;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -111,7 +112,7 @@ final class MpiJobs {
         command.add("--enable-native-access=ALL-UNNAMED");
         command.add("-Djnccl.backend=" + backend);
         command.addAll(List.of(jvmOptions));
-        command.addAll(List.of("-cp", MultiProcessWorlds.childClassPath(), MpiRank.class.getName(), scenario,
+        command.addAll(List.of("-cp", ChildJvm.classPath(MpiRank.class), MpiRank.class.getName(), scenario,
                 Long.toString(new SplittableRandom().nextLong())));
         ProcessBuilder builder = new ProcessBuilder(command).redirectErrorStream(true).redirectOutput(log.toFile());
         builder.environment().putAll(env);

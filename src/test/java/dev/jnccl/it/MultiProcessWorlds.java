@@ -5,11 +5,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 import dev.jnccl.CommunicatorMode;
-import java.io.File;
+import dev.jnccl.testsupport.ChildJvm;
 import java.io.IOException;
-import java.net.URISyntaxException;
-import java.net.URL;
-import java.net.URLClassLoader;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -120,7 +117,7 @@ final class MultiProcessWorlds {
             command.add("--enable-native-access=ALL-UNNAMED");
             command.add("-Djnccl.backend=" + backend);
             command.add("-cp");
-            command.add(childClassPath());
+            command.add(ChildJvm.classPath(ProcessRank.class));
             command.add(ProcessRank.class.getName());
             command.addAll(List.of(scenario, directory.resolve("id").toString(), Integer.toString(world),
                     Integer.toString(rank), "0", Long.toString(seed), modes));
@@ -131,27 +128,6 @@ final class MultiProcessWorlds {
             ranks.add(builder.start(), log);
         }
         return ranks;
-    }
-
-    /**
-     * This JVM's class path for the children: java.class.path, plus the URLs of the class loaders
-     * above this class (JUnit's console launcher, used on the GPU machine, loads the tests from its
-     * own -cp through a URLClassLoader, which java.class.path does not show).
-     */
-    static String childClassPath() {
-        List<String> entries = new ArrayList<>(List.of(System.getProperty("java.class.path").split(File.pathSeparator)));
-        for (ClassLoader loader = ProcessRank.class.getClassLoader(); loader != null; loader = loader.getParent()) {
-            if (loader instanceof URLClassLoader urls) {
-                for (URL url : urls.getURLs()) {
-                    try {
-                        entries.add(Path.of(url.toURI()).toString());
-                    } catch (URISyntaxException | IllegalArgumentException e) {
-                        // not a file: the child cannot use it either
-                    }
-                }
-            }
-        }
-        return String.join(File.pathSeparator, entries);
     }
 
     /** The child processes of one world; closing kills what is left and deletes the logs. */

@@ -1,6 +1,10 @@
 package dev.jnccl.testsupport;
 
+import java.io.File;
 import java.io.IOException;
+import java.net.URISyntaxException;
+import java.net.URL;
+import java.net.URLClassLoader;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -31,7 +35,7 @@ public final class ChildJvm {
         command.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
         command.addAll(jvmArgs);
         command.add("-cp");
-        command.add(System.getProperty("java.class.path"));
+        command.add(classPath(main));
         command.add(main.getName());
         command.addAll(List.of(args));
         // Output goes to a file, so a child that hangs cannot block this thread on a pipe read:
@@ -51,5 +55,29 @@ public final class ChildJvm {
         } finally {
             Files.deleteIfExists(log);
         }
+    }
+
+    /**
+     * The class path for a child JVM that runs {@code main}: java.class.path plus the URLs of the
+     * class loaders above {@code main}'s (JUnit's console launcher, used on the GPU machine, loads
+     * the tests from its own -cp through a URLClassLoader, which java.class.path does not show).
+     *
+     * @param main a class the child must find
+     * @return the class path, entries separated by {@link File#pathSeparator}
+     */
+    public static String classPath(Class<?> main) {
+        List<String> entries = new ArrayList<>(List.of(System.getProperty("java.class.path").split(File.pathSeparator)));
+        for (ClassLoader loader = main.getClassLoader(); loader != null; loader = loader.getParent()) {
+            if (loader instanceof URLClassLoader urls) {
+                for (URL url : urls.getURLs()) {
+                    try {
+                        entries.add(Path.of(url.toURI()).toString());
+                    } catch (URISyntaxException | IllegalArgumentException e) {
+                        // not a file: the child cannot use it either
+                    }
+                }
+            }
+        }
+        return String.join(File.pathSeparator, entries);
     }
 }
