@@ -33,14 +33,9 @@ import org.junit.jupiter.params.provider.MethodSource;
 class ThreadsOpsTest {
     private static final int[] WORLDS = {1, 2, 3, 4, 8};
 
+    /** Worlds 1, 2, 3, 4, 8 with every transport mode: the collectives suite's matrix. */
     static Stream<Arguments> matrix() {
-        List<Arguments> cases = new ArrayList<>();
-        for (int world : WORLDS) {
-            for (Mode mode : Mode.all()) {
-                cases.add(Arguments.of(world, mode));
-            }
-        }
-        return cases.stream();
+        return ThreadsCollectivesTest.matrix();
     }
 
     /** NCCL send/recv and the memcpy send/recv transport (all-gather's transport plays no part in these). */
@@ -89,14 +84,9 @@ class ThreadsOpsTest {
 
     // ================================================================== split
 
+    /** Splits: NCCL and the memcpy transports, as for send/recv. */
     static Stream<Arguments> splitMatrix() {
-        List<Arguments> cases = new ArrayList<>();
-        for (int world : WORLDS) {
-            for (Mode mode : List.of(new Mode(false, false), new Mode(true, true))) {
-                cases.add(Arguments.of(world, mode));
-            }
-        }
-        return cases.stream();
+        return sendRecvMatrix();
     }
 
     /**
