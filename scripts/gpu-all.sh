@@ -10,11 +10,14 @@
 #
 # Parts: gpu-test.sh (gpu-tagged and world-1 conformance tests, NCCL 2.28), gpu-test.sh
 # --threads-multi-rank (threads suite at worlds 2-8 on NCCL 2.30), gpu-mpi-test.sh (MPI mode, one
-# process per rank), then gpu-bench-mpi.sh (jnccl vs nccl-tests, W=2; only when $NCCL_TESTS names
-# nccl-tests' build folder), gpu-hostcost-threads.sh 2, gpu-torch-hostcost.sh 2,
-# gpu-hostcost-multi.sh 2, and bin/bench at world 1 for the operations that need no second rank.
-# SKIP="name ..." leaves parts out (names as in the summary: mpi gpu-test multi-rank bench-mpi
-# hostcost-threads torch hostcost-multi bench1-OP nccl-tests1-all_gather).
+# process per rank), then gpu-bench-mpi.sh (jnccl vs nccl-tests at $BENCH_WORLDS, default 2; only when
+# $NCCL_TESTS names nccl-tests' build folder), gpu-hostcost-threads.sh, gpu-torch-hostcost.sh and
+# gpu-hostcost-multi.sh at $HOSTCOST_WORLDS (default 2), and bin/bench at world 1 for the operations
+# that need no second rank. SKIP="name ..." leaves parts out (names as in the summary: mpi gpu-test
+# multi-rank bench-mpi hostcost-threads torch hostcost-multi-wW bench1-OP nccl-tests1-all_gather).
+# Limits and sizes: MPI_LIMIT, GPU_TEST_LIMIT, MULTI_LIMIT, JNCCL_MULTI_RANK_TESTS, BENCH_LIMIT,
+# BENCH_ITERS, BENCH_OPS, HOSTCOST_ITERS, HOSTCOST_LIMIT, HOSTCOST_MULTI_LIMIT (per W), BENCH1_OPS,
+# BENCH1_LIMIT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
@@ -44,12 +47,18 @@ wait
 
 # Measurements, one at a time.
 if [ -n "${NCCL_TESTS:-}" ]; then
-  ITERS=${BENCH_ITERS:-10} WARMUP=2 part bench-mpi "${BENCH_LIMIT:-120}" scripts/gpu-bench-mpi.sh -w 2 \
+  ITERS=${BENCH_ITERS:-10} WARMUP=2 part bench-mpi "${BENCH_LIMIT:-120}" scripts/gpu-bench-mpi.sh -w "${BENCH_WORLDS:-2}" \
     -o "${BENCH_OPS:-all_reduce reduce_scatter all_gather alltoall}"
 fi
-ITERS=${HOSTCOST_ITERS:-2000} part hostcost-threads "${HOSTCOST_LIMIT:-60}" scripts/gpu-hostcost-threads.sh 2
-ITERS=${HOSTCOST_ITERS:-2000} part torch "${HOSTCOST_LIMIT:-60}" scripts/gpu-torch-hostcost.sh 2
-ITERS=${HOSTCOST_ITERS:-2000} WARMUP=200 TIMEOUT=$(( ${HOSTCOST_MULTI_LIMIT:-75} - 10 )) part hostcost-multi "${HOSTCOST_MULTI_LIMIT:-75}" scripts/gpu-hostcost-multi.sh 2
+worlds=${HOSTCOST_WORLDS:-2}
+# shellcheck disable=SC2086 # the worlds are separate arguments
+ITERS=${HOSTCOST_ITERS:-2000} part hostcost-threads "${HOSTCOST_LIMIT:-60}" scripts/gpu-hostcost-threads.sh $worlds
+# shellcheck disable=SC2086
+ITERS=${HOSTCOST_ITERS:-2000} part torch "${HOSTCOST_LIMIT:-60}" scripts/gpu-torch-hostcost.sh $worlds
+for w in $worlds; do
+  ITERS=${HOSTCOST_ITERS:-2000} WARMUP=200 TIMEOUT=$(( ${HOSTCOST_MULTI_LIMIT:-75} - 10 )) \
+    part "hostcost-multi-w$w" "${HOSTCOST_MULTI_LIMIT:-75}" scripts/gpu-hostcost-multi.sh "$w"
+done
 for op in ${BENCH1_OPS:-alltoall broadcast sendrecv}; do
   part "bench1-$op" "${BENCH1_LIMIT:-15}" /tmp/jnccl-bundle/bin/bench "$op" -b 8 -e 256M -f 16 -g 1 -w 2 -n 10
 done
