@@ -16,7 +16,8 @@
 # that need no second rank. SKIP="name ..." leaves parts out (names as in the summary: mpi gpu-test
 # multi-rank bench-mpi hostcost-threads torch hostcost-multi-wW bench1-OP nccl-tests1-all_gather).
 # Limits and sizes: MPI_LIMIT, GPU_TEST_LIMIT, MULTI_LIMIT, JNCCL_MULTI_RANK_TESTS, BENCH_LIMIT,
-# BENCH_ITERS, BENCH_OPS, HOSTCOST_ITERS, HOSTCOST_LIMIT, HOSTCOST_MULTI_LIMIT (per W), BENCH1_OPS,
+# BENCH_ITERS, BENCH_OPS, HOSTCOST_ITERS, HOSTCOST_THREADS_ITERS, HOSTCOST_WARMUP (process mode),
+# HOSTCOST_LIMIT, HOSTCOST_MULTI_LIMIT (per W), BENCH1_OPS,
 # BENCH1_LIMIT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -52,11 +53,11 @@ if [ -n "${NCCL_TESTS:-}" ]; then
 fi
 worlds=${HOSTCOST_WORLDS:-2}
 # shellcheck disable=SC2086 # the worlds are separate arguments
-ITERS=${HOSTCOST_ITERS:-2000} part hostcost-threads "${HOSTCOST_LIMIT:-60}" scripts/gpu-hostcost-threads.sh $worlds
+ITERS=${HOSTCOST_THREADS_ITERS:-${HOSTCOST_ITERS:-2000}} part hostcost-threads "${HOSTCOST_LIMIT:-60}" scripts/gpu-hostcost-threads.sh $worlds
 # shellcheck disable=SC2086
 ITERS=${HOSTCOST_ITERS:-2000} part torch "${HOSTCOST_LIMIT:-60}" scripts/gpu-torch-hostcost.sh $worlds
 for w in $worlds; do
-  ITERS=${HOSTCOST_ITERS:-2000} WARMUP=200 TIMEOUT=$(( ${HOSTCOST_MULTI_LIMIT:-75} - 10 )) \
+  ITERS=${HOSTCOST_ITERS:-2000} WARMUP=${HOSTCOST_WARMUP:-600} TIMEOUT=$(( ${HOSTCOST_MULTI_LIMIT:-75} - 10 )) \
     part "hostcost-multi-w$w" "${HOSTCOST_MULTI_LIMIT:-75}" scripts/gpu-hostcost-multi.sh "$w"
 done
 for op in ${BENCH1_OPS:-alltoall broadcast sendrecv}; do

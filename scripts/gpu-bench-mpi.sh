@@ -26,12 +26,13 @@ done
 out=${OUT:-/tmp/jnccl-bench-mpi}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
-# One NCCL_HOSTID per process (several ranks on one GPU), device 0 for all (jnccl: JNCCL_DEVICE).
+# One NCCL_HOSTID per process (several ranks on one GPU), device 0 for all (jnccl: JNCCL_DEVICE;
+# nccl-tests: NCCL_TESTS_DEVICE, without which it refuses a second local rank on a one-GPU machine).
 per_rank='NCCL_HOSTID=r$OMPI_COMM_WORLD_RANK exec "$@"'
 launch() { # W, program and arguments
   local w=$1; shift
   timeout "${TIMEOUT:-300}" mpirun --allow-run-as-root --oversubscribe -np "$w" --bind-to none \
-    -x NCCL_NVLS_ENABLE -x NCCL_SOCKET_IFNAME -x JNCCL_DEVICE=0 -x JNCCL_BACKEND=cuda \
+    -x NCCL_NVLS_ENABLE -x NCCL_SOCKET_IFNAME -x JNCCL_DEVICE=0 -x NCCL_TESTS_DEVICE=0 -x JNCCL_BACKEND=cuda \
     sh -c "$per_rank" rank "$@"
 }
 # size -> out-of-place busbw (field 8) and in-place busbw (field 12) from nccl-tests' table.

@@ -8,7 +8,8 @@
 #   scripts/gpu-test.sh --threads-multi-rank  the threads-mode suite at worlds 2, 3, 4 and 8 with every
 #       rank on the one GPU: loads NCCL 2.30 (.gpu/libnccl.so.2.xz, staged from
 #       ../shared/nccl-2.30.7-sm90; or $JNCCL_MULTI_RANK_NCCL) with NCCL_MULTI_RANK_GPU_ENABLE=1, which
-#       lets ranks of one process share a GPU (NCCL 2.28 refuses). JNCCL_MULTI_RANK_TESTS picks classes.
+#       lets ranks of one process share a GPU (NCCL 2.28 refuses). JNCCL_MULTI_RANK_TESTS picks classes;
+#       NCCL_MAX_NCHANNELS / NCCL_MAX_P2P_NCHANNELS default to 4 there (see below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/gpu-bundle.sh
@@ -17,5 +18,11 @@ export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 if [ "${1:-}" = "--threads-multi-rank" ]; then
   JNCCL_MULTI_RANK_NCCL=$(multi_rank_nccl) || { echo "gpu-test.sh: no NCCL 2.30 for --threads-multi-rank" >&2; exit 2; }
   export JNCCL_MULTI_RANK_NCCL
+  # Up to 8 ranks' kernels share the one GPU, and a collective progresses only while every rank's
+  # kernel is resident. With NCCL's default channel counts, two transactions in flight at world 8
+  # (ThreadsCollectivesTest.overlapWithCompute) stalled in every rank for a minute on the H200; the
+  # suspected cause is that the kernels no longer all fit, so the channels are capped at four per
+  # kernel. Results and semantics do not depend on the channel count.
+  export NCCL_MAX_NCHANNELS=${NCCL_MAX_NCHANNELS:-4} NCCL_MAX_P2P_NCHANNELS=${NCCL_MAX_P2P_NCHANNELS:-4}
 fi
 OUT=${OUT:-/tmp/jnccl-gpu} exec "$bundle/bin/gpu-tests" "$@"
