@@ -380,6 +380,12 @@ public abstract class Communicator implements AutoCloseable {
                 stream.record(signal);
             }
         } catch (RuntimeException e) {
+            if (state == State.ABORTED && !(e instanceof CommunicatorAbortedException)) {
+                // Aborted from another thread (watchdog, a failed peer of the pack, abort()) while this
+                // one was inside NCCL: real NCCL then fails the call it was in (ncclGroupEnd answered
+                // ncclInternalError on the H200), which says less than the abort that caused it.
+                throw abortedDuring("execute of transaction #" + transaction.number(), e);
+            }
             if (enqueuing && !(e instanceof CommunicatorAbortedException)) {
                 // Something may be half enqueued: the communicator cannot be trusted any more.
                 abort("execute of transaction #" + transaction.number() + " failed: " + e.getMessage());
@@ -1190,6 +1196,13 @@ public abstract class Communicator implements AutoCloseable {
                     + abortReason);
         }
         throw new IllegalStateException(operation + ": communicator of rank " + rank + " is closed");
+    }
+
+    /** The exception for a native call that failed because the communicator was aborted meanwhile. */
+    private CommunicatorAbortedException abortedDuring(String operation, RuntimeException failure) {
+        beforeAbortedException();
+        return new CommunicatorAbortedException(operation + ": communicator of rank " + rank
+                + " was aborted while the call was in NCCL: " + abortReason, failure);
     }
 
     final void checkPeer(String operation, int peer) {

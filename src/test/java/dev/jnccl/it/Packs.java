@@ -13,6 +13,9 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.Phaser;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.function.Consumer;
 
 /** Running packs in tests: the memcpy modes, a bounded run, seeds, and the thread-leak check. */
@@ -94,13 +97,39 @@ final class Packs {
     static void run(int world, ThreadsOptions options, Duration timeout, Consumer<RankContext> work) {
         ThreadsOptions placed = placed(world, options);
         long seed = newSeed();
+        Phaser finished = new Phaser(world);
         assertTimeoutPreemptively(timeout, () -> ThreadsCommunicators.run(world, placed, comm -> {
             try (RankContext context = new RankContext(comm, seed)) {
-                work.accept(context);
+                try {
+                    work.accept(context);
+                } catch (RuntimeException | Error e) {
+                    finished.arriveAndDeregister(); // no peer waits for a rank that failed
+                    throw e;
+                }
+                if (SHARE_DEVICES) {
+                    awaitPeers(finished);
+                }
             }
         }), () -> "pack of " + world + " ranks (" + placed + ", seed " + seed + ") did not finish within " + timeout
                 + "; where its threads were:\n  " + String.join("\n  ", fullStacks()));
         assertNoPackThreads();
+    }
+
+    /**
+     * With ranks sharing a device they share its CUDA context, and cudaFree (closing a RankContext)
+     * waits for the whole device: a rank that frees its buffers while its peers are still in their last
+     * transaction can stall them all (seen on the H200 at world 3: one rank in cudaFree, two in
+     * ncclGroupEnd, for a minute). So a rank that ended normally waits a bounded time for the others
+     * before freeing; a rank that failed frees at once and is not waited for.
+     */
+    private static void awaitPeers(Phaser finished) {
+        try {
+            finished.awaitAdvanceInterruptibly(finished.arrive(), 20, TimeUnit.SECONDS);
+        } catch (TimeoutException e) {
+            // a peer failed or is slow: its own failure is what the test reports
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
     }
 
     static void run(int world, ThreadsOptions options, Consumer<RankContext> work) {
