@@ -1,6 +1,8 @@
 package dev.jnccl.examples.bench;
 
 import dev.jnccl.Communicator;
+import dev.jnccl.CommunicatorMode;
+import dev.jnccl.CommunicatorOptions;
 import dev.jnccl.mpi.MpiCommunicators;
 import dev.jnccl.mpi.MpiOptions;
 import dev.jnccl.threads.ThreadsCommunicators;
@@ -14,8 +16,11 @@ import java.util.function.Consumer;
  */
 interface BenchLauncher {
 
-    /** Runs {@code work} on every rank of this process, {@code ranks} ranks per process, over {@code transport}. */
-    void run(int ranks, String transport, Consumer<Communicator> work);
+    /**
+     * Runs {@code work} on every rank of this process, {@code ranks} ranks per process, over
+     * {@code transport}, on communicators of {@code mode}.
+     */
+    void run(int ranks, String transport, CommunicatorMode mode, Consumer<Communicator> work);
 
     /** The launcher {@code --launcher name} selects. */
     static BenchLauncher named(String name) {
@@ -29,9 +34,10 @@ interface BenchLauncher {
     /** One JVM thread per rank ({@link ThreadsCommunicators}); memcpy selects threads mode's copy paths. */
     final class Threads implements BenchLauncher {
         @Override
-        public void run(int ranks, String transport, Consumer<Communicator> work) {
+        public void run(int ranks, String transport, CommunicatorMode mode, Consumer<Communicator> work) {
             boolean memcpy = transport.equals("memcpy");
-            ThreadsOptions options = ThreadsOptions.defaults().withMemcpyAllGather(memcpy).withMemcpySendRecv(memcpy);
+            ThreadsOptions options = ThreadsOptions.defaults().withMemcpyAllGather(memcpy).withMemcpySendRecv(memcpy)
+                    .withCommunicator(CommunicatorOptions.defaults().withMode(mode));
             ThreadsCommunicators.run(ranks, options, work);
         }
     }
@@ -43,7 +49,7 @@ interface BenchLauncher {
      */
     final class Mpi implements BenchLauncher {
         @Override
-        public void run(int ranks, String transport, Consumer<Communicator> work) {
+        public void run(int ranks, String transport, CommunicatorMode mode, Consumer<Communicator> work) {
             if (ranks != 1) {
                 throw new BenchOptions.UsageException("--launcher mpi: -g " + ranks + ": each MPI process drives one"
                         + " GPU (-g 1); the number of ranks is mpirun's -np");
@@ -51,7 +57,7 @@ interface BenchLauncher {
             if (transport.equals("memcpy")) {
                 throw new BenchOptions.UsageException("--launcher mpi: --transport memcpy is a threads-mode transport");
             }
-            MpiCommunicators.run(MpiOptions.defaults(), work);
+            MpiCommunicators.run(MpiOptions.defaults().withCommunicator(CommunicatorOptions.defaults().withMode(mode)), work);
         }
     }
 }

@@ -1,5 +1,6 @@
 package dev.jnccl.examples.bench;
 
+import dev.jnccl.CommunicatorMode;
 import dev.jnccl.ReduceOp;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -28,6 +29,7 @@ import java.util.Map;
  * @param checks      {@code -c}: check repetitions per size (0: no check)
  * @param average     {@code -a}: how ranks' times combine: 0 rank 0, 1 mean, 2 min, 3 max
  * @param launcher    {@code --launcher}: threads or mpi
+ * @param mode        {@code --mode}: the communicators' {@link CommunicatorMode}
  * @param transports  {@code --transport}: nccl, memcpy, or both comma-separated (one run each)
  * @param json        {@code --json} / {@code -J}: file, or null
  * @param svg         {@code --svg}: file, or null
@@ -35,7 +37,7 @@ import java.util.Map;
  */
 record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepBytes, long stepFactor, int ranks,
                     int warmup, int iterations, List<BenchType> types, List<ReduceOp> ops, int root, int checks,
-                    int average, String launcher, List<String> transports, String json, String svg, List<String> args) {
+                    int average, String launcher, CommunicatorMode mode, List<String> transports, String json, String svg, List<String> args) {
 
     /** A bad command line; the message says what was wrong. */
     static final class UsageException extends RuntimeException {
@@ -95,6 +97,7 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
                   -J,--output_file F   same as --json F
                   jnccl's flags:
                   --launcher L         threads (one JVM thread per rank; default) or mpi (one process per rank)
+                  --mode M             blocking_split (default) or non_blocking: the CommunicatorMode
                   --transport T        nccl (default), memcpy (threads mode's copy-engine all-gather,
                                        send/recv and all-to-all), or nccl,memcpy (one run each)
                   --json F             results as JSON (nccl-tests' -J layout; several runs: an array)
@@ -129,7 +132,7 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
                     value = name.substring(eq + 1);
                     name = name.substring(0, eq);
                 }
-                if (!FLAGS.containsValue(name) && !List.of("launcher", "transport", "json", "svg").contains(name)) {
+                if (!FLAGS.containsValue(name) && !List.of("launcher", "mode", "transport", "json", "svg").contains(name)) {
                     throw new UsageException("unknown option '--" + name + "'");
                 }
             } else {
@@ -188,6 +191,7 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
         if (!launcher.equals("threads") && !launcher.equals("mpi")) {
             throw new UsageException("--launcher '" + launcher + "': expected threads or mpi");
         }
+        CommunicatorMode mode = mode(values.getOrDefault("mode", "blocking_split"));
         List<String> transports = new ArrayList<>();
         for (String t : values.getOrDefault("transport", "nccl").split(",")) {
             if (!op.transports().contains(t)) {
@@ -206,7 +210,7 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
         }
         String json = values.containsKey("json") ? values.get("json") : values.get("output_file");
         return new BenchOptions(op, min, max, stepBytes, stepFactor, ranks, warmup, iterations, types, ops, root,
-                checks, average, launcher, List.copyOf(transports), json, values.get("svg"), args);
+                checks, average, launcher, mode, List.copyOf(transports), json, values.get("svg"), args);
     }
 
     /** The sizes of the sweep, as nccl-tests steps them. */
@@ -251,6 +255,15 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
     }
 
     /** A size like nccl-tests': a number, optionally fractional, with an optional K, M or G (binary) suffix. */
+    private static CommunicatorMode mode(String text) {
+        for (CommunicatorMode mode : CommunicatorMode.values()) {
+            if (mode.name().equalsIgnoreCase(text)) {
+                return mode;
+            }
+        }
+        throw new UsageException("--mode '" + text + "': expected blocking_split or non_blocking");
+    }
+
     private static long size(Map<String, String> values, String name, long defaultValue) {
         String text = values.get(name);
         if (text == null) {

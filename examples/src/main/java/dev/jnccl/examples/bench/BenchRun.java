@@ -37,6 +37,7 @@ final class BenchRun {
     final String op;
     final String transport;
     final String launcher;
+    final String mode;
     final int ranks;
     final String backend;
     final String ncclVersion;
@@ -45,11 +46,12 @@ final class BenchRun {
     final String startTime;
     String endTime;
 
-    BenchRun(String op, String transport, String launcher, int ranks, String backend, String ncclVersion,
+    BenchRun(String op, String transport, String launcher, String mode, int ranks, String backend, String ncclVersion,
              List<Device> devices, String startTime) {
         this.op = op;
         this.transport = transport;
         this.launcher = launcher;
+        this.mode = mode;
         this.ranks = ranks;
         this.backend = backend;
         this.ncclVersion = ncclVersion;

@@ -77,7 +77,7 @@ public final class CollectiveBenchmark {
             BenchLauncher launcher = BenchLauncher.named(options.launcher());
             for (String transport : options.transports()) {
                 BenchRun[] result = new BenchRun[1];
-                launcher.run(options.ranks(), transport,
+                launcher.run(options.ranks(), transport, options.mode(),
                         comm -> new RankRunner(comm, options, transport, out, progress, result).run());
                 if (result[0] != null) { // null in the MPI processes of ranks other than 0: rank 0 reports
                     runs.add(result[0]);
@@ -147,7 +147,7 @@ public final class CollectiveBenchmark {
             BenchRun report = null;
             List<BenchRun.Device> devices = devices();
             if (rank == 0) {
-                report = new BenchRun(op.name(), transport, options.launcher(), ranks, comm.backend().name().toLowerCase(java.util.Locale.ROOT), comm.ncclVersion(),
+                report = new BenchRun(op.name(), transport, options.launcher(), comm.options().mode().name(), ranks, comm.backend().name().toLowerCase(java.util.Locale.ROOT), comm.ncclVersion(),
                         devices, now());
                 String version = CollectiveBenchmark.class.getPackage().getImplementationVersion();
                 NcclTestsFormat.header(out, report, options, version == null ? "(development build)" : version);

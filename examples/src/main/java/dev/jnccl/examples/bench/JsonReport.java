@@ -121,6 +121,7 @@ final class JsonReport {
         key(j, "jnccl", true).append('{');
         key(j, "operation", false).append(str(run.op));
         key(j, "launcher", true).append(str(run.launcher));
+        key(j, "mode", true).append(str(run.mode));
         key(j, "transport", true).append(str(run.transport));
         key(j, "backend", true).append(str(run.backend));
         key(j, "ranks", true).append(run.ranks);

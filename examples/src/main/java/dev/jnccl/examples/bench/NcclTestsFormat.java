@@ -27,8 +27,8 @@ final class NcclTestsFormat {
                 options.maxBytes(), options.stepFactor() > 1 ? options.stepFactor() : options.stepBytes(),
                 options.stepFactor() > 1 ? "factor" : "bytes", options.warmup(), options.iterations(), 1,
                 options.checks(), 0, 0);
-        out.printf("# jnccl: launcher %s, transport %s, %d rank(s); time: CUDA events on the comms stream, %s over ranks%n",
-                run.launcher, run.transport, run.ranks, averageName(options.average()));
+        out.printf("# jnccl: launcher %s, mode %s, transport %s, %d rank(s); time: CUDA events on the comms stream, %s over ranks%n",
+                run.launcher, run.mode, run.transport, run.ranks, averageName(options.average()));
         if (!options.op().outOfPlace()) {
             out.printf("# jnccl: %s is in place only in jnccl's API: out-of-place columns left empty%n", run.op);
         }

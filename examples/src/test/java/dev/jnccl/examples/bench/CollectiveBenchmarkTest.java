@@ -105,6 +105,18 @@ class CollectiveBenchmarkTest {
     }
 
     @Test
+    void modeSelectsTheCommunicatorMode() throws Exception {
+        Path json = dir.resolve("mode.json");
+        Output o = run("reduce_scatter", "-b", "64", "-e", "1K", "-f", "4", "-g", "2", "-w", "1", "-n", "2",
+                "--mode", "non_blocking", "--json", json.toString());
+        assertEquals(0, o.status(), o.out() + o.err());
+        assertTrue(o.out().contains("\n# jnccl: launcher threads, mode NON_BLOCKING, transport nccl, 2 rank(s);"), o.out());
+        assertTrue(o.out().contains("\n# Out of bounds values : 0 OK\n"), o.out());
+        Map<String, Object> jnccl = cast(cast(MiniJson.parse(Files.readString(json))).get("jnccl"));
+        assertEquals("NON_BLOCKING", jnccl.get("mode"));
+    }
+
+    @Test
     void badCommandLinesAreUsageErrorsNamingTheProblem() {
         assertUsage("unknown operation 'all_reduces'", "all_reduces");
         assertUsage("-r 2 is not a rank of 2", "broadcast", "-g", "2", "-r", "2");
@@ -118,6 +130,7 @@ class CollectiveBenchmarkTest {
         assertUsage("--minbytes '8X': not a size", "all_reduce", "-b", "8X");
         assertUsage("unknown or unsupported option '-z'", "all_reduce", "-z", "1");
         assertUsage("--iters 0: out of range [1, 1000000]", "all_reduce", "-n", "0");
+        assertUsage("--mode 'blocking': expected blocking_split or non_blocking", "all_reduce", "--mode", "blocking");
         Output help = run("-h");
         assertEquals(0, help.status());
         assertTrue(help.out().startsWith("usage: bench.sh OP [flags]"), help.out());
@@ -190,7 +203,7 @@ class CollectiveBenchmarkTest {
         assertEquals(String.format(Locale.ROOT, "# nThread 1 nGpus %d minBytes %d maxBytes %d step: 4(factor) warmup "
                 + "iters: 1 iters: 2 agg iters: 1 validation: 1 graph: 0 unalign: 0", ranks, sizes[0],
                 maxBytes), lines.get(++i));
-        assertTrue(lines.get(++i).startsWith("# jnccl: launcher threads, transport " + transport + ", " + ranks
+        assertTrue(lines.get(++i).startsWith("# jnccl: launcher threads, mode BLOCKING_SPLIT, transport " + transport + ", " + ranks
                 + " rank(s); time: CUDA events on the comms stream, maximum over ranks"), lines.get(i));
         while (lines.get(i + 1).startsWith("# jnccl: ")) {
             i++;
@@ -288,6 +301,7 @@ class CollectiveBenchmarkTest {
         assertEquals(op, jnccl.get("operation"));
         assertEquals(transport, jnccl.get("transport"));
         assertEquals("threads", jnccl.get("launcher"));
+        assertEquals("BLOCKING_SPLIT", jnccl.get("mode"));
     }
 
     /** Half a unit of the last printed decimal, and a little more for the rounding of the printing. */
