@@ -8,7 +8,8 @@
 #
 #   NCCL_TESTS=DIR scripts/gpu-bench-mpi.sh [-w "2 4"] [-o "all_reduce ..."] [-b 16M] [-e 256M] [-f 4]
 #
-# ITERS / WARMUP (default 20 / 5) go to both as -n / -w. DIR holds nccl-tests' *_perf programs built with MPI=1 (NVIDIA's public source, built on that
+# ITERS / WARMUP (default 20 / 5) go to both as -n / -w; MODE (blocking_split, the default, or
+# non_blocking) is jnccl's --mode. DIR holds nccl-tests' *_perf programs built with MPI=1 (NVIDIA's public source, built on that
 # machine by hand: never committed here, nor a script that builds it). jnccl runs from the bundle
 # (.gpu/jnccl-bundle.tar.xz, scripts/stage-gpu.sh). Logs go to $OUT (default /tmp/jnccl-bench-mpi).
 set -euo pipefail
@@ -45,7 +46,7 @@ for w in $worlds; do
     timing=(-n "${ITERS:-20}" -w "${WARMUP:-5}")
     launch "$w" "$NCCL_TESTS/${op}_perf" -b "$min" -e "$max" -f "$factor" "${timing[@]}" -g 1 -c 1 > "$out/nccl-tests-$op-w$w.txt" 2>&1 \
       || echo "gpu-bench-mpi.sh: nccl-tests $op W=$w failed (see $out/nccl-tests-$op-w$w.txt)" >&2
-    launch "$w" "$bundle/bin/bench" "$op" --launcher mpi -b "$min" -e "$max" -f "$factor" "${timing[@]}" -c 1 > "$out/jnccl-$op-w$w.txt" 2>"$out/jnccl-$op-w$w.err" \
+    launch "$w" "$bundle/bin/bench" "$op" --launcher mpi --mode "${MODE:-blocking_split}" -b "$min" -e "$max" -f "$factor" "${timing[@]}" -c 1 > "$out/jnccl-$op-w$w.txt" 2>"$out/jnccl-$op-w$w.err" \
       || echo "gpu-bench-mpi.sh: jnccl $op W=$w failed (see $out/jnccl-$op-w$w.err)" >&2
     # broadcast and alltoall: jnccl's columns follow nccl-tests'; take the out-of-place busbw where
     # both have it, else the in-place one.
