@@ -43,7 +43,9 @@ summary=$out/summary.txt
 printf "%-15s %2s %10s %12s %12s %8s\n" op W bytes "jnccl GB/s" "nccl-tests" ratio | tee "$summary"
 for w in $worlds; do
   for op in $ops; do
-    timing=(-n "${ITERS:-20}" -w "${WARMUP:-5}")
+    # -a 3 for both: the slowest rank's time (jnccl's default; nccl-tests' default is the mean over
+    # ranks, which at W = 4 on one time-sliced GPU reads faster than the slowest rank).
+    timing=(-n "${ITERS:-20}" -w "${WARMUP:-5}" -a 3)
     launch "$w" "$NCCL_TESTS/${op}_perf" -b "$min" -e "$max" -f "$factor" "${timing[@]}" -g 1 -c 1 > "$out/nccl-tests-$op-w$w.txt" 2>&1 \
       || echo "gpu-bench-mpi.sh: nccl-tests $op W=$w failed (see $out/nccl-tests-$op-w$w.txt)" >&2
     launch "$w" "$bundle/bin/bench" "$op" --launcher mpi --mode "${MODE:-blocking_split}" -b "$min" -e "$max" -f "$factor" "${timing[@]}" -c 1 > "$out/jnccl-$op-w$w.txt" 2>"$out/jnccl-$op-w$w.err" \
