@@ -1016,11 +1016,12 @@ public abstract class Communicator implements AutoCloseable {
         }
         try {
             openTransaction = null;
-            String failure = state == State.OPEN
-                    ? comm.finalizeAndDestroy(stream, deadline, options.closeTimeout()) : null;
-            if (failure != null) {
-                LOG.warn("rank {}: {}; aborting instead", rank, failure);
-                abort(failure);
+            if (state == State.OPEN) {
+                String failure = comm.finalizeAndDestroy(stream, deadline, options.closeTimeout());
+                if (failure != null) {
+                    LOG.warn("rank {}: {}; aborting instead", rank, failure);
+                    abort(failure);
+                }
             }
             synchronized (lifecycle) {
                 state = State.CLOSED;

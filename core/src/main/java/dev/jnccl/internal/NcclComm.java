@@ -26,7 +26,8 @@ import org.slf4j.LoggerFactory;
 /**
  * One rank's NCCL communicator handle(s) and every call made on them: init and its bounded wait,
  * groups, collectives, send/recv, asynchronous-error polling, abort, finalize and destroy. Not API;
- * {@code dev.jnccl.Communicator} holds the policy (state machine, validation) and calls this.
+ * {@code dev.jnccl.Communicator} holds the policy (state machine, validation) and calls this, as its
+ * package-private {@code CommandRunner} does for a transaction's commands.
  *
  * <p><b>Modes</b> ({@link CommunicatorMode}). {@code NON_BLOCKING}: one non-blocking communicator
  * does everything. {@code BLOCKING_SPLIT}: a non-blocking <i>parent</i> is created (so init is
