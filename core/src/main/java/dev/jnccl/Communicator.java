@@ -1,17 +1,13 @@
 package dev.jnccl;
 
 import dev.jnccl.bindings.LoadedLibraries;
-import dev.jnccl.bindings.NcclFeature;
 import dev.jnccl.cuda.Cuda;
 import dev.jnccl.cuda.CudaEvent;
-import dev.jnccl.cuda.CudaException;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.internal.Backoff;
 import dev.jnccl.internal.Events;
 import dev.jnccl.internal.FlightRecorder;
 import dev.jnccl.internal.NcclComm;
-import dev.jnccl.internal.Native;
-import dev.jnccl.internal.NcclTypes;
 import dev.jnccl.internal.Resources;
 import dev.jnccl.internal.Watchdog;
 import java.nio.ByteBuffer;
@@ -67,8 +63,10 @@ public abstract class Communicator implements AutoCloseable {
     private final Supplier<String> initCancellation;
     /** The communicator this one was split from, or null. */
     private final Communicator parent;
-    /** Live communicators split from this one (guarded by {@link #lifecycle}); closed before this one. */
-    private final List<Communicator> children = new ArrayList<>();
+    /** Live communicators split from this one; closed before this one. */
+    private final Children children = new Children(lifecycle);
+    private final Checks checks;
+    private final CommandRunner commands;
 
     private volatile State state = State.OPEN;
     private volatile String abortReason;
@@ -130,18 +128,8 @@ public abstract class Communicator implements AutoCloseable {
                          Function<ReentrantLock, NcclComm> connect) {
         Objects.requireNonNull(initCancellation, "Communicator: initCancellation is null");
         Objects.requireNonNull(options, "Communicator: options are null");
-        if (worldSize < 1) {
-            throw new IllegalArgumentException("Communicator: world size " + worldSize + " must be at least 1");
-        }
-        if (rank < 0 || rank >= worldSize) {
-            throw new IllegalArgumentException("Communicator: rank " + rank + " out of range [0, " + worldSize + ")");
-        }
-        this.libraries = Native.libraries();
-        int devices = Cuda.deviceCount();
-        if (device < 0 || device >= devices) {
-            throw new IllegalArgumentException("Communicator: device " + device + " out of range [0, " + devices
-                    + ") on rank " + rank);
-        }
+        this.checks = new Checks(rank, worldSize, device);
+        this.libraries = checks.libraries();
         this.rank = rank;
         this.worldSize = worldSize;
         this.device = device;
@@ -165,6 +153,7 @@ public abstract class Communicator implements AutoCloseable {
             Resources.closeAll(created, e, LOG);
             throw e;
         }
+        this.commands = new CommandRunner(this, comm, stream, libraries);
         long initMillis = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
         LOG.info("jnccl communicator ready: rank {} of {}{}, device {}, backend {}, mode {}, NCCL {}, CUDA runtime {}"
                         + " (driver {}), init {} ms", rank, worldSize, parent == null ? "" : " (split of rank "
@@ -299,7 +288,7 @@ public abstract class Communicator implements AutoCloseable {
      * @return the open transaction; execute or close it
      */
     public final Transaction begin(CudaStream waitFor) {
-        requireStream("begin", waitFor);
+        checks.requireStream("begin", waitFor);
         nativeLock.lock();
         try {
             requireUsable("begin");
@@ -363,9 +352,9 @@ public abstract class Communicator implements AutoCloseable {
         }
         if (LOG.isDebugEnabled()) {
             LOG.debug("rank {} transaction #{}: {} command(s), {} bytes: {}", rank, transaction.number(),
-                    executed.size(), bytes(executed), executed);
+                    executed.size(), CommandRunner.bytes(executed), executed);
         }
-        event.commit(rank, transaction.number(), executed, bytes(executed));
+        event.commit(rank, transaction.number(), executed, CommandRunner.bytes(executed));
     }
 
     private void enqueue(Transaction transaction, CudaEvent signal, CommandBuffer buffer, List<Command> executed) {
@@ -374,7 +363,7 @@ public abstract class Communicator implements AutoCloseable {
         try {
             onExecute(buffer);
             enqueuing = true;
-            runCommands(executed);
+            commands.run(executed);
             onFinish(signal);
             if (signal != null) {
                 stream.record(signal);
@@ -401,66 +390,6 @@ public abstract class Communicator implements AutoCloseable {
         }
     }
 
-    private static long bytes(List<Command> commands) {
-        long total = 0;
-        for (Command command : commands) {
-            total += command.bytes();
-        }
-        return total;
-    }
-
-    /**
-     * The commands as one NCCL group, then each all-to-all in command order: a plain one as its own
-     * group, a destructive one as its ordered rounds. Apart from the transaction's sends and
-     * receives, an all-to-all (which is point-to-point traffic too, in NCCL's ncclAlltoAll or in
-     * the send/recv fallback) can never be paired with them, whatever order the ranks added them in.
-     */
-    private void runCommands(List<Command> commands) {
-        boolean grouped = false;
-        for (Command command : commands) {
-            if (!(command instanceof Command.DestructiveAllToAll || command instanceof Command.AllToAll)) {
-                grouped = true;
-                break;
-            }
-        }
-        if (grouped) {
-            comm.group(() -> {
-                for (Command command : commands) {
-                    switch (command) {
-                        case Command.Gather gather -> gatherWeight(gather);
-                        case Command.ScatterReduce scatter -> scatterReduce(scatter);
-                        case Command.Send send -> send(send);
-                        case Command.Recv recv -> recv(recv);
-                        case Command.Broadcast broadcast -> comm.broadcast(broadcast.tensor(), broadcast.root(), stream);
-                        case Command.AllReduce allReduce -> comm.allReduce(allReduce.tensor(), ncclOp(allReduce.op()),
-                                stream);
-                        case Command.AllToAll ignored -> { } // own group below
-                        case Command.DestructiveAllToAll ignored -> { } // ordered rounds below
-                    }
-                }
-            });
-        }
-        for (Command command : commands) {
-            if (command instanceof Command.AllToAll allToAll) {
-                comm.group(() -> allToAll(allToAll));
-            } else if (command instanceof Command.DestructiveAllToAll allToAll) {
-                runAllToAll(allToAll.tensor());
-            }
-        }
-    }
-
-    private void runAllToAll(DeviceTensor tensor) {
-        for (AllToAllSchedule.Round round : AllToAllSchedule.rounds(rank, worldSize)) {
-            DeviceTensor sendSlot = tensor.shard(round.sendSlot(), worldSize);
-            DeviceTensor recvSlot = tensor.shard(round.recvSlot(), worldSize);
-            // Always NCCL (never an overridden transport): the rounds' order is what makes it safe.
-            comm.group(() -> {
-                comm.send(sendSlot, round.sendPeer(), stream);
-                comm.recv(recvSlot, round.recvPeer(), stream);
-            });
-        }
-    }
-
     // ---------------------------------------------------------------- transports (hooks)
 
     /**
@@ -469,7 +398,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param gather the all-gather command
      */
     protected void gatherWeight(Command.Gather gather) {
-        comm.allGather(gather.shard(), gather.full(), stream);
+        commands.allGather(gather);
     }
 
     /**
@@ -478,7 +407,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param send the send command
      */
     protected void send(Command.Send send) {
-        comm.send(send.tensor(), send.peer(), stream);
+        commands.send(send);
     }
 
     /**
@@ -487,7 +416,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param recv the receive command
      */
     protected void recv(Command.Recv recv) {
-        comm.recv(recv.tensor(), recv.peer(), stream);
+        commands.recv(recv);
     }
 
     /**
@@ -498,26 +427,12 @@ public abstract class Communicator implements AutoCloseable {
      * @param allToAll the all-to-all command
      */
     protected void allToAll(Command.AllToAll allToAll) {
-        if (libraries.supports(NcclFeature.ALL_TO_ALL)) {
-            comm.allToAll(allToAll.send(), allToAll.recv(), allToAll.send().count() / worldSize, stream);
-        } else {
-            allToAllBySendRecv(allToAll);
-        }
+        commands.allToAll(allToAll);
     }
 
     /** The all-to-all as a send and a receive of one slot per rank, in the open NCCL group (NCCL before 2.28). */
     final void allToAllBySendRecv(Command.AllToAll allToAll) {
-        for (int peer = 0; peer < worldSize; peer++) {
-            comm.send(allToAll.send().shard(peer, worldSize), peer, stream);
-            comm.recv(allToAll.recv().shard(peer, worldSize), peer, stream);
-        }
-    }
-
-    private void scatterReduce(Command.ScatterReduce scatter) {
-        DeviceTensor tensor = scatter.tensor();
-        DeviceTensor shard = tensor.shard(rank, worldSize);
-        // In place in NCCL's sense: the receive buffer is this rank's shard of the send buffer.
-        comm.reduceScatter(tensor, shard, ncclOp(scatter.op()), stream);
+        commands.allToAllBySendRecv(allToAll);
     }
 
     /**
@@ -605,7 +520,7 @@ public abstract class Communicator implements AutoCloseable {
      */
     public final void reduceScatter(List<DeviceTensor> tensors, CudaStream stream) {
         Objects.requireNonNull(tensors, "reduceScatter: tensors is null");
-        requireStream("reduceScatter", stream);
+        checks.requireStream("reduceScatter", stream);
         runOrdered("reduceScatter", stream, transaction -> {
             for (DeviceTensor tensor : tensors) {
                 transaction.reduceScatter(tensor);
@@ -623,7 +538,7 @@ public abstract class Communicator implements AutoCloseable {
     public final void allReduce(DeviceTensor tensor, ReduceOp op, CudaStream stream) {
         Objects.requireNonNull(tensor, "allReduce: tensor is null");
         Objects.requireNonNull(op, "allReduce: op is null");
-        requireStream("allReduce", stream);
+        checks.requireStream("allReduce", stream);
         runOrdered("allReduce", stream, transaction -> transaction.allReduce(tensor, op));
     }
 
@@ -636,8 +551,8 @@ public abstract class Communicator implements AutoCloseable {
      * @param stream the stream the operation is ordered with
      */
     public final void broadcast(DeviceTensor tensor, int root, CudaStream stream) {
-        requireStream("broadcast", stream);
-        checkRoot("broadcast", root);
+        checks.requireStream("broadcast", stream);
+        checks.checkRoot("broadcast", root);
         runOrdered("broadcast", stream, transaction -> transaction.broadcast(tensor, root));
     }
 
@@ -650,7 +565,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param stream the stream the operation is ordered with
      */
     public final void allToAll(DeviceTensor send, DeviceTensor recv, CudaStream stream) {
-        requireStream("allToAll", stream);
+        checks.requireStream("allToAll", stream);
         runOrdered("allToAll", stream, transaction -> transaction.allToAll(send, recv));
     }
 
@@ -717,7 +632,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param stream the stream that waits
      */
     public final void waitOnComms(CudaStream stream) {
-        requireStream("waitOnComms", stream);
+        checks.requireStream("waitOnComms", stream);
         nativeLock.lock();
         try {
             requireUsable("waitOnComms");
@@ -763,13 +678,7 @@ public abstract class Communicator implements AutoCloseable {
                 if (complete || (spins & 1023) == 1023) {
                     String failure = comm.asyncFailure();
                     if (failure != null) {
-                        String reason = "await: " + failure;
-                        nativeLock.unlock();
-                        try {
-                            abort(reason);
-                        } finally {
-                            nativeLock.lock();
-                        }
+                        abortHoldingLock("await: " + failure);
                         requireUsable("await");
                     }
                 }
@@ -800,7 +709,7 @@ public abstract class Communicator implements AutoCloseable {
      */
     public final List<byte[]> gatherBytesHost(byte[] local, int root) {
         Objects.requireNonNull(local, "gatherBytesHost: local is null");
-        checkRoot("gatherBytesHost", root);
+        checks.checkRoot("gatherBytesHost", root);
         requireUsable("gatherBytesHost");
         return hostGather(local, root);
     }
@@ -886,19 +795,7 @@ public abstract class Communicator implements AutoCloseable {
         } finally {
             nativeLock.unlock();
         }
-        List<byte[]> all = hostAllGather(ByteBuffer.allocate(2 * Integer.BYTES).putInt(color).putInt(key).array());
-        List<int[]> mates = new ArrayList<>(); // {key, rank} of the ranks with this color
-        for (int r = 0; r < all.size(); r++) {
-            ByteBuffer entry = ByteBuffer.wrap(all.get(r));
-            int theirColor = entry.getInt();
-            int theirKey = entry.getInt();
-            if (color >= 0 && theirColor == color) {
-                mates.add(new int[] {theirKey, r});
-            }
-        }
-        // NCCL's order: by key, then by rank in this communicator.
-        mates.sort((a, b) -> a[0] != b[0] ? Integer.compare(a[0], b[0]) : Integer.compare(a[1], b[1]));
-        List<Integer> members = mates.stream().map(m -> m[1]).toList();
+        List<Integer> members = Children.members(hostAllGather(Children.colorAndKey(color, key)), color);
         int childRank = members.indexOf(rank);
         beforeSplit(color, key);
         ReentrantLock childLock = new ReentrantLock();
@@ -909,12 +806,7 @@ public abstract class Communicator implements AutoCloseable {
             childComm = comm.split(color, key, childRank, members.size(), options.initTimeout(), initCancellation,
                     childLock);
         } catch (RuntimeException e) {
-            nativeLock.unlock();
-            try {
-                abort("split (color " + color + ", key " + key + ") failed: " + e.getMessage());
-            } finally {
-                nativeLock.lock();
-            }
+            abortHoldingLock("split (color " + color + ", key " + key + ") failed: " + e.getMessage());
             throw e;
         } finally {
             nativeLock.unlock();
@@ -973,18 +865,6 @@ public abstract class Communicator implements AutoCloseable {
      */
     public final Optional<Communicator> parent() {
         return Optional.ofNullable(parent);
-    }
-
-    private void childClosed(Communicator child) {
-        synchronized (lifecycle) {
-            children.remove(child);
-        }
-    }
-
-    private List<Communicator> liveChildren() {
-        synchronized (lifecycle) {
-            return List.copyOf(children);
-        }
     }
 
     /**
@@ -1071,7 +951,7 @@ public abstract class Communicator implements AutoCloseable {
             abortReason = explained;
             state = State.ABORTED;
         }
-        for (Communicator child : liveChildren()) {
+        for (Communicator child : children.live()) {
             child.abort("the communicator it was split from (rank " + rank + ") was aborted: " + explained);
         }
         LOG.error("rank {} (device {}): aborting communicator: {}\n  flight recorder, {}", rank, device, explained,
@@ -1108,14 +988,14 @@ public abstract class Communicator implements AutoCloseable {
                 return;
             }
         }
-        for (Communicator child : liveChildren()) {
+        for (Communicator child : children.live()) {
             child.close(); // bounded and idempotent like this one
         }
         try {
             closeSelf();
         } finally {
             if (parent != null) {
-                parent.childClosed(this);
+                parent.children.remove(this);
             }
         }
     }
@@ -1137,7 +1017,11 @@ public abstract class Communicator implements AutoCloseable {
         try {
             openTransaction = null;
             if (state == State.OPEN) {
-                shutDownGracefully(deadline);
+                String failure = comm.finalizeAndDestroy(stream, deadline, options.closeTimeout());
+                if (failure != null) {
+                    LOG.warn("rank {}: {}; aborting instead", rank, failure);
+                    abort(failure);
+                }
             }
             synchronized (lifecycle) {
                 state = State.CLOSED;
@@ -1156,31 +1040,14 @@ public abstract class Communicator implements AutoCloseable {
         }
     }
 
-    /** Drains the comms stream, then finalizes and destroys, all before {@code deadline}; aborts otherwise. */
-    private void shutDownGracefully(long deadline) {
-        long spins = 0;
-        String failure;
+    /** {@link #abort} from a thread that holds the native lock: released for the abort, then taken again. */
+    private void abortHoldingLock(String reason) {
+        nativeLock.unlock();
         try {
-            while (!stream.isIdle()) {
-                if (System.nanoTime() - deadline > 0) {
-                    abortFromClose("close: the comms stream still had work after " + options.closeTimeout().toMillis()
-                            + " ms (CommunicatorOptions.closeTimeout)");
-                    return;
-                }
-                Backoff.pause(spins++);
-            }
-            failure = comm.finalizeAndDestroy(deadline, options.closeTimeout());
-        } catch (CudaException | NcclException e) {
-            failure = "close: " + e.getMessage();
+            abort(reason);
+        } finally {
+            nativeLock.lock();
         }
-        if (failure != null) {
-            abortFromClose(failure);
-        }
-    }
-
-    private void abortFromClose(String reason) {
-        LOG.warn("rank {}: {}; aborting instead", rank, reason);
-        abort(reason);
     }
 
     // ---------------------------------------------------------------- checks
@@ -1205,51 +1072,9 @@ public abstract class Communicator implements AutoCloseable {
                 + " was aborted while the call was in NCCL: " + abortReason, failure);
     }
 
-    final void checkPeer(String operation, int peer) {
-        if (peer < 0 || peer >= worldSize) {
-            throw new IllegalArgumentException(operation + ": peer " + peer + " out of range [0, " + worldSize + ")");
-        }
-    }
-
-    final void checkRoot(String operation, int root) {
-        if (root < 0 || root >= worldSize) {
-            throw new IllegalArgumentException(operation + ": root " + root + " out of range [0, " + worldSize + ")");
-        }
-    }
-
-    final void checkSupported(String operation, DType dtype) {
-        NcclFeature feature = NcclTypes.requiredFeature(dtype);
-        if (feature != null && !libraries.supports(feature)) {
-            throw new IllegalArgumentException(operation + ": " + dtype + " needs NCCL " + feature.since()
-                    + " or newer; this is NCCL " + libraries.nccl());
-        }
-    }
-
-    final void checkReducible(String operation, DType dtype, ReduceOp op) {
-        if (!dtype.isReducible()) {
-            throw new IllegalArgumentException(operation + ": " + dtype + " tensors cannot be reduced (" + op
-                    + "); use a numeric type");
-        }
-        checkSupported(operation, dtype);
-    }
-
-    private void requireStream(String operation, CudaStream stream) {
-        Objects.requireNonNull(stream, operation + ": stream is null");
-        if (stream.isClosed()) {
-            throw new IllegalStateException(operation + ": stream " + stream + " is closed");
-        }
-        if (stream.device() != device) {
-            throw new IllegalArgumentException(operation + ": stream is on device " + stream.device()
-                    + ", the communicator of rank " + rank + " on device " + device);
-        }
-    }
-
-    /**
-     * The ncclRedOp_t for {@code op}. With one rank the average is the sum (bit for bit: NCCL
-     * multiplies by 1/1), and NCCL 2.28 refuses ncclAvg on FP8 for a single rank, so SUM is issued.
-     */
-    private int ncclOp(ReduceOp op) {
-        return NcclTypes.of(op == ReduceOp.AVG && worldSize == 1 ? ReduceOp.SUM : op);
+    /** {@return the argument checks of this rank, shared with its transactions} */
+    final Checks checks() {
+        return checks;
     }
 
     @Override

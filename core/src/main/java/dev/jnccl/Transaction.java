@@ -15,6 +15,7 @@ public final class Transaction implements AutoCloseable {
     private enum State { OPEN, EXECUTED, DISCARDED }
 
     private final Communicator communicator;
+    private final Checks checks;
     private final CudaEvent ready;
     private final long number;
     private final CommandBuffer buffer = new CommandBuffer();
@@ -22,6 +23,7 @@ public final class Transaction implements AutoCloseable {
 
     Transaction(Communicator communicator, CudaEvent ready, long number) {
         this.communicator = communicator;
+        this.checks = communicator.checks();
         this.ready = ready;
         this.number = number;
     }
@@ -47,7 +49,7 @@ public final class Transaction implements AutoCloseable {
         requireOpen("reduceScatter");
         Objects.requireNonNull(tensor, "reduceScatter: tensor is null");
         Objects.requireNonNull(op, "reduceScatter: op is null");
-        communicator.checkReducible("reduceScatter", tensor.dtype(), op);
+        checks.checkReducible("reduceScatter", tensor.dtype(), op);
         requireDivisible("reduceScatter", tensor);
         buffer.add(new Command.ScatterReduce(tensor, op));
         return this;
@@ -73,7 +75,7 @@ public final class Transaction implements AutoCloseable {
             throw new IllegalArgumentException("allGather: full has " + full.count() + " elements, expected shard "
                     + shard.count() + " x world size " + world + " = " + shard.count() * world);
         }
-        communicator.checkSupported("allGather", shard.dtype());
+        checks.checkSupported("allGather", shard.dtype());
         buffer.add(new Command.Gather(shard, full));
         return this;
     }
@@ -88,7 +90,7 @@ public final class Transaction implements AutoCloseable {
     public Transaction destructiveAllToAll(DeviceTensor tensor) {
         requireOpen("destructiveAllToAll");
         Objects.requireNonNull(tensor, "destructiveAllToAll: tensor is null");
-        communicator.checkSupported("destructiveAllToAll", tensor.dtype());
+        checks.checkSupported("destructiveAllToAll", tensor.dtype());
         requireDivisible("destructiveAllToAll", tensor);
         buffer.add(new Command.DestructiveAllToAll(tensor));
         return this;
@@ -128,7 +130,7 @@ public final class Transaction implements AutoCloseable {
             throw new IllegalArgumentException("allToAll: send " + send + " and recv " + recv
                     + " overlap; use destructiveAllToAll for an in-place exchange");
         }
-        communicator.checkSupported("allToAll", send.dtype());
+        checks.checkSupported("allToAll", send.dtype());
         buffer.add(new Command.AllToAll(send, recv));
         return this;
     }
@@ -145,8 +147,8 @@ public final class Transaction implements AutoCloseable {
     public Transaction broadcast(DeviceTensor tensor, int root) {
         requireOpen("broadcast");
         Objects.requireNonNull(tensor, "broadcast: tensor is null");
-        communicator.checkRoot("broadcast", root);
-        communicator.checkSupported("broadcast", tensor.dtype());
+        checks.checkRoot("broadcast", root);
+        checks.checkSupported("broadcast", tensor.dtype());
         buffer.add(new Command.Broadcast(tensor, root));
         return this;
     }
@@ -162,7 +164,7 @@ public final class Transaction implements AutoCloseable {
         requireOpen("allReduce");
         Objects.requireNonNull(tensor, "allReduce: tensor is null");
         Objects.requireNonNull(op, "allReduce: op is null");
-        communicator.checkReducible("allReduce", tensor.dtype(), op);
+        checks.checkReducible("allReduce", tensor.dtype(), op);
         buffer.add(new Command.AllReduce(tensor, op));
         return this;
     }
@@ -179,8 +181,8 @@ public final class Transaction implements AutoCloseable {
     public Transaction send(DeviceTensor tensor, int peer) {
         requireOpen("send");
         Objects.requireNonNull(tensor, "send: tensor is null");
-        communicator.checkPeer("send", peer);
-        communicator.checkSupported("send", tensor.dtype());
+        checks.checkPeer("send", peer);
+        checks.checkSupported("send", tensor.dtype());
         buffer.add(new Command.Send(tensor, peer));
         return this;
     }
@@ -196,8 +198,8 @@ public final class Transaction implements AutoCloseable {
     public Transaction recv(DeviceTensor tensor, int peer) {
         requireOpen("recv");
         Objects.requireNonNull(tensor, "recv: tensor is null");
-        communicator.checkPeer("recv", peer);
-        communicator.checkSupported("recv", tensor.dtype());
+        checks.checkPeer("recv", peer);
+        checks.checkSupported("recv", tensor.dtype());
         buffer.add(new Command.Recv(tensor, peer));
         return this;
     }

@@ -11,6 +11,7 @@ import dev.jnccl.UniqueId;
 import dev.jnccl.bindings.NcclConfigs;
 import dev.jnccl.bindings.nccl.Nccl;
 import dev.jnccl.bindings.nccl.ncclConfig_t;
+import dev.jnccl.cuda.CudaException;
 import dev.jnccl.cuda.CudaStream;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -25,7 +26,8 @@ import org.slf4j.LoggerFactory;
 /**
  * One rank's NCCL communicator handle(s) and every call made on them: init and its bounded wait,
  * groups, collectives, send/recv, asynchronous-error polling, abort, finalize and destroy. Not API;
- * {@code dev.jnccl.Communicator} holds the policy (state machine, validation) and calls this.
+ * {@code dev.jnccl.Communicator} holds the policy (state machine, validation) and calls this, as its
+ * package-private {@code CommandRunner} does for a transaction's commands.
  *
  * <p><b>Modes</b> ({@link CommunicatorMode}). {@code NON_BLOCKING}: one non-blocking communicator
  * does everything. {@code BLOCKING_SPLIT}: a non-blocking <i>parent</i> is created (so init is
@@ -413,9 +415,9 @@ public final class NcclComm {
     // ---------------------------------------------------------------- end of life
 
     /**
-     * Finalizes and destroys the communicator(s), the comms stream being idle. Returns null when
-     * done, or the reason why the caller must abort instead (the deadline passed, or NCCL failed).
-     * Caller holds the lock.
+     * Waits for the comms stream to drain, then finalizes and destroys the communicator(s), all
+     * before {@code deadlineNanos}. Returns null when done, or the reason why the caller must abort
+     * instead (the deadline passed, or CUDA or NCCL failed). Caller holds the lock.
      *
      * <p>Why the blocking child may be finalized with a blocking call: after the stream drained,
      * NCCL's finalize of it ({@code src/init.cc}: commDestroySync) synchronizes NCCL's internal
@@ -424,7 +426,23 @@ public final class NcclComm {
      * resources. Neither waits for a peer, so a dead or slow peer cannot hold close(). A child with
      * an asynchronous error is not finalized (its work may be stuck): the caller aborts.
      */
-    public String finalizeAndDestroy(long deadlineNanos, Duration timeout) {
+    public String finalizeAndDestroy(CudaStream stream, long deadlineNanos, Duration timeout) {
+        long spins = 0;
+        try {
+            while (!stream.isIdle()) {
+                if (System.nanoTime() - deadlineNanos > 0) {
+                    return "close: the comms stream still had work after " + timeout.toMillis()
+                            + " ms (CommunicatorOptions.closeTimeout)";
+                }
+                Backoff.pause(spins++);
+            }
+            return finalizeAndDestroyIdle(deadlineNanos, timeout);
+        } catch (CudaException | NcclException e) {
+            return "close: " + e.getMessage();
+        }
+    }
+
+    private String finalizeAndDestroyIdle(long deadlineNanos, Duration timeout) {
         MemorySegment blocking = child;
         if (blocking != null) {
             int status = asyncError(blocking);

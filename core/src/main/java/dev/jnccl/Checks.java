@@ -1,0 +1,85 @@
+package dev.jnccl;
+
+import dev.jnccl.bindings.LoadedLibraries;
+import dev.jnccl.bindings.NcclFeature;
+import dev.jnccl.cuda.Cuda;
+import dev.jnccl.cuda.CudaStream;
+import dev.jnccl.internal.Native;
+import dev.jnccl.internal.NcclTypes;
+import java.util.Objects;
+
+/**
+ * The argument checks of one rank's {@link Communicator} and its transactions, made before any
+ * native call: each exception names the operation and the values.
+ */
+final class Checks {
+    private final int rank;
+    private final int worldSize;
+    private final int device;
+    private final LoadedLibraries libraries;
+
+    /**
+     * Checks the communicator's own rank, world size and device (the last needs the native
+     * libraries, loaded here).
+     */
+    Checks(int rank, int worldSize, int device) {
+        if (worldSize < 1) {
+            throw new IllegalArgumentException("Communicator: world size " + worldSize + " must be at least 1");
+        }
+        if (rank < 0 || rank >= worldSize) {
+            throw new IllegalArgumentException("Communicator: rank " + rank + " out of range [0, " + worldSize + ")");
+        }
+        this.libraries = Native.libraries();
+        int devices = Cuda.deviceCount();
+        if (device < 0 || device >= devices) {
+            throw new IllegalArgumentException("Communicator: device " + device + " out of range [0, " + devices
+                    + ") on rank " + rank);
+        }
+        this.rank = rank;
+        this.worldSize = worldSize;
+        this.device = device;
+    }
+
+    LoadedLibraries libraries() {
+        return libraries;
+    }
+
+    void checkPeer(String operation, int peer) {
+        if (peer < 0 || peer >= worldSize) {
+            throw new IllegalArgumentException(operation + ": peer " + peer + " out of range [0, " + worldSize + ")");
+        }
+    }
+
+    void checkRoot(String operation, int root) {
+        if (root < 0 || root >= worldSize) {
+            throw new IllegalArgumentException(operation + ": root " + root + " out of range [0, " + worldSize + ")");
+        }
+    }
+
+    void checkSupported(String operation, DType dtype) {
+        NcclFeature feature = NcclTypes.requiredFeature(dtype);
+        if (feature != null && !libraries.supports(feature)) {
+            throw new IllegalArgumentException(operation + ": " + dtype + " needs NCCL " + feature.since()
+                    + " or newer; this is NCCL " + libraries.nccl());
+        }
+    }
+
+    void checkReducible(String operation, DType dtype, ReduceOp op) {
+        if (!dtype.isReducible()) {
+            throw new IllegalArgumentException(operation + ": " + dtype + " tensors cannot be reduced (" + op
+                    + "); use a numeric type");
+        }
+        checkSupported(operation, dtype);
+    }
+
+    void requireStream(String operation, CudaStream stream) {
+        Objects.requireNonNull(stream, operation + ": stream is null");
+        if (stream.isClosed()) {
+            throw new IllegalStateException(operation + ": stream " + stream + " is closed");
+        }
+        if (stream.device() != device) {
+            throw new IllegalArgumentException(operation + ": stream is on device " + stream.device()
+                    + ", the communicator of rank " + rank + " on device " + device);
+        }
+    }
+}
