@@ -354,7 +354,7 @@ public abstract class Communicator implements AutoCloseable {
             LOG.debug("rank {} transaction #{}: {} command(s), {} bytes: {}", rank, transaction.number(),
                     executed.size(), CommandRunner.bytes(executed), executed);
         }
-        event.commit(rank, transaction.number(), executed, CommandRunner.bytes(executed));
+        event.commit(rank, transaction.number(), executed); // sizes summed only when JFR records it
     }
 
     private void enqueue(Transaction transaction, CudaEvent signal, CommandBuffer buffer, List<Command> executed) {

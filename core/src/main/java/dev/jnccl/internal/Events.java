@@ -67,12 +67,12 @@ public final class Events {
         @Label("Bytes") @DataAmount public long bytes;
 
         /** Fills in and commits the event when JFR records it (nothing otherwise). */
-        public void commit(int rank, long sequence, List<Command> commands, long bytes) {
+        public void commit(int rank, long sequence, List<Command> commands) {
             if (shouldCommit()) {
                 this.rank = rank;
                 this.sequence = sequence;
                 this.commands = commands.size();
-                this.bytes = bytes;
+                this.bytes = commands.stream().mapToLong(Command::bytes).sum();
                 this.operations = commands.stream().map(c -> c.getClass().getSimpleName()).toList().toString();
                 commit();
             }
