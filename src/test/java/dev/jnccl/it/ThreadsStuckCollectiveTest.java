@@ -25,16 +25,23 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
 
 /**
- * A convenience operation that gets stuck (rank 1 hangs inside its second NCCL operation, injected
- * by the host emulation) is ended by the watchdog like a stuck transaction: every rank's
- * {@link Communicator#synchronize()} after the operation throws {@link CommunicatorAbortedException}
- * within the watchdog timeout plus a margin, instead of waiting forever. Convenience operations run
- * as transactions, so the watchdog tracks them.
+ * A convenience operation that gets stuck is ended by the watchdog like a stuck transaction: every
+ * rank's {@link Communicator#synchronize()} after the operation throws
+ * {@link CommunicatorAbortedException} within the watchdog timeout plus a margin, instead of waiting
+ * forever. Convenience operations run as transactions, so the watchdog tracks them. Two ways to get
+ * stuck: rank 1 hangs inside its second NCCL operation (injected by the host emulation), and, on any
+ * backend including real NCCL, rank 0 never calls the collective the others are inside.
  */
 @Timeout(value = 120, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
 class ThreadsStuckCollectiveTest {
     private static final int WORLD = 3;
     private static final int HUNG = 1;
+    /**
+     * The rank that skips: the broadcast's root, so that no operation can complete without it (real
+     * NCCL lets a small send finish before its receiver arrives, so a skipping receiver would let
+     * the root's broadcast return).
+     */
+    private static final int SKIPPING = 0;
     private static final int N = 840;
     private static final Duration WATCHDOG = Duration.ofSeconds(2);
     private static final Duration MARGIN = Duration.ofSeconds(3);
@@ -47,7 +54,7 @@ class ThreadsStuckCollectiveTest {
             switch (this) {
                 case ALL_REDUCE -> comm.allReduce(a, ReduceOp.SUM, stream);
                 case REDUCE_MEAN -> comm.reduceMean(a, stream);
-                case BROADCAST -> comm.broadcast(a, 0, stream);
+                case BROADCAST -> comm.broadcast(a, SKIPPING, stream);
                 case ALL_TO_ALL -> comm.allToAll(a, b, stream);
                 case REDUCE_SCATTER -> comm.reduceScatter(a, stream);
             }
@@ -89,6 +96,55 @@ class ThreadsStuckCollectiveTest {
                 }
             });
         }
+        assertEndedByTheWatchdog(op, outcome, releasedAfterNanos);
+    }
+
+    /**
+     * Rank 0 skips the second operation (a mismatched collective: the others wait inside NCCL for a
+     * rank that never comes) and only watches its communicator. Nothing is injected, so this runs on
+     * real NCCL too: a waiting rank's watchdog aborts, the pack's abort reaches rank 0, whose
+     * synchronize() then throws like the others'.
+     */
+    @ParameterizedTest
+    @EnumSource(Op.class)
+    @SuppressWarnings("try")
+    void aCollectiveARankNeverJoinsIsEndedByTheWatchdog(Op op) {
+        ThreadsOptions options = ThreadsOptions.defaults().withCommunicator(
+                CommunicatorOptions.defaults().withWatchdog(WATCHDOG));
+        Map<Integer, Long> releasedAfterNanos = new ConcurrentHashMap<>();
+        Outcome outcome = ThreadsFailureTest.runFailing(WORLD, options, comm -> {
+            DeviceTensor a = memory.fp32(N * WORLD);
+            DeviceTensor b = memory.fp32(N * WORLD);
+            try (CudaStream stream = CudaStream.create()) {
+                comm.allReduce(a, ReduceOp.MAX, stream);
+                comm.synchronize();
+                long start = System.nanoTime();
+                try {
+                    if (comm.rank() == SKIPPING) {
+                        // Bounded: the watchdog's timeout plus the margin the others are held to.
+                        long deadline = start + WATCHDOG.plus(MARGIN).toNanos();
+                        while (!comm.isAborted() && System.nanoTime() - deadline < 0) {
+                            Thread.sleep(10);
+                        }
+                    } else {
+                        op.run(comm, a, b, stream);
+                    }
+                    comm.synchronize();
+                } catch (CommunicatorAbortedException e) {
+                    releasedAfterNanos.put(comm.rank(), System.nanoTime() - start);
+                    throw e;
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new IllegalStateException("rank " + comm.rank() + " interrupted while skipping " + op, e);
+                }
+                fail("rank " + comm.rank() + ": " + op + " and synchronize() returned normally although rank "
+                        + SKIPPING + " never joined it");
+            }
+        });
+        assertEndedByTheWatchdog(op, outcome, releasedAfterNanos);
+    }
+
+    private static void assertEndedByTheWatchdog(Op op, Outcome outcome, Map<Integer, Long> releasedAfterNanos) {
         assertTrue(ThreadsFailureTest.chain(outcome.thrown()).contains("watchdog"),
                 () -> "not aborted by the watchdog: " + ThreadsFailureTest.describe(outcome.thrown()));
         for (int r = 0; r < WORLD; r++) {
