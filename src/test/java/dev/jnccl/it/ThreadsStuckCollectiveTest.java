@@ -69,34 +69,11 @@ class ThreadsStuckCollectiveTest {
     @SuppressWarnings("try")
     void aStuckConvenienceOperationIsEndedByTheWatchdog(Op op) {
         Packs.assumeHost("JNCCL_HOST_FAULT injects the hang");
-        ThreadsOptions options = ThreadsOptions.defaults().withCommunicator(
-                CommunicatorOptions.defaults().withWatchdog(WATCHDOG));
-        Map<Integer, Long> releasedAfterNanos = new ConcurrentHashMap<>();
-        Outcome outcome;
         try (NativeEnv ignored = NativeEnv.set("JNCCL_HOST_FAULT", "hang", "JNCCL_HOST_FAULT_RANK",
                 Integer.toString(HUNG), "JNCCL_HOST_FAULT_AT", "2")) {
-            outcome = ThreadsFailureTest.runFailing(WORLD, options, comm -> {
-                DeviceTensor a = memory.fp32(N * WORLD);
-                DeviceTensor b = memory.fp32(N * WORLD);
-                try (CudaStream stream = CudaStream.create()) {
-                    // Operation 1 works.
-                    comm.allReduce(a, ReduceOp.MAX, stream);
-                    comm.synchronize();
-                    long start = System.nanoTime();
-                    try {
-                        // Operation 2: rank 1 hangs inside it; the others wait for rank 1.
-                        op.run(comm, a, b, stream);
-                        comm.synchronize();
-                    } catch (CommunicatorAbortedException e) {
-                        releasedAfterNanos.put(comm.rank(), System.nanoTime() - start);
-                        throw e;
-                    }
-                    fail("rank " + comm.rank() + ": " + op + " and synchronize() returned normally although rank "
-                            + HUNG + " hangs in it");
-                }
-            });
+            // Operation 2: rank 1 hangs inside it; the others wait for rank 1.
+            runUntilTheWatchdog(op, "rank " + HUNG + " hangs in it", op::run);
         }
-        assertEndedByTheWatchdog(op, outcome, releasedAfterNanos);
     }
 
     /**
@@ -107,8 +84,36 @@ class ThreadsStuckCollectiveTest {
      */
     @ParameterizedTest
     @EnumSource(Op.class)
-    @SuppressWarnings("try")
     void aCollectiveARankNeverJoinsIsEndedByTheWatchdog(Op op) {
+        runUntilTheWatchdog(op, "rank " + SKIPPING + " never joined it", (comm, a, b, stream) -> {
+            if (comm.rank() != SKIPPING) {
+                op.run(comm, a, b, stream);
+                return;
+            }
+            // Bounded: the watchdog's timeout plus the margin the others are held to.
+            long deadline = System.nanoTime() + WATCHDOG.plus(MARGIN).toNanos();
+            while (!comm.isAborted() && System.nanoTime() - deadline < 0) {
+                try {
+                    Thread.sleep(10);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new IllegalStateException("rank " + comm.rank() + " interrupted while skipping " + op, e);
+                }
+            }
+        });
+    }
+
+    /** What a rank does as the second operation (the one that never completes). */
+    @FunctionalInterface
+    private interface SecondOperation {
+        void run(Communicator comm, DeviceTensor a, DeviceTensor b, CudaStream stream);
+    }
+
+    /**
+     * Every rank: a working all-reduce, then {@code second} and synchronize(), which must throw
+     * {@link CommunicatorAbortedException}; then checks that the watchdog ended it in time.
+     */
+    private void runUntilTheWatchdog(Op op, String whyItCannotComplete, SecondOperation second) {
         ThreadsOptions options = ThreadsOptions.defaults().withCommunicator(
                 CommunicatorOptions.defaults().withWatchdog(WATCHDOG));
         Map<Integer, Long> releasedAfterNanos = new ConcurrentHashMap<>();
@@ -116,29 +121,19 @@ class ThreadsStuckCollectiveTest {
             DeviceTensor a = memory.fp32(N * WORLD);
             DeviceTensor b = memory.fp32(N * WORLD);
             try (CudaStream stream = CudaStream.create()) {
+                // Operation 1 works.
                 comm.allReduce(a, ReduceOp.MAX, stream);
                 comm.synchronize();
                 long start = System.nanoTime();
                 try {
-                    if (comm.rank() == SKIPPING) {
-                        // Bounded: the watchdog's timeout plus the margin the others are held to.
-                        long deadline = start + WATCHDOG.plus(MARGIN).toNanos();
-                        while (!comm.isAborted() && System.nanoTime() - deadline < 0) {
-                            Thread.sleep(10);
-                        }
-                    } else {
-                        op.run(comm, a, b, stream);
-                    }
+                    second.run(comm, a, b, stream);
                     comm.synchronize();
                 } catch (CommunicatorAbortedException e) {
                     releasedAfterNanos.put(comm.rank(), System.nanoTime() - start);
                     throw e;
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                    throw new IllegalStateException("rank " + comm.rank() + " interrupted while skipping " + op, e);
                 }
-                fail("rank " + comm.rank() + ": " + op + " and synchronize() returned normally although rank "
-                        + SKIPPING + " never joined it");
+                fail("rank " + comm.rank() + ": " + op + " and synchronize() returned normally although "
+                        + whyItCannotComplete);
             }
         });
         assertEndedByTheWatchdog(op, outcome, releasedAfterNanos);
