@@ -119,8 +119,12 @@ final class MpiJobs {
         return new Job(builder.start(), directory, log, launcher + " -np " + world + " " + scenario);
     }
 
-    /** Runs {@code scenario} on {@code world} ranks and asserts exit 0 and a PASS verdict from every rank. */
-    void runAndPass(String scenario, int world, Duration timeout) throws Exception {
+    /**
+     * Runs {@code scenario} on {@code world} ranks and asserts exit 0 and a PASS verdict from every rank.
+     *
+     * @return the job's output
+     */
+    String runAndPass(String scenario, int world, Duration timeout) throws Exception {
         try (Job job = start(scenario, world)) {
             int exit = job.awaitExit(timeout);
             String output = job.output();
@@ -135,6 +139,7 @@ final class MpiJobs {
                         + verdict);
             }
             assertEquals(world, verdicts.size(), job.name + ": verdicts " + verdicts.keySet() + "\n" + output);
+            return output;
         }
     }
 

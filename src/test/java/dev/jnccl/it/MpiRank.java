@@ -17,6 +17,7 @@ import dev.jnccl.cuda.DeviceMemory;
 import dev.jnccl.mpi.MpiCommunicators;
 import dev.jnccl.mpi.MpiException;
 import dev.jnccl.mpi.MpiOptions;
+import dev.jnccl.mpi.internal.JvmSignalHandlers;
 import dev.jnccl.mpi.internal.MpiLibrary;
 import java.time.Duration;
 import java.util.List;
@@ -57,6 +58,7 @@ public final class MpiRank {
                 case "device-override" -> deviceOverride(seed);
                 case "error-string" -> errorString();
                 case "host-init" -> hostInit(seed);
+                case "ucx-signals" -> ucxSignals(seed);
                 case "throw" -> throwMidTransaction();
                 case "killed", "watchdog" -> loopTransactions();
                 default -> throw new IllegalArgumentException("unknown scenario " + scenario);
@@ -71,6 +73,10 @@ public final class MpiRank {
     }
 
     private static void verdict(Communicator comm, String details) {
+        // Every scenario: after MPI_Init the JVM must still own the signals it faults on purpose
+        // (UCX takes them from its constructor unless told not to; see JvmSignalHandlers).
+        List<JvmSignalHandlers.Foreign> foreign = JvmSignalHandlers.foreignHandlers();
+        assertTrue(foreign.isEmpty(), "rank " + comm.rank() + ": the JVM's signal handlers were replaced: " + foreign);
         System.out.println("VERDICT rank=" + comm.rank() + " world=" + comm.worldSize() + " PASS device="
                 + comm.device() + " backend=" + comm.backend() + " abi=" + MpiLibrary.load().abi().name() + " "
                 + details);
@@ -158,6 +164,27 @@ public final class MpiRank {
         mpi.free(handle);
         verdict(comm, "host-init=ok");
         mpi.finalizeMpi();
+    }
+
+    /**
+     * Run with {@code UCX_ERROR_SIGNALS} naming the JVM's signals, so UCX (where MPI loads it) takes
+     * them: jnccl must hand them back at create, and the JVM must survive many safepoints after that.
+     */
+    private static void ucxSignals(long seed) {
+        MpiCommunicators.run(MpiOptions.defaults(), comm -> {
+            try (RankContext c = new RankContext(comm, seed)) {
+                Scenarios.reduceScatters(c);
+            }
+            // Safepoints while compiled code runs: each one a SIGSEGV the JVM takes on purpose.
+            long sum = 0;
+            for (int i = 0; i < 200; i++) {
+                System.gc();
+                sum += Thread.getAllStackTraces().size();
+            }
+            assertTrue(sum > 0, "threads seen");
+            comm.barrier();
+            verdict(comm, "ucx-signals=jvm");
+        });
     }
 
     private static void throwMidTransaction() {

@@ -92,6 +92,22 @@ class MpiWorldsTest extends MpiWorldsChecks {
         }
     }
 
+    /**
+     * UCX told to take the JVM's signals ({@code UCX_ERROR_SIGNALS}): create hands them back, and the
+     * ranks survive many safepoints after it. MPICH links UCX, so there the hand-back must be logged;
+     * Open MPI loads UCX only through its {@code pml/ucx} component (every rank's verdict still checks
+     * the handlers).
+     */
+    @ParameterizedTest
+    @EnumSource(MpiJobs.Launcher.class)
+    void theJvmKeepsItsSignalHandlersWhenUcxIsToldToTakeThem(MpiJobs.Launcher launcher) throws Exception {
+        MpiJobs jobs = new MpiJobs(launcher, "host", false, Map.of("UCX_ERROR_SIGNALS", "SEGV,BUS,ILL,FPE"));
+        String output = jobs.runAndPass("ucx-signals", 2, JOB_TIMEOUT);
+        if (launcher == MpiJobs.Launcher.MPICH) {
+            assertTrue(output.contains("MPI's UCX had replaced the JVM's signal handlers"), output);
+        }
+    }
+
     @ParameterizedTest
     @EnumSource(MpiJobs.Launcher.class)
     void aKilledRankEndsTheJob(MpiJobs.Launcher launcher) throws Exception {

@@ -3,6 +3,7 @@ package dev.jnccl.mpi;
 import dev.jnccl.Communicator;
 import dev.jnccl.UniqueId;
 import dev.jnccl.cuda.Cuda;
+import dev.jnccl.mpi.internal.JvmSignalHandlers;
 import dev.jnccl.mpi.internal.MpiLibrary;
 import java.time.Duration;
 import java.util.Objects;
@@ -94,6 +95,7 @@ public final class MpiCommunicators {
         Objects.requireNonNull(options, "create: options are null");
         MpiLibrary mpi = MpiLibrary.load();
         boolean owner = initialize(mpi);
+        guardJvmSignals();
         MpiLibrary.Handle comm = null;
         try {
             comm = mpi.dup(mpi.world());
@@ -173,6 +175,30 @@ public final class MpiCommunicators {
         }
         LOG.error("{}; ending the MPI job (MPI_Abort, exit code {})", what, MpiCommunicator.ABORT_EXIT_CODE, failure);
         mpi.abort(mpi.world(), MpiCommunicator.ABORT_EXIT_CODE);
+    }
+
+    /**
+     * After MPI_Init: the JVM's SIGSEGV, SIGBUS, SIGILL and SIGFPE handlers must still be the JVM's
+     * (its safepoints and null checks fault on purpose). UCX's are handed back; others are reported.
+     */
+    private static void guardJvmSignals() {
+        JvmSignalHandlers.Restored restored = JvmSignalHandlers.restoreJvmHandlers();
+        if (!restored.handedBack().isEmpty()) {
+            LOG.warn("MPI's UCX had replaced the JVM's signal handlers ({}); jnccl handed them back to the JVM,"
+                    + " which faults on purpose for safepoints and null checks (with UCX's handler it dies with a"
+                    + " fatal error in Java code). {} was {} at JVM start. UCX installs them when MPI is loaded"
+                    + " before jnccl or {} names them: give every rank an empty one (Open MPI: mpirun -x {}="
+                    + "; MPICH: mpirun -genv {} \"\")", restored.handedBack(), JvmSignalHandlers.UCX_ERROR_SIGNALS,
+                    Objects.requireNonNullElse(System.getenv(JvmSignalHandlers.UCX_ERROR_SIGNALS), "unset"),
+                    JvmSignalHandlers.UCX_ERROR_SIGNALS, JvmSignalHandlers.UCX_ERROR_SIGNALS,
+                    JvmSignalHandlers.UCX_ERROR_SIGNALS);
+        }
+        if (!restored.stillForeign().isEmpty()) {
+            LOG.warn("After MPI_Init the JVM's handlers of these signals belong to another library: {}. The JVM"
+                    + " faults on purpose for safepoints and null checks, so this process may die with a fatal"
+                    + " error (SIGSEGV in Java code). Keep that library from installing them, or start the JVM"
+                    + " with LD_PRELOAD=$JAVA_HOME/lib/libjsig.so (signal chaining)", restored.stillForeign());
+        }
     }
 
     /** Initialises MPI at MPI_THREAD_MULTIPLE if nobody did; returns whether jnccl did (and so finalizes it). */

@@ -141,6 +141,8 @@ public final class MpiLibrary {
         synchronized (MpiLibrary.class) {
             if (instance == null) {
                 SharedLibrary library;
+                // Before the load: UCX installs its SIGSEGV/SIGBUS/... handlers from its constructor.
+                JvmSignalHandlers.keepUcxAway();
                 try {
                     library = SharedLibrary.load("MPI (libmpi)", PROPERTY, ENVIRONMENT, LINKER_NAMES,
                             "Install an MPI library (Open MPI: openmpi-bin libopenmpi-dev; MPICH: mpich libmpich-dev),"
