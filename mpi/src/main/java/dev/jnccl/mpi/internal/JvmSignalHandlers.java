@@ -74,7 +74,9 @@ public final class JvmSignalHandlers {
             if (!((MemorySegment) GETENV.invokeExact(name)).equals(MemorySegment.NULL)) {
                 return false;
             }
-            // overwrite = 0: a value set by another thread in between is kept as well.
+            // overwrite = 0: a value set by another thread in between is kept as well. setenv is not
+            // safe against a concurrent getenv in native code; this runs once, when MPI mode first
+            // loads libmpi, normally before NCCL or MPI have threads of their own.
             return (int) SETENV.invokeExact(name, arena.allocateFrom(""), 0) == 0;
         } catch (Throwable e) {
             throw new IllegalStateException("setenv(" + UCX_ERROR_SIGNALS + ") failed", e);
