@@ -14,6 +14,8 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.SortedMap;
+import java.util.TreeMap;
 
 /**
  * Keeps MPI's communication layer away from the signals the JVM lives on.
@@ -39,7 +41,8 @@ public final class JvmSignalHandlers {
     /** UCX's list of signals it handles; empty means none. */
     public static final String UCX_ERROR_SIGNALS = "UCX_ERROR_SIGNALS";
     /** The signals HotSpot handles itself as part of normal work (Linux numbers). */
-    static final Map<Integer, String> JVM_SIGNALS = Map.of(4, "SIGILL", 7, "SIGBUS", 8, "SIGFPE", 11, "SIGSEGV");
+    static final SortedMap<Integer, String> JVM_SIGNALS =
+            new TreeMap<>(Map.of(4, "SIGILL", 7, "SIGBUS", 8, "SIGFPE", 11, "SIGSEGV"));
     /** glibc's struct sigaction on Linux starts with the handler (sa_handler / sa_sigaction union); 152 bytes on x86-64. */
     private static final long SIGACTION_BYTES = 256;
     /** Dl_info: dli_fname, dli_fbase, dli_sname, dli_saddr. */
@@ -91,7 +94,7 @@ public final class JvmSignalHandlers {
     public static List<Foreign> foreignHandlers() {
         List<Foreign> foreign = new ArrayList<>();
         try (Arena arena = Arena.ofConfined()) {
-            for (int signal : JVM_SIGNALS.keySet().stream().sorted().toList()) {
+            for (int signal : JVM_SIGNALS.keySet()) {
                 MemorySegment handler = handler(signal, arena);
                 if (handler.address() <= LAST_SPECIAL_HANDLER) {
                     foreign.add(new Foreign(signal, JVM_SIGNALS.get(signal), handler.address(), "(no handler)"));
@@ -140,14 +143,14 @@ public final class JvmSignalHandlers {
 
     private static MemorySegment handler(int signal, Arena arena) {
         MemorySegment action = arena.allocate(SIGACTION_BYTES);
+        int result;
         try {
-            if ((int) SIGACTION.invokeExact(signal, MemorySegment.NULL, action) != 0) {
-                throw new IllegalStateException("sigaction(" + signal + ", NULL, &old) failed");
-            }
-        } catch (IllegalStateException e) {
-            throw e;
+            result = (int) SIGACTION.invokeExact(signal, MemorySegment.NULL, action);
         } catch (Throwable e) {
             throw new IllegalStateException("sigaction(" + signal + ") failed", e);
+        }
+        if (result != 0) {
+            throw new IllegalStateException("sigaction(" + signal + ", NULL, &old) returned " + result);
         }
         return action.get(ADDRESS, 0);
     }
@@ -167,8 +170,8 @@ public final class JvmSignalHandlers {
 
     /** HotSpot's own library (also libjsig, whose chaining keeps HotSpot first when preloaded). */
     private static boolean isHotSpot(String file) {
-        String name = Path.of(file).getFileName() == null ? file : Path.of(file).getFileName().toString();
-        return name.equals("libjvm.so") || name.equals("libjsig.so");
+        Path name = Path.of(file).getFileName();
+        return name != null && (name.toString().equals("libjvm.so") || name.toString().equals("libjsig.so"));
     }
 
     /**
