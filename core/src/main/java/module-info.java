@@ -9,5 +9,6 @@ module dev.jnccl.core {
 
     exports dev.jnccl;
     exports dev.jnccl.cuda;
-    exports dev.jnccl.internal to dev.jnccl.threads, dev.jnccl.mpi;
+    // The seam between Communicator and the launchers: only the launcher modules implement it.
+    exports dev.jnccl.spi to dev.jnccl.threads, dev.jnccl.mpi;
 }

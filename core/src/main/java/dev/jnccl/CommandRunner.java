@@ -5,28 +5,37 @@ import dev.jnccl.bindings.NcclFeature;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.internal.NcclComm;
 import dev.jnccl.internal.NcclTypes;
+import dev.jnccl.spi.Command;
+import dev.jnccl.spi.Transport;
 import java.util.List;
 
 /**
- * Enqueues a transaction's commands into NCCL on the comms stream, for one {@link Communicator}
- * (which holds its lock meanwhile). The transports a subclass may replace (all-gather, send,
- * receive, all-to-all) go through the communicator's protected hooks; their NCCL defaults are here.
+ * Enqueues a transaction's commands on the comms stream, for one {@link Communicator} (which holds
+ * its lock meanwhile): each command is offered to the launcher's {@link Transport} first, and what
+ * it does not take goes into NCCL here.
  */
 final class CommandRunner {
-    private final Communicator communicator;
     private final NcclComm comm;
     private final CudaStream stream;
     private final LoadedLibraries libraries;
+    private final Transport transport;
     private final int rank;
     private final int worldSize;
+    /** Tests only: the all-to-all as sends and receives, the path of an NCCL without ncclAlltoAll. */
+    private boolean allToAllBySendRecv;
 
-    CommandRunner(Communicator communicator, NcclComm comm, CudaStream stream, LoadedLibraries libraries) {
-        this.communicator = communicator;
+    CommandRunner(NcclComm comm, CudaStream stream, LoadedLibraries libraries, Transport transport, int rank,
+                  int worldSize) {
         this.comm = comm;
         this.stream = stream;
         this.libraries = libraries;
-        this.rank = communicator.rank();
-        this.worldSize = communicator.worldSize();
+        this.transport = transport;
+        this.rank = rank;
+        this.worldSize = worldSize;
+    }
+
+    void forceAllToAllBySendRecv() {
+        allToAllBySendRecv = true;
     }
 
     static long bytes(List<Command> commands) {
@@ -54,26 +63,40 @@ final class CommandRunner {
         if (grouped) {
             comm.group(() -> {
                 for (Command command : commands) {
-                    switch (command) {
-                        case Command.Gather gather -> communicator.gatherWeight(gather);
-                        case Command.ScatterReduce scatter -> scatterReduce(scatter);
-                        case Command.Send send -> communicator.send(send);
-                        case Command.Recv recv -> communicator.recv(recv);
-                        case Command.Broadcast broadcast -> comm.broadcast(broadcast.tensor(), broadcast.root(), stream);
-                        case Command.AllReduce allReduce -> comm.allReduce(allReduce.tensor(), ncclOp(allReduce.op()),
-                                stream);
-                        case Command.AllToAll ignored -> { } // own group below
-                        case Command.DestructiveAllToAll ignored -> { } // ordered rounds below
+                    if (!(command instanceof Command.AllToAll || command instanceof Command.DestructiveAllToAll)
+                            && !transport.enqueue(command, stream)) {
+                        nccl(command);
                     }
                 }
             });
         }
         for (Command command : commands) {
             if (command instanceof Command.AllToAll allToAll) {
-                comm.group(() -> communicator.allToAll(allToAll));
+                comm.group(() -> {
+                    if (!transport.enqueue(allToAll, stream)) {
+                        nccl(allToAll);
+                    }
+                });
             } else if (command instanceof Command.DestructiveAllToAll allToAll) {
-                runAllToAll(allToAll.tensor());
+                runAllToAll(allToAll.tensor()); // always NCCL: the rounds' order is what makes it safe
             }
+        }
+    }
+
+    /** One command into NCCL, inside the open group. */
+    private void nccl(Command command) {
+        switch (command) {
+            case Command.AllGather gather -> comm.allGather(gather.shard(), gather.full(), stream);
+            // In place in NCCL's sense: the receive buffer is this rank's shard of the send buffer.
+            case Command.ReduceScatter scatter -> comm.reduceScatter(scatter.tensor(),
+                    scatter.tensor().shard(rank, worldSize), ncclOp(scatter.op()), stream);
+            case Command.AllReduce allReduce -> comm.allReduce(allReduce.tensor(), ncclOp(allReduce.op()), stream);
+            case Command.Broadcast broadcast -> comm.broadcast(broadcast.tensor(), broadcast.root(), stream);
+            case Command.Send send -> comm.send(send.tensor(), send.peer(), stream);
+            case Command.Recv recv -> comm.recv(recv.tensor(), recv.peer(), stream);
+            case Command.AllToAll allToAll -> allToAll(allToAll);
+            case Command.DestructiveAllToAll allToAll -> throw new IllegalStateException(
+                    "a destructive all-to-all runs in rounds, not in a group: " + allToAll);
         }
     }
 
@@ -89,31 +112,9 @@ final class CommandRunner {
         }
     }
 
-    private void scatterReduce(Command.ScatterReduce scatter) {
-        DeviceTensor tensor = scatter.tensor();
-        DeviceTensor shard = tensor.shard(rank, worldSize);
-        // In place in NCCL's sense: the receive buffer is this rank's shard of the send buffer.
-        comm.reduceScatter(tensor, shard, ncclOp(scatter.op()), stream);
-    }
-
-    /** NCCL's all-gather: the default of {@link Communicator#gatherWeight}. */
-    void allGather(Command.Gather gather) {
-        comm.allGather(gather.shard(), gather.full(), stream);
-    }
-
-    /** NCCL's send: the default of {@link Communicator#send}. */
-    void send(Command.Send send) {
-        comm.send(send.tensor(), send.peer(), stream);
-    }
-
-    /** NCCL's receive: the default of {@link Communicator#recv}. */
-    void recv(Command.Recv recv) {
-        comm.recv(recv.tensor(), recv.peer(), stream);
-    }
-
-    /** NCCL's all-to-all, or sends and receives where it has none: the default of {@link Communicator#allToAll}. */
-    void allToAll(Command.AllToAll allToAll) {
-        if (libraries.supports(NcclFeature.ALL_TO_ALL)) {
+    /** NCCL's all-to-all, or a send and a receive per rank where the loaded NCCL has none. */
+    private void allToAll(Command.AllToAll allToAll) {
+        if (libraries.supports(NcclFeature.ALL_TO_ALL) && !allToAllBySendRecv) {
             comm.allToAll(allToAll.send(), allToAll.recv(), allToAll.send().count() / worldSize, stream);
         } else {
             allToAllBySendRecv(allToAll);
@@ -121,7 +122,7 @@ final class CommandRunner {
     }
 
     /** The all-to-all as a send and a receive of one slot per rank, in the open NCCL group (NCCL before 2.28). */
-    void allToAllBySendRecv(Command.AllToAll allToAll) {
+    private void allToAllBySendRecv(Command.AllToAll allToAll) {
         for (int peer = 0; peer < worldSize; peer++) {
             comm.send(allToAll.send().shard(peer, worldSize), peer, stream);
             comm.recv(allToAll.recv().shard(peer, worldSize), peer, stream);

@@ -10,9 +10,14 @@ import dev.jnccl.internal.FlightRecorder;
 import dev.jnccl.internal.NcclComm;
 import dev.jnccl.internal.Resources;
 import dev.jnccl.internal.Watchdog;
+import dev.jnccl.spi.Command;
+import dev.jnccl.spi.HostSide;
+import dev.jnccl.spi.Membership;
+import dev.jnccl.spi.Modes;
+import dev.jnccl.spi.RankParts;
+import dev.jnccl.spi.Transport;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
-import java.util.Collections;
 import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.TimeUnit;
@@ -20,15 +25,18 @@ import java.util.concurrent.locks.ReentrantLock;
 import java.util.Optional;
 import java.util.function.Consumer;
 import java.util.function.Function;
-import java.util.function.Supplier;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
  * One rank's NCCL communicator, bound to one CUDA device, with its own comms stream. Work is
  * grouped in {@linkplain #begin(CudaEvent) transactions}; convenience operations cover the common
- * single collectives; host-side helpers ({@link #barrier()}, host gathers) are provided by the
- * subclass that knows how ranks meet (threads in one JVM, MPI processes, or a single rank).
+ * single collectives; host-side helpers ({@link #barrier()}, host gathers) go to the launcher that
+ * knows how the ranks meet (threads in one JVM, MPI processes, a single rank).
+ *
+ * <p><b>Making one.</b> Through a launcher ({@code ThreadsCommunicators}, {@code MpiCommunicators}),
+ * {@link #single} for one rank, or {@link #initRank} for a rank of a world whose processes a launcher
+ * of the caller's own started (then the host-side helpers are not available).
  *
  * <p><b>Threads.</b> Create and use a communicator from the thread whose current CUDA device is
  * {@link #device()} (the factories set it). Calls are serialized internally; {@link #abort},
@@ -40,10 +48,14 @@ import org.slf4j.LoggerFactory;
  * use throws {@link CommunicatorAbortedException} with the reason. {@link #close()} is idempotent
  * and bounded.
  */
-public abstract class Communicator implements AutoCloseable {
+public class Communicator implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(Communicator.class);
 
     private enum State { OPEN, ABORTED, CLOSED }
+
+    static {
+        Modes.install(Communicator::create);
+    }
 
     private final int rank;
     private final int worldSize;
@@ -59,8 +71,10 @@ public abstract class Communicator implements AutoCloseable {
     private final Object lifecycle = new Object();
     private final NcclComm comm;
     private final Watchdog watchdog;
-    /** Polled by waits for the other ranks (init, split): a launcher's reason to give up early. */
-    private final Supplier<String> initCancellation;
+    /** How the ranks meet on the host and how a failure reaches them: the launcher's. */
+    private final HostSide host;
+    /** How commands move (NCCL, or a launcher's copies). */
+    private final Transport transport;
     /** The communicator this one was split from, or null. */
     private final Communicator parent;
     /** Live communicators split from this one; closed before this one. */
@@ -73,68 +87,32 @@ public abstract class Communicator implements AutoCloseable {
     private Transaction openTransaction;
     private long sequence;
 
-    /**
-     * Creates this rank's communicator on {@code device} (made the calling thread's current device)
-     * and waits, up to {@link CommunicatorOptions#initTimeout()}, for all ranks to join.
-     *
-     * @param id the unique id every rank of the communicator uses
-     * @param rank this rank, in {@code [0, worldSize)}
-     * @param worldSize the number of ranks
-     * @param device the CUDA device of this rank
-     * @param options deadlines and diagnostics
-     * @throws IllegalArgumentException     for a bad rank, world size or device, before any native call
-     * @throws NcclException                when NCCL refuses the communicator
-     * @throws CommunicatorAbortedException when the other ranks did not join before the deadline
-     */
-    protected Communicator(UniqueId id, int rank, int worldSize, int device, CommunicatorOptions options) {
-        this(id, rank, worldSize, device, options, () -> null);
-    }
-
-    /**
-     * As {@link #Communicator(UniqueId, int, int, int, CommunicatorOptions)}, and the wait for the
-     * other ranks also ends (with {@link CommunicatorAbortedException}) as soon as
-     * {@code initCancellation} returns a reason: a launcher uses it when another rank has already
-     * failed, so nobody waits for the full init timeout.
-     *
-     * @param id the unique id every rank of the communicator uses
-     * @param rank this rank, in {@code [0, worldSize)}
-     * @param worldSize the number of ranks
-     * @param device the CUDA device of this rank
-     * @param options deadlines and diagnostics
-     * @param initCancellation polled while waiting; a non-null answer is the reason the init ends
-     */
-    protected Communicator(UniqueId id, int rank, int worldSize, int device, CommunicatorOptions options,
-                           Supplier<String> initCancellation) {
-        this(rank, worldSize, device, options, initCancellation, null, new ReentrantLock(),
+    /** A rank of a new communicator: see {@link Modes#communicator}. */
+    private Communicator(UniqueId id, int rank, int worldSize, int device, CommunicatorOptions options,
+                         RankParts parts) {
+        this(rank, worldSize, device, options, parts, null, new ReentrantLock(),
                 lock -> NcclComm.init(Objects.requireNonNull(id, "Communicator: unique id is null"), rank, worldSize,
-                        device, options.mode(), options.initTimeout(), initCancellation, lock));
+                        device, options.mode(), options.initTimeout(), parts.host()::cancellation, lock));
     }
 
-    /**
-     * The child communicator of a {@link #split}, built by {@link #newChild}: this rank of the
-     * split's members, on the parent's device, with the parent's options and init cancellation.
-     * It takes over the split's NCCL communicator (on failure the caller aborts it).
-     *
-     * @param split what {@link #split} made
-     */
-    protected Communicator(Split split) {
-        this(Objects.requireNonNull(split, "Communicator: split is null").rank(), split.worldSize(),
-                split.parent().device(), split.parent().options(), split.parent().initCancellation, split.parent(),
-                split.comm().lock(), lock -> split.comm());
+    /** A member of a split: takes over the split's NCCL communicator (on failure the caller aborts it). */
+    private Communicator(Membership membership, NcclComm childComm, RankParts parts) {
+        this(membership.rank(), membership.worldSize(), membership.parent().device(), membership.parent().options(),
+                parts, membership.parent(), childComm.lock(), lock -> childComm);
     }
 
-    private Communicator(int rank, int worldSize, int device, CommunicatorOptions options,
-                         Supplier<String> initCancellation, Communicator parent, ReentrantLock lock,
-                         Function<ReentrantLock, NcclComm> connect) {
-        Objects.requireNonNull(initCancellation, "Communicator: initCancellation is null");
+    private Communicator(int rank, int worldSize, int device, CommunicatorOptions options, RankParts parts,
+                         Communicator parent, ReentrantLock lock, Function<ReentrantLock, NcclComm> connect) {
         Objects.requireNonNull(options, "Communicator: options are null");
+        Objects.requireNonNull(parts, "Communicator: parts are null");
         this.checks = new Checks(rank, worldSize, device);
         this.libraries = checks.libraries();
         this.rank = rank;
         this.worldSize = worldSize;
         this.device = device;
         this.options = options;
-        this.initCancellation = initCancellation;
+        this.host = parts.host();
+        this.transport = parts.transport();
         this.parent = parent;
         this.nativeLock = lock;
         this.recorder = new FlightRecorder(options.flightRecorderSize());
@@ -150,10 +128,11 @@ public abstract class Communicator implements AutoCloseable {
             this.commsDone = Resources.remember(created, CudaEvent.create());
             this.comm = connect.apply(nativeLock);
         } catch (RuntimeException e) {
+            created.add(transport::close); // the launcher's transport was made for this communicator
             Resources.closeAll(created, e, LOG);
             throw e;
         }
-        this.commands = new CommandRunner(this, comm, stream, libraries);
+        this.commands = new CommandRunner(comm, stream, libraries, transport, rank, worldSize);
         long initMillis = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
         LOG.info("jnccl communicator ready: rank {} of {}{}, device {}, backend {}, mode {}, NCCL {}, CUDA runtime {}"
                         + " (driver {}), init {} ms", rank, worldSize, parent == null ? "" : " (split of rank "
@@ -164,6 +143,24 @@ public abstract class Communicator implements AutoCloseable {
                 ? new Watchdog(rank, comm, recorder, options.watchdogTimeout(), options.watchdogInterval(),
                         () -> state == State.OPEN, this::abort)
                 : null;
+    }
+
+    /** The constructor behind {@link Modes#communicator}: this rank's communicator, handed to its host side. */
+    private static Communicator create(UniqueId id, int rank, int worldSize, int device, CommunicatorOptions options,
+                                       RankParts parts) {
+        Objects.requireNonNull(parts, "Communicator: parts are null");
+        return attach(new Communicator(id, rank, worldSize, device, options, parts));
+    }
+
+    private static Communicator attach(Communicator communicator) {
+        try {
+            communicator.host.attached(communicator);
+        } catch (RuntimeException | Error e) {
+            communicator.abort("its launcher refused it: " + e);
+            communicator.close();
+            throw e;
+        }
+        return communicator;
     }
 
     /**
@@ -185,7 +182,32 @@ public abstract class Communicator implements AutoCloseable {
      * @return the communicator, to be closed by the caller
      */
     public static Communicator single(int device, CommunicatorOptions options) {
-        return new SingleRankCommunicator(device, options);
+        return create(UniqueId.generate(), 0, 1, device, options, new RankParts(HostSides.SINGLE, Transport.NCCL));
+    }
+
+    /**
+     * Rank {@code rank} of a world of {@code worldSize} ranks that meet only through {@code id}
+     * (NCCL's {@code ncclCommInitRank}): for processes a launcher of the caller's own started
+     * (a scheduler, a container orchestrator), which hands the id from rank 0 to the others. Waits,
+     * up to {@link CommunicatorOptions#initTimeout()}, for every rank to join.
+     *
+     * <p>Transactions and convenience operations work as with any launcher. The host-side helpers
+     * ({@link #barrier()}, host gathers) and {@link #split} need a launcher that knows how the ranks
+     * meet on the host: here they throw {@link UnsupportedOperationException}.
+     *
+     * @param id        the unique id, made by one rank with {@link UniqueId#generate()} and given to all
+     * @param rank      this rank, in {@code [0, worldSize)}
+     * @param worldSize the number of ranks
+     * @param device    the CUDA device of this rank (made the calling thread's current device)
+     * @param options   deadlines and diagnostics
+     * @return the communicator, to be closed by the caller
+     * @throws IllegalArgumentException     for a bad rank, world size or device, before any native call
+     * @throws NcclException                when NCCL refuses the communicator
+     * @throws CommunicatorAbortedException when the other ranks did not join before the deadline
+     */
+    public static Communicator initRank(UniqueId id, int rank, int worldSize, int device,
+                                        CommunicatorOptions options) {
+        return create(id, rank, worldSize, device, options, new RankParts(HostSides.NONE, Transport.NCCL));
     }
 
     // ---------------------------------------------------------------- identity
@@ -195,7 +217,7 @@ public abstract class Communicator implements AutoCloseable {
      *
      * @return this rank
      */
-    public final int rank() {
+    public int rank() {
         return rank;
     }
 
@@ -204,27 +226,27 @@ public abstract class Communicator implements AutoCloseable {
      *
      * @return the number of ranks
      */
-    public final int worldSize() {
+    public int worldSize() {
         return worldSize;
     }
 
     /** {@return the CUDA device of this rank} */
-    public final int device() {
+    public int device() {
         return device;
     }
 
     /** {@return the comms stream: all communication of this communicator runs on it, in order} */
-    public final CudaStream stream() {
+    public CudaStream stream() {
         return stream;
     }
 
     /** {@return the NCCL version in use, e.g. "2.28.3"} */
-    public final String ncclVersion() {
+    public String ncclVersion() {
         return libraries.nccl().toString();
     }
 
     /** {@return {@link Backend#CUDA} (real NCCL) or {@link Backend#HOST} (the host emulation); see {@link JncclRuntime}} */
-    public final Backend backend() {
+    public Backend backend() {
         return JncclRuntime.backendOf(libraries);
     }
 
@@ -233,7 +255,7 @@ public abstract class Communicator implements AutoCloseable {
      *
      * @return the options
      */
-    public final CommunicatorOptions options() {
+    public CommunicatorOptions options() {
         return options;
     }
 
@@ -242,7 +264,7 @@ public abstract class Communicator implements AutoCloseable {
      *
      * @return whether it was aborted
      */
-    public final boolean isAborted() {
+    public boolean isAborted() {
         return state == State.ABORTED;
     }
 
@@ -251,17 +273,17 @@ public abstract class Communicator implements AutoCloseable {
      *
      * @return whether it is closed
      */
-    public final boolean isClosed() {
+    public boolean isClosed() {
         return state == State.CLOSED;
     }
 
     /** {@return why the communicator was aborted, or null} */
-    public final String abortReason() {
+    public String abortReason() {
         return abortReason;
     }
 
     /** {@return the flight recorder's dump of the most recent transactions (for diagnostics)} */
-    public final String recentTransactions() {
+    public String recentTransactions() {
         return recorder.dump();
     }
 
@@ -273,7 +295,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param ready the event the commands wait for
      * @return the open transaction; execute or close it
      */
-    public final Transaction begin(CudaEvent ready) {
+    public Transaction begin(CudaEvent ready) {
         Objects.requireNonNull(ready, "begin: ready event is null");
         if (ready.isClosed()) {
             throw new IllegalStateException("begin: ready event " + ready + " is closed");
@@ -287,7 +309,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param waitFor the stream whose work so far the commands wait for
      * @return the open transaction; execute or close it
      */
-    public final Transaction begin(CudaStream waitFor) {
+    public Transaction begin(CudaStream waitFor) {
         checks.requireStream("begin", waitFor);
         nativeLock.lock();
         try {
@@ -334,19 +356,15 @@ public abstract class Communicator implements AutoCloseable {
         Events.Transaction event = new Events.Transaction();
         event.begin();
         CommandBuffer buffer = transaction.buffer();
-        List<Command> executed = List.copyOf(buffer.commands());
+        List<Command> executed = buffer.snapshot();
         nativeLock.lock();
         try {
             if (openTransaction == transaction) {
                 openTransaction = null;
             }
             requireUsable("execute");
-            throttleLaunchQueue(true);
-            try {
-                enqueue(transaction, signal, buffer, executed);
-            } finally {
-                throttleLaunchQueue(false);
-            }
+            host.pace();
+            enqueue(transaction, signal, buffer, executed);
         } finally {
             nativeLock.unlock();
         }
@@ -361,10 +379,10 @@ public abstract class Communicator implements AutoCloseable {
         stream.waitFor(transaction.ready());
         boolean enqueuing = false;
         try {
-            onExecute(buffer);
+            transport.beforeCommands(executed, stream);
             enqueuing = true;
             commands.run(executed);
-            onFinish(signal);
+            transport.afterCommands(stream);
             if (signal != null) {
                 stream.record(signal);
             }
@@ -390,116 +408,6 @@ public abstract class Communicator implements AutoCloseable {
         }
     }
 
-    // ---------------------------------------------------------------- transports (hooks)
-
-    /**
-     * The all-gather of a transaction. Threads mode overrides it with device-to-device copies.
-     *
-     * @param gather the all-gather command
-     */
-    protected void gatherWeight(Command.Gather gather) {
-        commands.allGather(gather);
-    }
-
-    /**
-     * A send of a transaction. Threads mode may override it with device-to-device copies.
-     *
-     * @param send the send command
-     */
-    protected void send(Command.Send send) {
-        commands.send(send);
-    }
-
-    /**
-     * A receive of a transaction. Threads mode may override it with device-to-device copies.
-     *
-     * @param recv the receive command
-     */
-    protected void recv(Command.Recv recv) {
-        commands.recv(recv);
-    }
-
-    /**
-     * The all-to-all of a transaction, inside an NCCL group of its own (after the transaction's
-     * group): {@code ncclAlltoAll} where the loaded NCCL has it, else a send and a receive per rank
-     * (this rank included). Threads mode may override it with device-to-device copies.
-     *
-     * @param allToAll the all-to-all command
-     */
-    protected void allToAll(Command.AllToAll allToAll) {
-        commands.allToAll(allToAll);
-    }
-
-    /** The all-to-all as a send and a receive of one slot per rank, in the open NCCL group (NCCL before 2.28). */
-    final void allToAllBySendRecv(Command.AllToAll allToAll) {
-        commands.allToAllBySendRecv(allToAll);
-    }
-
-    /**
-     * Called with the commands before they are enqueued (threads mode matches memcpy transfers here).
-     *
-     * @param commands the transaction's commands
-     */
-    protected void onExecute(CommandBuffer commands) {}
-
-    /**
-     * Called after the commands were enqueued and right before {@code signal} (may be null) is
-     * recorded on the comms stream: the place to make the comms stream wait for peers (threads
-     * mode: until every peer has finished reading this rank's buffers).
-     *
-     * @param signal the event to be recorded after the commands, or null
-     */
-    protected void onFinish(CudaEvent signal) {}
-
-    /**
-     * Called before ({@code beforeTransaction} true) and after (false, also when the transaction
-     * failed) each transaction. Threads mode uses it to keep one rank's thread from queuing far
-     * ahead of the others (many GPUs driven from one process share the driver's launch queue); the
-     * default does nothing.
-     *
-     * @param beforeTransaction true before the transaction, false after it
-     */
-    protected void throttleLaunchQueue(boolean beforeTransaction) {}
-
-    /**
-     * The reason recorded for an abort. A subclass that knows an earlier root cause (threads mode: a
-     * rank of the pack failed, and the abort of its communicator reached this one as a remote error
-     * first) puts it in front, so every rank's exception names the rank that failed.
-     *
-     * @param reason the reason given to {@link #abort}
-     * @return the reason to record and report
-     */
-    protected String explainAbort(String reason) {
-        return reason;
-    }
-
-    /**
-     * Called once after the communicator was aborted, so subclasses can release waiting threads.
-     *
-     * @param reason the recorded reason
-     */
-    protected void onAbort(String reason) {}
-
-    /**
-     * Called once after {@link #onAbort} and the NCCL abort (ncclCommAbort has returned), on the
-     * aborting thread. MPI mode ends the whole job here (MPI_Abort), so that peers blocked in NCCL
-     * do not hang; the default does nothing.
-     *
-     * @param reason the recorded reason
-     */
-    protected void afterAbort(String reason) {}
-
-    /**
-     * Called on the calling thread when a call finds this communicator aborted, just before it throws
-     * {@link CommunicatorAbortedException} (possibly holding the communicator's internal lock, so it
-     * must not wait for this communicator). Threads mode waits here, bounded, until no peer still
-     * copies from this rank's buffers, so that the caller may free them once the exception arrives.
-     */
-    protected void beforeAbortedException() {}
-
-    /** Called once by {@link #close()} after NCCL is done with the comms stream: free subclass resources. */
-    protected void onClose() {}
-
     // ---------------------------------------------------------------- convenience operations
 
     /**
@@ -508,7 +416,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param tensor the tensor, world size times the shard
      * @param stream the stream the operation is ordered with
      */
-    public final void reduceScatter(DeviceTensor tensor, CudaStream stream) {
+    public void reduceScatter(DeviceTensor tensor, CudaStream stream) {
         reduceScatter(List.of(Objects.requireNonNull(tensor, "reduceScatter: tensor is null")), stream);
     }
 
@@ -518,7 +426,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param tensors the tensors, each world size times its shard
      * @param stream the stream the operation is ordered with
      */
-    public final void reduceScatter(List<DeviceTensor> tensors, CudaStream stream) {
+    public void reduceScatter(List<DeviceTensor> tensors, CudaStream stream) {
         Objects.requireNonNull(tensors, "reduceScatter: tensors is null");
         checks.requireStream("reduceScatter", stream);
         runOrdered("reduceScatter", stream, transaction -> {
@@ -535,7 +443,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param op the reduction
      * @param stream the stream the operation is ordered with
      */
-    public final void allReduce(DeviceTensor tensor, ReduceOp op, CudaStream stream) {
+    public void allReduce(DeviceTensor tensor, ReduceOp op, CudaStream stream) {
         Objects.requireNonNull(tensor, "allReduce: tensor is null");
         Objects.requireNonNull(op, "allReduce: op is null");
         checks.requireStream("allReduce", stream);
@@ -550,7 +458,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param root the rank whose tensor is broadcast
      * @param stream the stream the operation is ordered with
      */
-    public final void broadcast(DeviceTensor tensor, int root, CudaStream stream) {
+    public void broadcast(DeviceTensor tensor, int root, CudaStream stream) {
         checks.requireStream("broadcast", stream);
         checks.checkRoot("broadcast", root);
         runOrdered("broadcast", stream, transaction -> transaction.broadcast(tensor, root));
@@ -564,7 +472,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param recv where the slots from every rank land, in rank order
      * @param stream the stream the operation is ordered with
      */
-    public final void allToAll(DeviceTensor send, DeviceTensor recv, CudaStream stream) {
+    public void allToAll(DeviceTensor send, DeviceTensor recv, CudaStream stream) {
         checks.requireStream("allToAll", stream);
         runOrdered("allToAll", stream, transaction -> transaction.allToAll(send, recv));
     }
@@ -597,7 +505,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param tensor the tensor
      * @param stream the stream the operation is ordered with
      */
-    public final void reduceMean(DeviceTensor tensor, CudaStream stream) {
+    public void reduceMean(DeviceTensor tensor, CudaStream stream) {
         allReduce(tensor, ReduceOp.AVG, stream);
     }
 
@@ -607,7 +515,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param tensor the tensor
      * @param stream the stream the operation is ordered with
      */
-    public final void reduceMax(DeviceTensor tensor, CudaStream stream) {
+    public void reduceMax(DeviceTensor tensor, CudaStream stream) {
         allReduce(tensor, ReduceOp.MAX, stream);
     }
 
@@ -617,7 +525,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param value one FP32 element
      * @param stream the stream the operation is ordered with
      */
-    public final void reduceNormSquared(DeviceTensor value, CudaStream stream) {
+    public void reduceNormSquared(DeviceTensor value, CudaStream stream) {
         Objects.requireNonNull(value, "reduceNormSquared: value is null");
         if (value.dtype() != DType.FP32 || value.count() != 1) {
             throw new IllegalArgumentException("reduceNormSquared: expected one FP32 element, got " + value.count()
@@ -631,7 +539,7 @@ public abstract class Communicator implements AutoCloseable {
      *
      * @param stream the stream that waits
      */
-    public final void waitOnComms(CudaStream stream) {
+    public void waitOnComms(CudaStream stream) {
         checks.requireStream("waitOnComms", stream);
         nativeLock.lock();
         try {
@@ -647,7 +555,7 @@ public abstract class Communicator implements AutoCloseable {
      * Blocks until all communication enqueued so far is done. Unlike {@link CudaStream#synchronize()}
      * it notices an abort (e.g. by the watchdog) and then throws {@link CommunicatorAbortedException}.
      */
-    public final void synchronize() {
+    public void synchronize() {
         nativeLock.lock();
         try {
             requireUsable("synchronize");
@@ -664,7 +572,7 @@ public abstract class Communicator implements AutoCloseable {
      *
      * @param event the event to wait for
      */
-    public final void await(CudaEvent event) {
+    public void await(CudaEvent event) {
         Objects.requireNonNull(event, "await: event is null");
         long spins = 0;
         while (true) {
@@ -695,9 +603,9 @@ public abstract class Communicator implements AutoCloseable {
     // ---------------------------------------------------------------- host side
 
     /** Blocks until every rank has called it. */
-    public final void barrier() {
+    public void barrier() {
         requireUsable("barrier");
-        hostBarrier();
+        host.barrier();
     }
 
     /**
@@ -707,11 +615,11 @@ public abstract class Communicator implements AutoCloseable {
      * @param root the rank that receives them all
      * @return every rank's bytes on {@code root}, an empty list elsewhere
      */
-    public final List<byte[]> gatherBytesHost(byte[] local, int root) {
+    public List<byte[]> gatherBytesHost(byte[] local, int root) {
         Objects.requireNonNull(local, "gatherBytesHost: local is null");
         checks.checkRoot("gatherBytesHost", root);
         requireUsable("gatherBytesHost");
-        return hostGather(local, root);
+        return host.gather(local, root);
     }
 
     /**
@@ -720,10 +628,10 @@ public abstract class Communicator implements AutoCloseable {
      * @param local this rank's bytes
      * @return every rank's bytes, in rank order
      */
-    public final List<byte[]> allGatherBytesHost(byte[] local) {
+    public List<byte[]> allGatherBytesHost(byte[] local) {
         Objects.requireNonNull(local, "allGatherBytesHost: local is null");
         requireUsable("allGatherBytesHost");
-        return hostAllGather(local);
+        return host.allGather(local);
     }
 
     /**
@@ -732,7 +640,7 @@ public abstract class Communicator implements AutoCloseable {
      * @param value this rank's value
      * @return every rank's value, in rank order
      */
-    public final long[] allGatherLongsHost(long value) {
+    public long[] allGatherLongsHost(long value) {
         List<byte[]> all = allGatherBytesHost(ByteBuffer.allocate(Long.BYTES).putLong(value).array());
         long[] values = new long[all.size()];
         for (int i = 0; i < values.length; i++) {
@@ -740,26 +648,6 @@ public abstract class Communicator implements AutoCloseable {
         }
         return values;
     }
-
-    /** The barrier of {@link #barrier()}, supplied by the subclass. */
-    protected abstract void hostBarrier();
-
-    /**
-     * The gather of {@link #gatherBytesHost}, supplied by the subclass (arguments already checked).
-     *
-     * @param local this rank's bytes
-     * @param root the rank that receives them all
-     * @return every rank's bytes on {@code root}, an empty list elsewhere
-     */
-    protected abstract List<byte[]> hostGather(byte[] local, int root);
-
-    /**
-     * The all-gather of {@link #allGatherBytesHost}, supplied by the subclass.
-     *
-     * @param local this rank's bytes
-     * @return every rank's bytes, in rank order
-     */
-    protected abstract List<byte[]> hostAllGather(byte[] local);
 
     // ---------------------------------------------------------------- sub-communicators
 
@@ -783,11 +671,11 @@ public abstract class Communicator implements AutoCloseable {
      * @param key the order of this rank in its group
      * @return the new communicator, or empty for a negative color
      * @throws IllegalStateException         when a transaction is open or this communicator is closed
-     * @throws UnsupportedOperationException when this kind of communicator has no {@link #newChild}
+     * @throws UnsupportedOperationException when the launcher has no sub-communicators ({@link #initRank})
      * @throws NcclException                 when NCCL refuses the split
      * @throws CommunicatorAbortedException  when the other ranks did not split in time, or on abort
      */
-    public final Optional<Communicator> split(int color, int key) {
+    public Optional<Communicator> split(int color, int key) {
         requireUsable("split");
         nativeLock.lock();
         try {
@@ -795,15 +683,15 @@ public abstract class Communicator implements AutoCloseable {
         } finally {
             nativeLock.unlock();
         }
-        List<Integer> members = Children.members(hostAllGather(Children.colorAndKey(color, key)), color);
+        List<Integer> members = Children.members(host.allGather(Children.colorAndKey(color, key)), color);
         int childRank = members.indexOf(rank);
-        beforeSplit(color, key);
+        host.beforeSplit(color, key);
         ReentrantLock childLock = new ReentrantLock();
         NcclComm childComm;
         nativeLock.lock();
         try {
             requireUsable("split");
-            childComm = comm.split(color, key, childRank, members.size(), options.initTimeout(), initCancellation,
+            childComm = comm.split(color, key, childRank, members.size(), options.initTimeout(), host::cancellation,
                     childLock);
         } catch (RuntimeException e) {
             abortHoldingLock("split (color " + color + ", key " + key + ") failed: " + e.getMessage());
@@ -816,12 +704,14 @@ public abstract class Communicator implements AutoCloseable {
         }
         Communicator child;
         try {
-            child = Objects.requireNonNull(newChild(new Split(this, color, key, childRank, members, childComm)),
-                    "split: newChild returned null");
+            Membership membership = new Membership(this, color, key, childRank, members);
+            RankParts parts = Objects.requireNonNull(host.split(membership), "split: the launcher made no parts");
+            child = new Communicator(membership, childComm, parts);
         } catch (RuntimeException | Error e) {
             childComm.abort();
             throw e;
         }
+        attach(child);
         synchronized (lifecycle) {
             if (state == State.OPEN) {
                 children.add(child);
@@ -834,101 +724,12 @@ public abstract class Communicator implements AutoCloseable {
     }
 
     /**
-     * Called by {@link #split} on every rank of this communicator, members of a child or not
-     * (negative color), after the colors and keys are exchanged and before NCCL splits: where a
-     * subclass's host side needs every rank for its own split (MPI_Comm_split) or counts splits.
-     * The default does nothing.
-     *
-     * @param color the color this rank passed to {@link #split}
-     * @param key   the key this rank passed to {@link #split}
-     */
-    protected void beforeSplit(int color, int key) {}
-
-    /**
-     * Makes the subclass's communicator for one rank of a {@link #split}: usually a constructor of
-     * the subclass that calls {@link #Communicator(Split)} and sets up host-side collectives
-     * (barrier, gathers) among {@link Split#members()} only. Called on the splitting thread, after
-     * NCCL has split, on every member rank. The default throws {@link UnsupportedOperationException}.
-     *
-     * @param split the split: parent, color, key, this rank's place and the members
-     * @return the child communicator
-     */
-    protected Communicator newChild(Split split) {
-        throw new UnsupportedOperationException("split: " + getClass().getSimpleName()
-                + " does not support sub-communicators");
-    }
-
-    /**
      * The communicator this one was split from, if any.
      *
      * @return the parent, or empty for a communicator that was not made by {@link #split}
      */
-    public final Optional<Communicator> parent() {
+    public Optional<Communicator> parent() {
         return Optional.ofNullable(parent);
-    }
-
-    /**
-     * What {@link #split} hands to {@link #newChild}: the parent, the color and key passed, this
-     * rank's place in the new communicator, and its members (ranks of the parent, in the new
-     * communicator's rank order), with the NCCL communicator that {@link Communicator#Communicator(Split)}
-     * takes over.
-     */
-    public static final class Split {
-        private final Communicator parent;
-        private final int color;
-        private final int key;
-        private final int rank;
-        private final List<Integer> members;
-        private final NcclComm comm;
-
-        Split(Communicator parent, int color, int key, int rank, List<Integer> members, NcclComm comm) {
-            this.parent = parent;
-            this.color = color;
-            this.key = key;
-            this.rank = rank;
-            this.members = Collections.unmodifiableList(new ArrayList<>(members));
-            this.comm = comm;
-        }
-
-        /** {@return the communicator that was split} */
-        public Communicator parent() {
-            return parent;
-        }
-
-        /** {@return the color this rank passed (non-negative)} */
-        public int color() {
-            return color;
-        }
-
-        /** {@return the key this rank passed} */
-        public int key() {
-            return key;
-        }
-
-        /** {@return this rank in the new communicator} */
-        public int rank() {
-            return rank;
-        }
-
-        /** {@return the number of ranks of the new communicator} */
-        public int worldSize() {
-            return members.size();
-        }
-
-        /** {@return the members' ranks in the parent, indexed by their rank in the new communicator} */
-        public List<Integer> members() {
-            return members;
-        }
-
-        NcclComm comm() {
-            return comm;
-        }
-
-        @Override
-        public String toString() {
-            return "Split[color " + color + ", key " + key + ", rank " + rank + " of " + members.size()
-                    + ", parent ranks " + members + "]";
-        }
     }
 
     // ---------------------------------------------------------------- abort and close
@@ -941,9 +742,9 @@ public abstract class Communicator implements AutoCloseable {
      *
      * @param reason why; reported by every exception that follows
      */
-    public final void abort(String reason) {
+    public void abort(String reason) {
         Objects.requireNonNull(reason, "abort: reason is null");
-        String explained = explainAbort(reason);
+        String explained = host.explainAbort(reason);
         synchronized (lifecycle) {
             if (state != State.OPEN) {
                 return;
@@ -962,17 +763,17 @@ public abstract class Communicator implements AutoCloseable {
             event.reason = explained;
             event.commit();
         }
-        // First release threads the subclass keeps waiting (barriers): one of them may hold the lock.
+        // First release threads the host side keeps waiting (barriers): one of them may hold the lock.
         try {
-            onAbort(explained);
+            host.aborting(explained);
         } catch (RuntimeException e) {
-            LOG.warn("rank {}: onAbort hook failed", rank, e);
+            LOG.warn("rank {}: the host side failed while aborting", rank, e);
         }
         comm.abort();
         try {
-            afterAbort(explained);
+            host.aborted(explained);
         } catch (RuntimeException e) {
-            LOG.warn("rank {}: afterAbort hook failed", rank, e);
+            LOG.warn("rank {}: the host side failed after the abort", rank, e);
         }
     }
 
@@ -982,7 +783,7 @@ public abstract class Communicator implements AutoCloseable {
      * Communicators {@linkplain #split split} from this one that are still open are closed first.
      */
     @Override
-    public final void close() {
+    public void close() {
         synchronized (lifecycle) {
             if (state == State.CLOSED) {
                 return;
@@ -1029,9 +830,14 @@ public abstract class Communicator implements AutoCloseable {
             comm.closeArena();
             recorder.closeEvents();
             try {
-                onClose();
+                transport.close();
             } catch (RuntimeException e) {
-                LOG.warn("rank {}: onClose hook failed", rank, e);
+                LOG.warn("rank {}: closing the transport failed", rank, e);
+            }
+            try {
+                host.closed(abortReason != null);
+            } catch (RuntimeException e) {
+                LOG.warn("rank {}: closing the host side failed", rank, e);
             }
             List<AutoCloseable> resources = List.of(commsDone, transactionReady, stream);
             Resources.closeAll(resources, null, LOG);
@@ -1058,7 +864,7 @@ public abstract class Communicator implements AutoCloseable {
             return;
         }
         if (current == State.ABORTED) {
-            beforeAbortedException();
+            host.beforeAbortedException(abortReason);
             throw new CommunicatorAbortedException(operation + ": communicator of rank " + rank + " was aborted: "
                     + abortReason);
         }
@@ -1067,9 +873,14 @@ public abstract class Communicator implements AutoCloseable {
 
     /** The exception for a native call that failed because the communicator was aborted meanwhile. */
     private CommunicatorAbortedException abortedDuring(String operation, RuntimeException failure) {
-        beforeAbortedException();
+        host.beforeAbortedException(abortReason);
         return new CommunicatorAbortedException(operation + ": communicator of rank " + rank
                 + " was aborted while the call was in NCCL: " + abortReason, failure);
+    }
+
+    /** {@return how this communicator enqueues commands (tests force NCCL's older paths through it)} */
+    CommandRunner commandRunner() {
+        return commands;
     }
 
     /** {@return the argument checks of this rank, shared with its transactions} */
@@ -1079,7 +890,7 @@ public abstract class Communicator implements AutoCloseable {
 
     @Override
     public String toString() {
-        return getClass().getSimpleName() + "[rank " + rank + " of " + worldSize + ", device " + device + ", " + state
+        return "Communicator[rank " + rank + " of " + worldSize + ", device " + device + ", " + state
                 + "]";
     }
 }

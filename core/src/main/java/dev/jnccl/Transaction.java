@@ -1,6 +1,7 @@
 package dev.jnccl;
 
 import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.spi.Command;
 import java.util.Objects;
 
 /**
@@ -51,7 +52,7 @@ public final class Transaction implements AutoCloseable {
         Objects.requireNonNull(op, "reduceScatter: op is null");
         checks.checkReducible("reduceScatter", tensor.dtype(), op);
         requireDivisible("reduceScatter", tensor);
-        buffer.add(new Command.ScatterReduce(tensor, op));
+        buffer.add(new Command.ReduceScatter(tensor, op));
         return this;
     }
 
@@ -76,7 +77,7 @@ public final class Transaction implements AutoCloseable {
                     + shard.count() + " x world size " + world + " = " + shard.count() * world);
         }
         checks.checkSupported("allGather", shard.dtype());
-        buffer.add(new Command.Gather(shard, full));
+        buffer.add(new Command.AllGather(shard, full));
         return this;
     }
 
@@ -236,9 +237,14 @@ public final class Transaction implements AutoCloseable {
         }
     }
 
-    /** {@return the commands added so far} */
-    public CommandBuffer commands() {
-        return buffer;
+    /**
+     * The number of commands added so far (and not yet executed or discarded): a rejected command
+     * is never added.
+     *
+     * @return the number of commands in the transaction
+     */
+    public int size() {
+        return buffer.size();
     }
 
     /** {@return the sequence number of this transaction on its communicator (1, 2, ...)} */

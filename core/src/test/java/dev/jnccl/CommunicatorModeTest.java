@@ -82,7 +82,7 @@ class CommunicatorModeTest {
                 .withInitTimeout(Duration.ofMillis(700));
         long started = System.nanoTime();
         CommunicatorAbortedException e = assertThrows(CommunicatorAbortedException.class,
-                () -> new LocalRanks.TestCommunicator(UniqueId.generate(), 0, 2, 0, options, null, null));
+                () -> LocalRanks.create(UniqueId.generate(), 0, 2, 0, options, null, null));
         long millis = Duration.ofNanos(System.nanoTime() - started).toMillis();
         assertTrue(e.getMessage().contains("initTimeout"), e.getMessage());
         assertTrue(millis >= 600 && millis < 10_000, "init ended after " + millis + " ms");

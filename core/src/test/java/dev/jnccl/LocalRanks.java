@@ -1,5 +1,9 @@
 package dev.jnccl;
 
+import dev.jnccl.spi.HostSide;
+import dev.jnccl.spi.Modes;
+import dev.jnccl.spi.RankParts;
+import dev.jnccl.spi.Transport;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CyclicBarrier;
@@ -16,36 +20,20 @@ import java.util.function.Function;
 final class LocalRanks {
     private LocalRanks() {}
 
-    static final class TestCommunicator extends Communicator {
+    /** Host side of one rank: barrier and gathers through a CyclicBarrier and shared slots. */
+    static final class TestHost implements HostSide {
+        private final int rank;
         private final CyclicBarrier barrier;
         private final byte[][] slots;
-        private final boolean allToAllBySendRecv;
 
-        TestCommunicator(UniqueId id, int rank, int world, int device, CommunicatorOptions options,
-                         CyclicBarrier barrier, byte[][] slots) {
-            this(id, rank, world, device, options, barrier, slots, false);
-        }
-
-        TestCommunicator(UniqueId id, int rank, int world, int device, CommunicatorOptions options,
-                         CyclicBarrier barrier, byte[][] slots, boolean allToAllBySendRecv) {
-            super(id, rank, world, device, options);
+        TestHost(int rank, CyclicBarrier barrier, byte[][] slots) {
+            this.rank = rank;
             this.barrier = barrier;
             this.slots = slots;
-            this.allToAllBySendRecv = allToAllBySendRecv;
-        }
-
-        /** Optionally the path of an NCCL without ncclAlltoAll (before 2.28), which the emulation is not. */
-        @Override
-        protected void allToAll(Command.AllToAll allToAll) {
-            if (allToAllBySendRecv) {
-                allToAllBySendRecv(allToAll);
-            } else {
-                super.allToAll(allToAll);
-            }
         }
 
         @Override
-        protected void hostBarrier() {
+        public void barrier() {
             try {
                 barrier.await(30, TimeUnit.SECONDS);
             } catch (Exception e) {
@@ -54,19 +42,45 @@ final class LocalRanks {
         }
 
         @Override
-        protected List<byte[]> hostGather(byte[] local, int root) {
-            List<byte[]> all = hostAllGather(local);
-            return rank() == root ? all : List.of();
+        public List<byte[]> gather(byte[] local, int root) {
+            List<byte[]> all = allGather(local);
+            return rank == root ? all : List.of();
         }
 
         @Override
-        protected List<byte[]> hostAllGather(byte[] local) {
-            slots[rank()] = local.clone();
-            hostBarrier();
-            List<byte[]> all = new ArrayList<>(List.of(slots.clone()));
-            hostBarrier();
+        public List<byte[]> allGather(byte[] local) {
+            slots[rank] = local.clone();
+            barrier();
+            List<byte[]> all = new ArrayList<>();
+            for (byte[] slot : slots) {
+                all.add(slot.clone());
+            }
+            barrier();
             return all;
         }
+    }
+
+    /** Rank {@code rank} of {@code world}, host side through {@code barrier} and {@code slots}. */
+    static Communicator create(UniqueId id, int rank, int world, int device, CommunicatorOptions options,
+                               CyclicBarrier barrier, byte[][] slots) {
+        return create(id, rank, world, device, options, barrier, slots, false);
+    }
+
+    /** As above; optionally the all-to-all path of an NCCL without ncclAlltoAll (before 2.28), which the emulation is not. */
+    static Communicator create(UniqueId id, int rank, int world, int device, CommunicatorOptions options,
+                               CyclicBarrier barrier, byte[][] slots, boolean allToAllBySendRecv) {
+        return create(id, rank, world, device, options, new RankParts(new TestHost(rank, barrier, slots),
+                Transport.NCCL), allToAllBySendRecv);
+    }
+
+    /** Rank {@code rank} of {@code world} made of {@code parts}. */
+    static Communicator create(UniqueId id, int rank, int world, int device, CommunicatorOptions options,
+                               RankParts parts, boolean allToAllBySendRecv) {
+        Communicator communicator = Modes.communicator(id, rank, world, device, options, parts);
+        if (allToAllBySendRecv) {
+            communicator.commandRunner().forceAllToAllBySendRecv();
+        }
+        return communicator;
     }
 
     /** Runs {@code body} on each of {@code world} ranks (rank r on device r); returns each rank's result or failure. */
@@ -86,8 +100,7 @@ final class LocalRanks {
             for (int rank = 0; rank < world; rank++) {
                 int r = rank;
                 futures.add(pool.submit(() -> {
-                    try (TestCommunicator comm = new TestCommunicator(id, r, world, r, options, barrier, slots,
-                            allToAllBySendRecv)) {
+                    try (Communicator comm = create(id, r, world, r, options, barrier, slots, allToAllBySendRecv)) {
                         return (Object) body.apply(comm);
                     } catch (Throwable t) {
                         barrier.reset();

@@ -14,12 +14,16 @@ import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaException;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
+import dev.jnccl.spi.Command;
+import dev.jnccl.spi.RankParts;
+import dev.jnccl.spi.Transport;
 import dev.jnccl.testsupport.NativeEnv;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
 import java.util.List;
 import java.util.Random;
+import java.util.concurrent.CyclicBarrier;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
@@ -92,40 +96,29 @@ class ReliabilityTest {
     }
 
     /** A world-1 communicator whose all-gather transport fails after NCCL calls were made in the group. */
-    static final class FailingGather extends Communicator {
-        FailingGather() {
-            super(UniqueId.generate(), 0, 1, 0, CommunicatorOptions.defaults());
-        }
-
-        @Override
-        protected void gatherWeight(Command.Gather gather) {
-            super.gatherWeight(gather);
-            throw new IllegalStateException("transport failed");
-        }
-
-        @Override
-        protected void hostBarrier() {}
-
-        @Override
-        protected List<byte[]> hostGather(byte[] local, int root) {
-            return List.of(local);
-        }
-
-        @Override
-        protected List<byte[]> hostAllGather(byte[] local) {
-            return List.of(local);
-        }
+    private static Communicator failingGather() {
+        Transport failing = (command, stream) -> {
+            if (command instanceof Command.AllGather) {
+                throw new IllegalStateException("transport failed");
+            }
+            return false;
+        };
+        byte[][] slots = new byte[1][];
+        return LocalRanks.create(UniqueId.generate(), 0, 1, 0, CommunicatorOptions.defaults(),
+                new RankParts(new LocalRanks.TestHost(0, new CyclicBarrier(1), slots), failing), false);
     }
 
     @Test
     void failureInsideExecuteClosesTheGroupClearsTheBufferAndAborts() {
-        try (FailingGather failing = new FailingGather(); Communicator healthy = Communicator.single(0);
+        try (Communicator failing = failingGather(); Communicator healthy = Communicator.single(0);
              CudaStream stream = CudaStream.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 64)) {
             Transaction tx = failing.begin(stream);
+            // The all-reduce is enqueued into the open NCCL group before the transport fails.
+            tx.allReduce(memory.tensor(DType.FP32), ReduceOp.SUM);
             tx.allGather(memory.tensor(DType.FP32), memory.tensor(DType.FP32));
             IllegalStateException e = assertThrows(IllegalStateException.class, () -> tx.execute(null));
             assertEquals("transport failed", e.getMessage());
-            assertEquals(0, tx.commands().size(), "the command buffer was left full");
+            assertEquals(0, tx.size(), "the command buffer was left full");
             assertTrue(failing.isAborted());
             assertTrue(failing.abortReason().contains("execute of transaction #1 failed: transport failed"));
             // Had the NCCL group been left open on this thread, this all-reduce would be deferred
@@ -143,7 +136,7 @@ class ReliabilityTest {
     void initGivesUpAtTheDeadlineWhenPeersNeverJoin() {
         CommunicatorOptions options = CommunicatorOptions.defaults().withInitTimeout(Duration.ofSeconds(1));
         CommunicatorAbortedException e = assertTimeoutPreemptively(Duration.ofSeconds(20), () -> assertThrows(
-                CommunicatorAbortedException.class, () -> new LocalRanks.TestCommunicator(UniqueId.generate(), 0, 2, 0,
+                CommunicatorAbortedException.class, () -> LocalRanks.create(UniqueId.generate(), 0, 2, 0,
                         options, new java.util.concurrent.CyclicBarrier(2), new byte[2][])));
         assertEquals("init: rank 0 of 2 (device 0) aborted after waiting 1000 ms for the other ranks to join"
                 + " (CommunicatorOptions.initTimeout)", e.getMessage());
@@ -171,7 +164,7 @@ class ReliabilityTest {
                 for (int rank = 0; rank < world; rank++) {
                     int r = rank;
                     futures.add(pool.submit(() -> {
-                        try (Communicator ignored = new LocalRanks.TestCommunicator(id, r, world, 0,
+                        try (Communicator ignored = LocalRanks.create(id, r, world, 0,
                                 CommunicatorOptions.defaults().withInitTimeout(Duration.ofSeconds(10)),
                                 new java.util.concurrent.CyclicBarrier(world), new byte[world][])) {
                             return (Object) "created";

@@ -46,7 +46,7 @@ class TelemetryTest {
             assertEquals(1L, transaction.getLong("sequence"));
             assertEquals(2, transaction.getInt("commands"));
             assertEquals(2 * 512 * 2L, transaction.getLong("bytes"));
-            assertEquals("[ScatterReduce, Gather]", transaction.getString("operations"));
+            assertEquals("[ReduceScatter, AllGather]", transaction.getString("operations"));
             assertEquals("telemetry test", only(events, "jnccl.Abort").getString("reason"));
         } finally {
             Files.deleteIfExists(file);

@@ -61,7 +61,7 @@ class ValidationTest {
                     expect(IllegalStateException.class,
                             "begin: transaction #1 of rank 0 is still open; execute or close it first",
                             () -> comm.begin(stream));
-                    assertEquals(0, tx.commands().size(), "rejected commands must not be buffered");
+                    assertEquals(0, tx.size(), "rejected commands must not be buffered");
                     checked.add("transaction");
                 }
                 expect(IllegalStateException.class, "send: transaction #2 of rank 0 was closed without executing", () -> {

@@ -50,28 +50,6 @@ public final class ProcessRank {
 
     private ProcessRank() {}
 
-    /** "Rank r of W" with no launcher: the tests need no host-side collectives. */
-    static final class Rank extends Communicator {
-        Rank(UniqueId id, int rank, int world, int device, CommunicatorOptions options) {
-            super(id, rank, world, device, options);
-        }
-
-        @Override
-        protected void hostBarrier() {
-            throw new UnsupportedOperationException("host barrier/gathers need a launcher (threads or MPI)");
-        }
-
-        @Override
-        protected List<byte[]> hostGather(byte[] local, int root) {
-            throw new UnsupportedOperationException("host barrier/gathers need a launcher (threads or MPI)");
-        }
-
-        @Override
-        protected List<byte[]> hostAllGather(byte[] local) {
-            throw new UnsupportedOperationException("host barrier/gathers need a launcher (threads or MPI)");
-        }
-    }
-
     public static void main(String[] args) {
         try {
             String scenario = args[0];
@@ -109,7 +87,7 @@ public final class ProcessRank {
         for (int i = 0; i < modes.size(); i++) {
             CommunicatorMode mode = modes.get(i);
             UniqueId id = exchange(idFile, i, rank);
-            Communicator comm = new Rank(id, rank, world, device, CommunicatorOptions.defaults().withMode(mode)
+            Communicator comm = Communicator.initRank(id, rank, world, device, CommunicatorOptions.defaults().withMode(mode)
                     .withCloseTimeout(CLOSE_TIMEOUT));
             forget(idFile, i, rank);
             try (RankContext c = new RankContext(comm, seed + i)) {
@@ -132,7 +110,7 @@ public final class ProcessRank {
             CommunicatorMode mode = modes.get(i);
             UniqueId id = exchange(idFile, i, rank);
             long started = System.nanoTime();
-            try (Communicator comm = new Rank(id, rank, world, device, CommunicatorOptions.defaults().withMode(mode)
+            try (Communicator comm = Communicator.initRank(id, rank, world, device, CommunicatorOptions.defaults().withMode(mode)
                     .withInitTimeout(INIT_TIMEOUT_NEVER_JOINED))) {
                 System.out.println("UNEXPECTED: init of " + comm + " succeeded without rank " + (world - 1));
                 ok = false;
@@ -160,7 +138,7 @@ public final class ProcessRank {
         UniqueId id = exchange(idFile, 0, rank);
         CommunicatorOptions options = CommunicatorOptions.defaults().withMode(mode).withWatchdog(WATCHDOG_TIMEOUT)
                 .withWatchdogInterval(Duration.ofMillis(50)).withCloseTimeout(CLOSE_TIMEOUT);
-        Communicator comm = new Rank(id, rank, world, device, options);
+        Communicator comm = Communicator.initRank(id, rank, world, device, options);
         forget(idFile, 0, rank);
         try (CudaStream stream = CudaStream.create(); CudaEvent signal = CudaEvent.create();
              DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 840L * world)) {

@@ -433,7 +433,7 @@ final class Scenarios {
             tx.send(send, next).recv(recv, prev); // to itself at world 1
             tx.reduceScatter(tRsb, ReduceOp.SUM);
             tx.allGather(gIn.shard(c.rank, n), gIn);
-            assertEquals(7, tx.commands().commands().size(), c.what("mixed transaction: commands"));
+            assertEquals(7, tx.size(), c.what("mixed transaction: commands"));
             tx.execute(signal);
         }
         c.comm.await(signal);

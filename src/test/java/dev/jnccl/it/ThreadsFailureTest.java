@@ -365,12 +365,14 @@ class ThreadsFailureTest {
         try (NativeEnv ignored = NativeEnv.set("JNCCL_HOST_FAULT", fault, "JNCCL_HOST_FAULT_RANK", Integer.toString(faulty),
                 "JNCCL_HOST_FAULT_AT", "2")) {
             outcome = runFailing(world, options, comm -> {
-                // Operation 1 works.
-                checkedReduceScatter(comm);
-                // Operation 2: rank 1 hangs or fails in it; the others wait for rank 1 inside it.
                 DeviceTensor t = memory.fp32(N);
                 long start = System.nanoTime();
                 try (CudaEvent signal = CudaEvent.create()) {
+                    // Operation 1 works, but a slow rank may still be waiting for its completion when
+                    // the others already fail in operation 2 and release it: timed from here.
+                    where.put(comm.rank(), "operation 1");
+                    checkedReduceScatter(comm);
+                    // Operation 2: rank 1 hangs or fails in it; the others wait for rank 1 inside it.
                     try (Transaction tx = comm.begin(comm.stream())) {
                         tx.reduceScatter(t);
                         tx.execute(signal);

@@ -1,6 +1,6 @@
 package dev.jnccl.internal;
 
-import dev.jnccl.Command;
+import dev.jnccl.spi.Command;
 import java.util.List;
 import jdk.jfr.Category;
 import jdk.jfr.DataAmount;

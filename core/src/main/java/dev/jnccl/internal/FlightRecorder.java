@@ -1,6 +1,6 @@
 package dev.jnccl.internal;
 
-import dev.jnccl.Command;
+import dev.jnccl.spi.Command;
 import dev.jnccl.cuda.CudaEvent;
 import java.time.Duration;
 import java.util.ArrayDeque;
@@ -76,9 +76,9 @@ public final class FlightRecorder {
 
         private static String describe(Command command) {
             return switch (command) {
-                case Command.Gather g -> "allGather " + g.shard().dtype() + " shard " + g.shard().count()
+                case Command.AllGather g -> "allGather " + g.shard().dtype() + " shard " + g.shard().count()
                         + " elements -> full " + g.full().count() + " (" + g.bytes() + " bytes)";
-                case Command.ScatterReduce s -> "reduceScatter " + s.op() + " " + s.tensor().dtype() + " "
+                case Command.ReduceScatter s -> "reduceScatter " + s.op() + " " + s.tensor().dtype() + " "
                         + s.tensor().count() + " elements (" + s.bytes() + " bytes)";
                 case Command.Send s -> "send " + s.tensor().dtype() + " " + s.tensor().count() + " elements ("
                         + s.bytes() + " bytes) to rank " + s.peer();

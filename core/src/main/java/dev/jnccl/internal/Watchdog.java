@@ -1,6 +1,6 @@
 package dev.jnccl.internal;
 
-import dev.jnccl.Command;
+import dev.jnccl.spi.Command;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
 import java.time.Duration;

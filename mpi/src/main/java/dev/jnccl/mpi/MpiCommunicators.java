@@ -2,6 +2,7 @@ package dev.jnccl.mpi;
 
 import dev.jnccl.Communicator;
 import dev.jnccl.UniqueId;
+import dev.jnccl.spi.Modes;
 import dev.jnccl.cuda.Cuda;
 import dev.jnccl.mpi.internal.JvmSignalHandlers;
 import dev.jnccl.mpi.internal.MpiLibrary;
@@ -115,7 +116,8 @@ public final class MpiCommunicators {
                             + " node-local rank {} of {}, device {} ({})", mpi.abi(), mpi.libraryVersion(), mpi.describe(),
                     owner ? "initialised" : "already initialised", owner ? "jnccl" : "the application", rank, size,
                     localRank, localSize, device, source[0]);
-            return new MpiCommunicator(UniqueId.fromBytes(id), rank, size, device, options, mpi, comm, owner);
+            return Modes.communicator(UniqueId.fromBytes(id), rank, size, device, options.communicator(),
+                    MpiHost.parts(mpi, comm, rank, size, owner ? options.communicator().closeTimeout() : null));
         } catch (RuntimeException | Error e) {
             if (comm != null) {
                 try {
@@ -153,7 +155,7 @@ public final class MpiCommunicators {
         } catch (RuntimeException | Error e) {
             LOG.error("rank {} of {}: the work failed; aborting the communicator and the MPI job",
                     communicator.rank(), communicator.worldSize(), e);
-            // The abort ends in MPI_Abort (MpiCommunicator.afterAbort); an earlier abort already did.
+            // The abort ends in MPI_Abort (MpiHost.aborted); an earlier abort already did.
             communicator.abort("rank " + communicator.rank() + " failed: " + e);
             abortJob("the work failed", e);
             throw e;
@@ -173,8 +175,8 @@ public final class MpiCommunicators {
             failure.addSuppressed(e);
             return;
         }
-        LOG.error("{}; ending the MPI job (MPI_Abort, exit code {})", what, MpiCommunicator.ABORT_EXIT_CODE, failure);
-        mpi.abort(mpi.world(), MpiCommunicator.ABORT_EXIT_CODE);
+        LOG.error("{}; ending the MPI job (MPI_Abort, exit code {})", what, MpiHost.ABORT_EXIT_CODE, failure);
+        mpi.abort(mpi.world(), MpiHost.ABORT_EXIT_CODE);
     }
 
     /**
@@ -294,7 +296,7 @@ public final class MpiCommunicators {
             }
             LOG.error("rank {}: MPI_Finalize did not return within {} ms (CommunicatorOptions.closeTimeout); halting"
                     + " this process with exit code 1", rank, timeout.toMillis());
-            Runtime.getRuntime().halt(MpiCommunicator.ABORT_EXIT_CODE);
+            Runtime.getRuntime().halt(MpiHost.ABORT_EXIT_CODE);
         });
         try {
             mpi.finalizeMpi();

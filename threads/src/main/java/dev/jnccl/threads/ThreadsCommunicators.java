@@ -6,6 +6,7 @@ import dev.jnccl.JncclRuntime;
 import dev.jnccl.NcclException;
 import dev.jnccl.UniqueId;
 import dev.jnccl.cuda.Cuda;
+import dev.jnccl.spi.Modes;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -114,7 +115,7 @@ public final class ThreadsCommunicators {
                                 Consumer<Communicator> work, PackState state, Throwable[] errors, boolean realGpu) {
         int size = deviceOfRank.length;
         int device = deviceOfRank[rank];
-        ThreadsCommunicator communicator = null;
+        Communicator communicator = null;
         try {
             Cuda.setDevice(device);
             if (options.pinCpus()) {
@@ -124,7 +125,6 @@ public final class ThreadsCommunicators {
                 enablePeerAccess(device, deviceOfRank);
             }
             communicator = createCommunicator(id, rank, device, options, state, deviceOfRank);
-            state.register(rank, communicator);
             work.accept(communicator);
             // Ranks close together: a rank finalizing early would leave peers' last operations alone.
             state.barrier("finish", rank);
@@ -158,10 +158,11 @@ public final class ThreadsCommunicators {
      * refused rank's own device: NCCL may report the refusal to every rank of the communicator,
      * including ranks alone on their device (the host emulation does).
      */
-    private static ThreadsCommunicator createCommunicator(UniqueId id, int rank, int device, ThreadsOptions options,
+    private static Communicator createCommunicator(UniqueId id, int rank, int device, ThreadsOptions options,
                                                           PackState state, int[] deviceOfRank) {
         try {
-            return new ThreadsCommunicator(id, rank, deviceOfRank.length, device, options, state);
+            return Modes.communicator(id, rank, deviceOfRank.length, device, options.communicator(),
+                    ThreadsHost.parts(state, options, rank));
         } catch (NcclException e) {
             if (!options.sharesDevices() || !e.getMessage().contains("Duplicate GPU")) {
                 throw e;

@@ -41,35 +41,6 @@ import java.util.List;
 public final class MultiRankHostCost {
     private MultiRankHostCost() {}
 
-    /**
-     * A communicator for "this process is rank r of W": ranks meet only through the unique id, so
-     * it has no host-side collectives (the benchmark needs none).
-     */
-    static final class ProcessRankCommunicator extends Communicator {
-        ProcessRankCommunicator(UniqueId id, int rank, int world, int device, CommunicatorOptions options) {
-            super(id, rank, world, device, options);
-        }
-
-        @Override
-        protected void hostBarrier() {
-            throw unsupported();
-        }
-
-        @Override
-        protected List<byte[]> hostGather(byte[] local, int root) {
-            throw unsupported();
-        }
-
-        @Override
-        protected List<byte[]> hostAllGather(byte[] local) {
-            throw unsupported();
-        }
-
-        private static UnsupportedOperationException unsupported() {
-            return new UnsupportedOperationException("host barrier/gathers need a launcher (threads or MPI)");
-        }
-    }
-
     /** Rank 0 publishes {@code id} as {@code file} atomically; the others wait up to {@code seconds} for it. */
     static UniqueId exchange(Path file, int rank, int seconds) throws IOException, InterruptedException {
         if (rank == 0) {
@@ -117,8 +88,7 @@ public final class MultiRankHostCost {
             sequence++;
             Cuda.setDevice(settings.device());
             CommunicatorOptions options = CommunicatorOptions.defaults().withMode(mode);
-            try (Communicator comm = new ProcessRankCommunicator(id, rank, settings.world(), settings.device(),
-                    options)) {
+            try (Communicator comm = Communicator.initRank(id, rank, settings.world(), settings.device(), options)) {
                 if (published != null && rank == 0) {
                     Files.deleteIfExists(published); // every rank has joined: the id was read
                 }

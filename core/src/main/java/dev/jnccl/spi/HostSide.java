@@ -1,0 +1,125 @@
+package dev.jnccl.spi;
+
+import dev.jnccl.Communicator;
+import java.util.List;
+
+/**
+ * How the ranks of one communicator meet on the host, and how a failure of one reaches the others:
+ * what a launcher (threads in one JVM, MPI processes, a single rank) supplies for each rank. The
+ * {@link Communicator} delegates its host-side calls here after checking their arguments and its
+ * own state; it never waits for other ranks by itself.
+ *
+ * <p>Every wait of an implementation has a deadline and ends when the waiting thread is
+ * interrupted or another rank has failed, with an exception that says which.
+ */
+public interface HostSide {
+
+    /** Blocks until every rank of the communicator has called it. */
+    void barrier();
+
+    /**
+     * Every rank's bytes on {@code root}, in rank order; an empty list on the other ranks.
+     *
+     * @param local this rank's bytes (the caller keeps ownership: copy what is kept)
+     * @param root  the rank that receives them all (checked by the caller)
+     * @return the bytes of every rank on {@code root}, arrays the caller owns
+     */
+    List<byte[]> gather(byte[] local, int root);
+
+    /**
+     * Every rank's bytes, in rank order, on every rank.
+     *
+     * @param local this rank's bytes (the caller keeps ownership: copy what is kept)
+     * @return the bytes of every rank, arrays the caller owns (no rank sees another rank's arrays)
+     */
+    List<byte[]> allGather(byte[] local);
+
+    /**
+     * Called on every rank of the communicator, member of the new communicator or not (negative
+     * color), for each split, after the colors and keys were exchanged and before NCCL splits:
+     * where the host side needs every rank for its own split (MPI_Comm_split) or counts splits.
+     *
+     * @param color the color this rank passed to {@link Communicator#split}
+     * @param key   the key this rank passed
+     */
+    default void beforeSplit(int color, int key) {}
+
+    /**
+     * The parts of this rank's communicator of a split, after NCCL has split, on every member.
+     *
+     * @param membership this rank's place in the new communicator
+     * @return the new communicator's host side and transport
+     * @throws UnsupportedOperationException when this host side has no sub-communicators
+     */
+    default RankParts split(Membership membership) {
+        throw new UnsupportedOperationException("split: this launcher does not support sub-communicators");
+    }
+
+    /**
+     * Polled while this rank waits for the others to create or split a communicator: a non-null
+     * answer (another rank already failed) ends the wait with that reason.
+     *
+     * @return why waiting is pointless, or null
+     */
+    default String cancellation() {
+        return null;
+    }
+
+    /**
+     * Called before each transaction: where a launcher keeps one rank from queuing far ahead of the
+     * others (threads mode: the ranks share one process's launch queue).
+     */
+    default void pace() {}
+
+    /**
+     * The reason to record for an abort: a launcher that knows an earlier root cause (another rank
+     * failed first) puts it in front, so that every rank's exception names the rank that failed.
+     *
+     * @param reason the reason given to {@link Communicator#abort}
+     * @return the reason to record and report
+     */
+    default String explainAbort(String reason) {
+        return reason;
+    }
+
+    /**
+     * Called once when the communicator is aborted, before NCCL's abort: release threads waiting on
+     * the host side and tell the other ranks.
+     *
+     * @param reason the recorded reason
+     */
+    default void aborting(String reason) {}
+
+    /**
+     * Called once after NCCL's abort has returned, on the aborting thread (MPI mode ends the job
+     * here, so that peers blocked in NCCL do not hang).
+     *
+     * @param reason the recorded reason
+     */
+    default void aborted(String reason) {}
+
+    /**
+     * Called on a thread that is about to get {@link dev.jnccl.CommunicatorAbortedException}
+     * (possibly holding the communicator's lock: must not wait for the communicator): threads mode
+     * waits here, bounded, until no peer still copies from this rank's buffers, so that the caller
+     * may free them once the exception arrives.
+     *
+     * @param reason the recorded reason
+     */
+    default void beforeAbortedException(String reason) {}
+
+    /**
+     * Called once, when the communicator these parts serve is ready to use.
+     *
+     * @param communicator the communicator
+     */
+    default void attached(Communicator communicator) {}
+
+    /**
+     * Called once by {@link Communicator#close()} after NCCL is done with the comms stream and the
+     * transport is closed: free the host side's resources.
+     *
+     * @param aborted whether the communicator was aborted (MPI mode: no MPI call is valid then)
+     */
+    default void closed(boolean aborted) {}
+}

@@ -1,0 +1,134 @@
+package dev.jnccl.threads;
+
+import dev.jnccl.Communicator;
+import dev.jnccl.CommunicatorAbortedException;
+import dev.jnccl.spi.HostSide;
+import dev.jnccl.spi.Membership;
+import dev.jnccl.spi.RankParts;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * The host side of one rank of a threads-mode pack: barrier and host gathers through the pack's
+ * shared state, the launch-queue pace, splits into child packs, and the pack's failure handling
+ * (a failed rank releases and aborts every other rank; see {@link PackState}).
+ */
+final class ThreadsHost implements HostSide {
+    private final PackState pack;
+    private final ThreadsOptions options;
+    private final int rank;
+    /** The rank's thread: an abort that happens on it releases user code that may free buffers. */
+    private final Thread owner = Thread.currentThread();
+    private long transactions;
+    /** Splits made from this communicator so far: every rank counts the same (split is collective). */
+    private long splits;
+
+    ThreadsHost(PackState pack, ThreadsOptions options, int rank) {
+        this.pack = pack;
+        this.options = options;
+        this.rank = rank;
+    }
+
+    /** This rank's parts: this host side and the transport {@code options} ask for. */
+    static RankParts parts(PackState pack, ThreadsOptions options, int rank) {
+        return new RankParts(new ThreadsHost(pack, options, rank),
+                CopyEngineTransport.of(pack, options, rank, pack.size()));
+    }
+
+    @Override
+    public void attached(Communicator communicator) {
+        pack.register(rank, communicator);
+    }
+
+    @Override
+    public void barrier() {
+        pack.barrier("barrier", rank);
+    }
+
+    @Override
+    public List<byte[]> gather(byte[] local, int root) {
+        List<byte[]> all = pack.exchange("gatherBytesHost", rank, local.clone());
+        return rank == root ? copies(all) : List.of();
+    }
+
+    @Override
+    public List<byte[]> allGather(byte[] local) {
+        return copies(pack.exchange("allGatherBytesHost", rank, local.clone()));
+    }
+
+    /** Every rank gets arrays of its own: the exchanged ones are shared by the whole pack. */
+    private static List<byte[]> copies(List<byte[]> shared) {
+        List<byte[]> own = new ArrayList<>(shared.size());
+        for (byte[] bytes : shared) {
+            own.add(bytes.clone());
+        }
+        return own;
+    }
+
+    /** Counted on every rank, members or not, so that the n-th split has the same number everywhere. */
+    @Override
+    public void beforeSplit(int color, int key) {
+        splits++;
+    }
+
+    /**
+     * The ranks of one color share a child pack (barrier, gathers, throttle, failure) that is tied
+     * to this pack both ways: a failure in either releases and aborts the ranks of both.
+     */
+    @Override
+    public RankParts split(Membership membership) {
+        PackState childPack = pack.child(splits, membership.color(), membership.members());
+        return parts(childPack, options, membership.rank());
+    }
+
+    @Override
+    public String cancellation() {
+        return pack.cancellation();
+    }
+
+    /**
+     * Waits while this rank is more than {@link ThreadsOptions#maxLead()} transactions ahead of the
+     * slowest rank. One process drives all GPUs here; a thread that runs far ahead fills its
+     * device's launch queue, and once that is full the CUDA launch blocks inside the driver, which
+     * can stall the launches the other ranks' threads need to make the collectives it is waiting
+     * for complete.
+     */
+    @Override
+    public void pace() {
+        pack.throttle(rank, ++transactions, options.maxLead());
+    }
+
+    @Override
+    public String explainAbort(String reason) {
+        String cause = pack.cancellation();
+        return cause == null || reason.contains(cause) ? reason : cause + "; then: " + reason;
+    }
+
+    @Override
+    public void aborting(String reason) {
+        pack.fail(rank, new CommunicatorAbortedException("communicator of rank " + rank + " aborted: " + reason));
+        if (Thread.currentThread() == owner) {
+            // This rank failed in its own call (a CUDA or NCCL error): its exception is about to reach user code.
+            pack.awaitReadsDrained(rank);
+        }
+    }
+
+    @Override
+    public void beforeAbortedException(String reason) {
+        // The abort may be this communicator's own (watchdog): make it the pack's failure before draining.
+        pack.fail(rank, new CommunicatorAbortedException("communicator of rank " + rank + " aborted: " + reason));
+        pack.awaitReadsDrained(rank);
+    }
+
+    @Override
+    public void closed(boolean aborted) {
+        // A failed pack: this rank's thread (and with it ThreadsPack.join) ends only after every
+        // copy from or into buffers that user code may free once the pack is gone.
+        pack.awaitReadsDrained(rank);
+        if (pack.isChild()) {
+            // What the launcher does for the pack's own communicators when a rank's work ends.
+            pack.finished(rank);
+            pack.leave();
+        }
+    }
+}
