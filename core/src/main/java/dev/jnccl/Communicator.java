@@ -48,7 +48,7 @@ import org.slf4j.LoggerFactory;
  * use throws {@link CommunicatorAbortedException} with the reason. {@link #close()} is idempotent
  * and bounded.
  */
-public class Communicator implements AutoCloseable {
+public final class Communicator implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(Communicator.class);
 
     private enum State { OPEN, ABORTED, CLOSED }

@@ -21,9 +21,38 @@ class PublicApiTest {
     }
 
     @Test
+    void theLauncherSeamIsExportedToTheLauncherModulesOnly() {
+        assertEquals(Set.of("dev.jnccl.threads", "dev.jnccl.mpi"),
+                ExportedApi.exportTargets(Communicator.class, "dev.jnccl.spi"));
+    }
+
+    /** Users compose, they do not subclass: no public API type can be extended or has protected members. */
+    @Test
+    void noPublicTypeHasAProtectedMemberAndCommunicatorIsFinal() throws Exception {
+        assertTrue(java.lang.reflect.Modifier.isFinal(Communicator.class.getModifiers()), "Communicator is final");
+        List<String> found = new java.util.ArrayList<>();
+        for (Class<?> type : ExportedApi.publicTypes(Communicator.class)) {
+            for (java.lang.reflect.Member member : members(type)) {
+                if (java.lang.reflect.Modifier.isProtected(member.getModifiers())) {
+                    found.add(type.getName() + "." + member.getName());
+                }
+            }
+        }
+        assertEquals(List.of(), found, "protected members of public types");
+    }
+
+    private static List<java.lang.reflect.Member> members(Class<?> type) {
+        List<java.lang.reflect.Member> members = new java.util.ArrayList<>();
+        members.addAll(List.of(type.getDeclaredMethods()));
+        members.addAll(List.of(type.getDeclaredConstructors()));
+        members.addAll(List.of(type.getDeclaredFields()));
+        return members;
+    }
+
+    @Test
     void noPublicOrProtectedSignatureNamesABindingOrInternalType() {
         ExportedApi.Report report = ExportedApi.leaksFromExports(Communicator.class, "dev.jnccl.bindings.",
-                "dev.jnccl.internal.");
+                "dev.jnccl.internal.", "dev.jnccl.spi.");
         assertTrue(report.typesExamined() >= 20, "only " + report.typesExamined() + " public types examined");
         assertEquals(List.of(), report.leaks(), () -> String.join("\n", report.leaks()));
     }

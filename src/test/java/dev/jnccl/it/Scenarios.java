@@ -388,6 +388,16 @@ final class Scenarios {
         for (int r = 0; r < n; r++) {
             assertArrayEquals(all.get(r), everywhere.get(r), c.what("allGatherBytesHost, rank " + r));
         }
+        // Each rank owns what it got: writing into it must not show on another rank.
+        for (byte[] received : everywhere) {
+            java.util.Arrays.fill(received, (byte) c.rank);
+        }
+        c.comm.barrier();
+        for (int r = 0; r < n; r++) {
+            for (byte b : everywhere.get(r)) {
+                assertEquals((byte) c.rank, b, c.what("allGatherBytesHost: entry " + r + " was written by another rank"));
+            }
+        }
         long[] longs = c.comm.allGatherLongsHost(c.seed(c.rank, "long"));
         for (int r = 0; r < n; r++) {
             assertEquals(c.seed(r, "long"), longs[r], c.what("allGatherLongsHost, rank " + r));

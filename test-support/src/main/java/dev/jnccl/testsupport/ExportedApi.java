@@ -60,6 +60,29 @@ public final class ExportedApi {
     }
 
     /**
+     * The modules that the module containing {@code anyClass} exports {@code pkg} to (its
+     * {@code to} clause); empty when the export is unqualified or absent.
+     *
+     * @param anyClass a class of the module
+     * @param pkg      the package
+     * @return the target modules
+     */
+    public static Set<String> exportTargets(Class<?> anyClass, String pkg) {
+        Path root = root(anyClass);
+        try (InputStream in = open(root, "module-info.class")) {
+            Set<String> targets = new TreeSet<>();
+            for (ModuleDescriptor.Exports export : ModuleDescriptor.read(in).exports()) {
+                if (export.source().equals(pkg)) {
+                    targets.addAll(export.targets());
+                }
+            }
+            return targets;
+        } catch (IOException e) {
+            throw new UncheckedIOException("reading module-info.class under " + root, e);
+        }
+    }
+
+    /**
      * Every public or protected signature element of the public types in the unqualified exports of
      * {@code anyClass}'s module that names a type whose fully qualified name starts with one of
      * {@code forbiddenPrefixes}. See {@link #leaks(Class, Collection, String...)}.
@@ -95,6 +118,31 @@ public final class ExportedApi {
             }
         }
         return new Report(types, leaks);
+    }
+
+    /**
+     * The public types (nested ones included) of the unqualified exports of {@code anyClass}'s
+     * module, read from where {@code anyClass} was loaded.
+     *
+     * @param anyClass a class of the module
+     * @return the types, in package and name order
+     */
+    public static List<Class<?>> publicTypes(Class<?> anyClass) {
+        Path root = root(anyClass);
+        List<Class<?>> types = new ArrayList<>();
+        for (String pkg : unqualifiedExports(anyClass)) {
+            for (String className : classNames(root, pkg)) {
+                try {
+                    Class<?> type = Class.forName(className, false, anyClass.getClassLoader());
+                    if (isApi(type)) {
+                        types.add(type);
+                    }
+                } catch (ClassNotFoundException e) {
+                    throw new IllegalStateException("listed but not loadable: " + className, e);
+                }
+            }
+        }
+        return types;
     }
 
     /**
