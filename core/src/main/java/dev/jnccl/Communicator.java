@@ -75,6 +75,8 @@ public final class Communicator implements AutoCloseable {
     private final HostSide host;
     /** How commands move (NCCL, or a launcher's copies). */
     private final Transport transport;
+    /** The bound of host-side waits for the other ranks (barrier, host gathers, pace): see {@link HostSide}. */
+    private final long hostTimeoutNanos;
     /** The communicator this one was split from, or null. */
     private final Communicator parent;
     /** Live communicators split from this one; closed before this one. */
@@ -113,6 +115,7 @@ public final class Communicator implements AutoCloseable {
         this.options = options;
         this.host = parts.host();
         this.transport = parts.transport();
+        this.hostTimeoutNanos = HostSide.timeoutNanos(options);
         this.parent = parent;
         this.nativeLock = lock;
         this.recorder = new FlightRecorder(options.flightRecorderSize());
@@ -363,7 +366,7 @@ public final class Communicator implements AutoCloseable {
                 openTransaction = null;
             }
             requireUsable("execute");
-            host.pace();
+            host.pace(hostTimeoutNanos);
             enqueue(transaction, signal, buffer, executed);
         } finally {
             nativeLock.unlock();
@@ -601,11 +604,22 @@ public final class Communicator implements AutoCloseable {
     }
 
     // ---------------------------------------------------------------- host side
+    //
+    // The host-side calls wait for the other ranks. With the watchdog on, a wait longer than its
+    // timeout aborts the communicator (as a stuck collective would) with an exception naming the
+    // ranks that did not arrive; an interrupt of the waiting thread aborts it too (the others would
+    // otherwise wait for this rank forever), with the InterruptedException as the cause and the
+    // thread's interrupt status kept. Either way the other ranks are released.
 
-    /** Blocks until every rank has called it. */
+    /**
+     * Blocks until every rank has called it.
+     *
+     * @throws CommunicatorAbortedException when a rank did not arrive within the watchdog's timeout,
+     *         the thread was interrupted, or the communicator was aborted
+     */
     public void barrier() {
         requireUsable("barrier");
-        host.barrier();
+        host.barrier(hostTimeoutNanos);
     }
 
     /**
@@ -613,25 +627,27 @@ public final class Communicator implements AutoCloseable {
      *
      * @param local this rank's bytes
      * @param root the rank that receives them all
-     * @return every rank's bytes on {@code root}, an empty list elsewhere
+     * @return every rank's bytes on {@code root} (arrays of this rank's own), an empty list elsewhere
+     * @throws CommunicatorAbortedException as {@link #barrier()}
      */
     public List<byte[]> gatherBytesHost(byte[] local, int root) {
         Objects.requireNonNull(local, "gatherBytesHost: local is null");
         checks.checkRoot("gatherBytesHost", root);
         requireUsable("gatherBytesHost");
-        return host.gather(local, root);
+        return host.gather(local, root, hostTimeoutNanos);
     }
 
     /**
      * Every rank's bytes, in rank order, on every rank.
      *
      * @param local this rank's bytes
-     * @return every rank's bytes, in rank order
+     * @return every rank's bytes, in rank order (arrays of this rank's own)
+     * @throws CommunicatorAbortedException as {@link #barrier()}
      */
     public List<byte[]> allGatherBytesHost(byte[] local) {
         Objects.requireNonNull(local, "allGatherBytesHost: local is null");
         requireUsable("allGatherBytesHost");
-        return host.allGather(local);
+        return host.allGather(local, hostTimeoutNanos);
     }
 
     /**
@@ -683,7 +699,8 @@ public final class Communicator implements AutoCloseable {
         } finally {
             nativeLock.unlock();
         }
-        List<Integer> members = Children.members(host.allGather(Children.colorAndKey(color, key)), color);
+        List<Integer> members = Children.members(host.allGather(Children.colorAndKey(color, key),
+                HostSide.timeoutNanos(options.initTimeout())), color);
         int childRank = members.indexOf(rank);
         host.beforeSplit(color, key);
         ReentrantLock childLock = new ReentrantLock();

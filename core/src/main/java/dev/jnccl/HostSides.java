@@ -13,15 +13,15 @@ final class HostSides {
     /** World size 1: the host-side collectives are the identity; a split is one rank alone again. */
     static final HostSide SINGLE = new HostSide() {
         @Override
-        public void barrier() {}
+        public void barrier(long timeoutNanos) {}
 
         @Override
-        public List<byte[]> gather(byte[] local, int root) {
+        public List<byte[]> gather(byte[] local, int root, long timeoutNanos) {
             return List.of(local.clone());
         }
 
         @Override
-        public List<byte[]> allGather(byte[] local) {
+        public List<byte[]> allGather(byte[] local, long timeoutNanos) {
             return List.of(local.clone());
         }
 
@@ -34,17 +34,17 @@ final class HostSides {
     /** {@link Communicator#initRank}: the ranks meet only through the unique id, so no host-side collectives. */
     static final HostSide NONE = new HostSide() {
         @Override
-        public void barrier() {
+        public void barrier(long timeoutNanos) {
             throw unsupported("barrier");
         }
 
         @Override
-        public List<byte[]> gather(byte[] local, int root) {
+        public List<byte[]> gather(byte[] local, int root, long timeoutNanos) {
             throw unsupported("gatherBytesHost");
         }
 
         @Override
-        public List<byte[]> allGather(byte[] local) {
+        public List<byte[]> allGather(byte[] local, long timeoutNanos) {
             throw unsupported("allGatherBytesHost");
         }
 

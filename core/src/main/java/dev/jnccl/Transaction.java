@@ -9,8 +9,10 @@ import java.util.Objects;
  * after the "ready" event given to {@link Communicator#begin}, and before the "signal" event given
  * to {@link #execute}. Commands are checked when added, before anything native happens.
  *
- * <p>Use it from one thread, once: add commands, {@link #execute} it, or {@link #close} it without
- * executing to discard it. Closing after execute does nothing, so try-with-resources fits.
+ * <p>Use it once, from the thread that began it (any other thread gets an
+ * {@link IllegalStateException} naming both threads): add commands, {@link #execute} it, or
+ * {@link #close} it without executing to discard it. Closing after execute does nothing, so
+ * try-with-resources fits.
  */
 public final class Transaction implements AutoCloseable {
     private enum State { OPEN, EXECUTED, DISCARDED }
@@ -20,6 +22,8 @@ public final class Transaction implements AutoCloseable {
     private final CudaEvent ready;
     private final long number;
     private final CommandBuffer buffer = new CommandBuffer();
+    /** The thread that began it: commands, execute and close from another thread would race with it. */
+    private final Thread owner = Thread.currentThread();
     private State state = State.OPEN;
 
     Transaction(Communicator communicator, CudaEvent ready, long number) {
@@ -230,6 +234,7 @@ public final class Transaction implements AutoCloseable {
     /** Discards the transaction if it was not executed; otherwise does nothing. */
     @Override
     public void close() {
+        requireOwner("close");
         if (state == State.OPEN) {
             state = State.DISCARDED;
             buffer.clear();
@@ -277,7 +282,17 @@ public final class Transaction implements AutoCloseable {
         }
     }
 
+    private void requireOwner(String operation) {
+        Thread current = Thread.currentThread();
+        if (current != owner) {
+            throw new IllegalStateException(operation + ": transaction #" + number + " of rank " + communicator.rank()
+                    + " belongs to thread \"" + owner.getName() + "\" that began it; it was used from thread \""
+                    + current.getName() + "\"");
+        }
+    }
+
     private void requireOpen(String operation) {
+        requireOwner(operation);
         switch (state) {
             case OPEN -> communicator.requireUsable(operation);
             case EXECUTED -> throw new IllegalStateException(operation + ": transaction #" + number + " of rank "

@@ -33,7 +33,7 @@ final class LocalRanks {
         }
 
         @Override
-        public void barrier() {
+        public void barrier(long timeoutNanos) {
             try {
                 barrier.await(30, TimeUnit.SECONDS);
             } catch (Exception e) {
@@ -42,20 +42,20 @@ final class LocalRanks {
         }
 
         @Override
-        public List<byte[]> gather(byte[] local, int root) {
-            List<byte[]> all = allGather(local);
+        public List<byte[]> gather(byte[] local, int root, long timeoutNanos) {
+            List<byte[]> all = allGather(local, timeoutNanos);
             return rank == root ? all : List.of();
         }
 
         @Override
-        public List<byte[]> allGather(byte[] local) {
+        public List<byte[]> allGather(byte[] local, long timeoutNanos) {
             slots[rank] = local.clone();
-            barrier();
+            barrier(timeoutNanos);
             List<byte[]> all = new ArrayList<>();
             for (byte[] slot : slots) {
                 all.add(slot.clone());
             }
-            barrier();
+            barrier(timeoutNanos);
             return all;
         }
     }

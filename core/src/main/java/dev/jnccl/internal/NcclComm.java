@@ -267,6 +267,11 @@ public final class NcclComm {
         if (cancelled != null) {
             throw new CommunicatorAbortedException("init: rank " + rank + " of " + worldSize + " aborted: " + cancelled);
         }
+        if (Thread.currentThread().isInterrupted()) {
+            // The interrupt status stays set for the caller; the half-made communicator is aborted by it.
+            throw new CommunicatorAbortedException("init: rank " + rank + " of " + worldSize + " (device " + device
+                    + ") was interrupted while waiting " + waitingFor, new InterruptedException());
+        }
         if (System.nanoTime() - deadline > 0) {
             throw new CommunicatorAbortedException("init: rank " + rank + " of " + worldSize + " (device " + device
                     + ") aborted after waiting " + timeout.toMillis() + " ms " + waitingFor
@@ -490,12 +495,7 @@ public final class NcclComm {
      * (raised first by ncclCommAbort) ends, so the handles are aborted without the lock.
      */
     public void abort() {
-        boolean locked = false;
-        try {
-            locked = lock.tryLock(ABORT_LOCK_GRACE_MILLIS, TimeUnit.MILLISECONDS);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
+        boolean locked = tryLockUninterruptibly(TimeUnit.MILLISECONDS.toNanos(ABORT_LOCK_GRACE_MILLIS));
         try {
             if (!locked) {
                 LOG.warn("rank {}: a thread is still inside NCCL after {} ms; aborting the communicator under it",
@@ -530,11 +530,36 @@ public final class NcclComm {
     }
 
     private boolean tryLock(Duration timeout) {
+        long nanos;
         try {
-            return lock.tryLock(timeout.toNanos(), TimeUnit.NANOSECONDS);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            return false;
+            nanos = timeout.toNanos();
+        } catch (ArithmeticException e) {
+            nanos = Long.MAX_VALUE;
+        }
+        return tryLockUninterruptibly(nanos);
+    }
+
+    /**
+     * The lock within {@code nanos}, interrupt or not: abort and close are how an interrupted
+     * thread leaves a defined state, so they must not fail because of the interrupt. The interrupt
+     * status is kept.
+     */
+    private boolean tryLockUninterruptibly(long nanos) {
+        long deadline = System.nanoTime() + nanos;
+        boolean interrupted = false;
+        try {
+            while (true) {
+                try {
+                    long left = nanos == Long.MAX_VALUE ? Long.MAX_VALUE : deadline - System.nanoTime();
+                    return lock.tryLock(Math.max(0, left), TimeUnit.NANOSECONDS);
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                }
+            }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
         }
     }
 

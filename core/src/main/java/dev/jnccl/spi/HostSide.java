@@ -1,6 +1,8 @@
 package dev.jnccl.spi;
 
 import dev.jnccl.Communicator;
+import dev.jnccl.CommunicatorOptions;
+import java.time.Duration;
 import java.util.List;
 
 /**
@@ -9,30 +11,65 @@ import java.util.List;
  * {@link Communicator} delegates its host-side calls here after checking their arguments and its
  * own state; it never waits for other ranks by itself.
  *
- * <p>Every wait of an implementation has a deadline and ends when the waiting thread is
- * interrupted or another rank has failed, with an exception that says which.
+ * <p>Every wait for the other ranks ends after {@code timeoutNanos} ({@link Long#MAX_VALUE}: no
+ * limit), when the waiting thread is interrupted (its interrupt status stays set) or when another
+ * rank has failed, with a {@link dev.jnccl.CommunicatorAbortedException} that says which and, on
+ * timeout or interrupt, names the ranks that did not arrive; the launcher then aborts this rank's
+ * communicator and releases the others.
  */
 public interface HostSide {
 
-    /** Blocks until every rank of the communicator has called it. */
-    void barrier();
+    /**
+     * How long a host-side wait for the other ranks may take on a communicator with {@code options}:
+     * the watchdog's timeout when the watchdog is on (a rank missing from a barrier is as stuck as
+     * one missing from a collective), else no limit.
+     *
+     * @param options the communicator's options
+     * @return the timeout in nanoseconds, {@link Long#MAX_VALUE} for none
+     */
+    static long timeoutNanos(CommunicatorOptions options) {
+        return options.watchdogEnabled() ? timeoutNanos(options.watchdogTimeout()) : Long.MAX_VALUE;
+    }
+
+    /**
+     * {@code timeout} in nanoseconds, saturated: beyond about 292 years, {@link Long#MAX_VALUE} (no limit).
+     *
+     * @param timeout the timeout
+     * @return the timeout in nanoseconds
+     */
+    static long timeoutNanos(Duration timeout) {
+        try {
+            return timeout.toNanos();
+        } catch (ArithmeticException e) {
+            return Long.MAX_VALUE;
+        }
+    }
+
+    /**
+     * Blocks until every rank of the communicator has called it.
+     *
+     * @param timeoutNanos how long to wait for the others
+     */
+    void barrier(long timeoutNanos);
 
     /**
      * Every rank's bytes on {@code root}, in rank order; an empty list on the other ranks.
      *
-     * @param local this rank's bytes (the caller keeps ownership: copy what is kept)
-     * @param root  the rank that receives them all (checked by the caller)
+     * @param local        this rank's bytes (the caller keeps ownership: copy what is kept)
+     * @param root         the rank that receives them all (checked by the caller)
+     * @param timeoutNanos how long to wait for the others
      * @return the bytes of every rank on {@code root}, arrays the caller owns
      */
-    List<byte[]> gather(byte[] local, int root);
+    List<byte[]> gather(byte[] local, int root, long timeoutNanos);
 
     /**
      * Every rank's bytes, in rank order, on every rank.
      *
-     * @param local this rank's bytes (the caller keeps ownership: copy what is kept)
+     * @param local        this rank's bytes (the caller keeps ownership: copy what is kept)
+     * @param timeoutNanos how long to wait for the others
      * @return the bytes of every rank, arrays the caller owns (no rank sees another rank's arrays)
      */
-    List<byte[]> allGather(byte[] local);
+    List<byte[]> allGather(byte[] local, long timeoutNanos);
 
     /**
      * Called on every rank of the communicator, member of the new communicator or not (negative
@@ -68,8 +105,10 @@ public interface HostSide {
     /**
      * Called before each transaction: where a launcher keeps one rank from queuing far ahead of the
      * others (threads mode: the ranks share one process's launch queue).
+     *
+     * @param timeoutNanos how long to wait for the others
      */
-    default void pace() {}
+    default void pace(long timeoutNanos) {}
 
     /**
      * The reason to record for an abort: a launcher that knows an earlier root cause (another rank

@@ -61,17 +61,17 @@ final class MpiHost implements HostSide {
     }
 
     @Override
-    public void barrier() {
+    public void barrier(long timeoutNanos) {
         mpi.barrier(comm);
     }
 
     @Override
-    public List<byte[]> gather(byte[] local, int root) {
+    public List<byte[]> gather(byte[] local, int root, long timeoutNanos) {
         return mpi.gather(local, root, comm);
     }
 
     @Override
-    public List<byte[]> allGather(byte[] local) {
+    public List<byte[]> allGather(byte[] local, long timeoutNanos) {
         return mpi.allGather(local, comm);
     }
 

@@ -4,6 +4,7 @@ import dev.jnccl.DeviceTensor;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.spi.Command;
+import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.Transport;
 import java.util.ArrayList;
 import java.util.List;
@@ -77,6 +78,8 @@ final class CopyEngineTransport implements Transport {
     private final ThreadsOptions options;
     private final int rank;
     private final int worldSize;
+    /** The exchanges with the peers are bounded as host-side waits are (see HostSide.timeoutNanos). */
+    private final long hostTimeoutNanos;
     private final CudaEvent readyForPeers;
     private final CudaEvent doneReading;
     private final CudaEvent readsDone;
@@ -92,6 +95,7 @@ final class CopyEngineTransport implements Transport {
         this.options = options;
         this.rank = rank;
         this.worldSize = worldSize;
+        this.hostTimeoutNanos = HostSide.timeoutNanos(options.communicator());
         this.readyForPeers = CudaEvent.create();
         this.doneReading = CudaEvent.create();
         this.readsDone = CudaEvent.create();
@@ -107,7 +111,8 @@ final class CopyEngineTransport implements Transport {
     public void beforeCommands(List<Command> commands, CudaStream stream) {
         this.stream = stream;
         stream.record(readyForPeers);
-        published = pack.exchange("execute", rank, new Published(rank, commands, readyForPeers, doneReading));
+        published = pack.exchange("execute", rank, new Published(rank, commands, readyForPeers, doneReading),
+                hostTimeoutNanos);
         checkMatching(published, worldSize, options);
         for (Published peer : published) {
             if (peer.rank() != rank) {
@@ -122,7 +127,7 @@ final class CopyEngineTransport implements Transport {
     @Override
     public void afterCommands(CudaStream stream) {
         stream.record(doneReading);
-        pack.barrier("execute", rank);
+        pack.barrier("execute", rank, hostTimeoutNanos);
         for (Published peer : published) {
             if (peer.rank() != rank) {
                 stream.waitFor(peer.doneReading());

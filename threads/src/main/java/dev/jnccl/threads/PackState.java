@@ -57,6 +57,10 @@ final class PackState {
     private final Communicator[] communicators;
     private final Object[] slots;
     private final long[] started;
+    /** Per rank: its thread while it runs the user's work (guarded by lock); interrupted when the pack fails. */
+    private final Thread[] working;
+    /** Per rank: whether it is in the current barrier generation (guarded by lock). */
+    private final boolean[] present;
     private final String[] affinity;
     private final List<AutoCloseable> retired = new ArrayList<>();
     private int left;
@@ -84,6 +88,8 @@ final class PackState {
         this.communicators = new Communicator[size];
         this.slots = new Object[size];
         this.started = new long[size];
+        this.present = new boolean[size];
+        this.working = new Thread[size];
         this.affinity = new String[size];
     }
 
@@ -162,8 +168,7 @@ final class PackState {
      */
     boolean fail(int rank, Throwable error) {
         // In a split's pack, reasons name the rank as the whole pack knows it too.
-        String who = parent == null ? "rank " + rank : "rank " + parentRanks[rank] + " (rank " + rank + " of a split)";
-        return failed(new Failure(rank, error, who));
+        return failed(new Failure(rank, error, who(rank)));
     }
 
     private boolean failed(Failure failed) {
@@ -173,10 +178,19 @@ final class PackState {
         int rank = failed.rank();
         Communicator[] toAbort;
         List<PackState> splits;
+        Thread[] toInterrupt;
         synchronized (lock) {
             lock.notifyAll();
             toAbort = communicators.clone();
             splits = List.copyOf(children.values());
+            toInterrupt = working.clone();
+        }
+        // User code of the other ranks may wait for this rank outside jnccl (a queue, a latch, a
+        // sleep): the interrupt ends such waits, as Spark and executors cancel tasks.
+        for (Thread thread : toInterrupt) {
+            if (thread != null && thread != Thread.currentThread()) {
+                thread.interrupt();
+            }
         }
         // The packs related by splits fail too (each only once: the first failure wins in each).
         if (parent != null && rank >= 0) {
@@ -196,6 +210,18 @@ final class PackState {
             toAbort[rank].abort(reason(failed));
         }
         return true;
+    }
+
+    /**
+     * Marks {@code rank}'s thread as running the user's work ({@code running}) or done with it: while
+     * it runs, the pack's failure interrupts it. Returns whether it was interrupted by the pack
+     * meanwhile (when {@code running} is false).
+     */
+    boolean working(int rank, boolean running) {
+        synchronized (lock) {
+            working[rank] = running ? Thread.currentThread() : null;
+        }
+        return !running && failure.get() != null;
     }
 
     /** Registers the event {@code rank} records after its copies from peers' buffers (memcpy transports). */
@@ -259,24 +285,37 @@ final class PackState {
         return true;
     }
 
+    /**
+     * Waits for {@code event} until {@code deadline}, interrupt or not: the wait protects buffers
+     * that user code frees next, and it is bounded. An interrupt that arrives meanwhile is kept.
+     */
     private static boolean awaitComplete(CudaEvent event, long deadline) {
-        long spins = 0;
-        while (true) {
-            try {
-                if (event.isComplete()) {
+        boolean interrupted = false;
+        try {
+            long spins = 0;
+            while (true) {
+                try {
+                    if (event.isComplete()) {
+                        return true;
+                    }
+                } catch (RuntimeException e) {
+                    // An event in error (its stream failed) will not copy any more.
                     return true;
                 }
-            } catch (RuntimeException e) {
-                // An event in error (its stream failed) will not copy any more.
-                return true;
+                if (System.nanoTime() - deadline > 0) {
+                    return false;
+                }
+                // Cleared while waiting (a set interrupt status would make every park return at once).
+                interrupted |= Thread.interrupted();
+                if (spins++ < 64) {
+                    Thread.onSpinWait();
+                } else {
+                    LockSupport.parkNanos(TimeUnit.MICROSECONDS.toNanos(spins < 1024 ? 20 : 200));
+                }
             }
-            if (System.nanoTime() - deadline > 0) {
-                return false;
-            }
-            if (spins++ < 64) {
-                Thread.onSpinWait();
-            } else {
-                LockSupport.parkNanos(TimeUnit.MICROSECONDS.toNanos(spins < 1024 ? 20 : 200));
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
             }
         }
     }
@@ -291,13 +330,15 @@ final class PackState {
      * Blocks until all ranks arrive; throws when a rank of the pack has failed. Every arrival names
      * its operation: ranks that meet in different host-side calls (one in a transaction, another
      * done with its work or in a barrier) would otherwise pair up wrongly and hang, so that fails
-     * the pack with a message naming both ranks.
+     * the pack with a message naming both ranks. Waiting longer than {@code timeoutNanos}
+     * ({@link Long#MAX_VALUE}: no limit) or being interrupted fails the pack too, naming the ranks
+     * that did not arrive; the interrupt status stays set.
      */
-    void barrier(String operation, int rank) {
+    void barrier(String operation, int rank, long timeoutNanos) {
         // fail() aborts communicators, which take their owners' locks: never call it holding ours.
         RuntimeException own;
         try {
-            own = awaitOthers(operation, rank);
+            own = awaitOthers(operation, rank, timeoutNanos);
         } catch (CommunicatorAbortedException released) {
             awaitReadsDrained(rank);
             throw released;
@@ -309,8 +350,9 @@ final class PackState {
         }
     }
 
-    /** The barrier itself; returns this rank's own failure (mismatch, interrupt) instead of failing the pack. */
-    private RuntimeException awaitOthers(String operation, int rank) {
+    /** The barrier itself; returns this rank's own failure (mismatch, deadline, interrupt) instead of failing the pack. */
+    private RuntimeException awaitOthers(String operation, int rank, long timeoutNanos) {
+        long start = System.nanoTime();
         synchronized (lock) {
             if (failure.get() != null) {
                 throw released(operation, rank);
@@ -326,8 +368,10 @@ final class PackState {
                         + " order");
             }
             long mine = generation;
+            present[rank] = true;
             if (++arrived == size) {
                 arrived = 0;
+                Arrays.fill(present, false);
                 generation++;
                 lock.notifyAll();
                 return null;
@@ -336,46 +380,85 @@ final class PackState {
                 if (failure.get() != null) {
                     throw released(operation, rank);
                 }
+                long waited = System.nanoTime() - start;
+                if (waited >= timeoutNanos) {
+                    return new CommunicatorAbortedException(operation + " on " + who(rank) + ": " + absent()
+                            + " did not arrive within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos) + " ms");
+                }
                 try {
-                    lock.wait();
+                    if (timeoutNanos == Long.MAX_VALUE) {
+                        lock.wait();
+                    } else {
+                        TimeUnit.NANOSECONDS.timedWait(lock, timeoutNanos - waited);
+                    }
                 } catch (InterruptedException e) {
                     Thread.currentThread().interrupt();
-                    return new CommunicatorAbortedException(operation + " on rank " + rank + " interrupted");
+                    if (failure.get() != null) {
+                        throw released(operation, rank); // the pack's own interrupt of its ranks
+                    }
+                    return new CommunicatorAbortedException(operation + " on " + who(rank) + " was interrupted while "
+                            + absent() + " had not arrived", e);
                 }
             }
             return null;
         }
     }
 
+    /** The ranks not yet in the current barrier, as "ranks [1, 3]" (in this pack's numbering). Holds the lock. */
+    private String absent() {
+        List<Integer> missing = new ArrayList<>();
+        for (int r = 0; r < size; r++) {
+            if (!present[r]) {
+                missing.add(r);
+            }
+        }
+        return (missing.size() == 1 ? "rank " + missing.getFirst() : "ranks " + missing)
+                + (parent == null ? "" : " of the split");
+    }
+
+    /** How reasons name {@code rank}: as the whole pack knows it too. */
+    private String who(int rank) {
+        return parent == null ? "rank " + rank : "rank " + parentRanks[rank] + " (rank " + rank + " of a split)";
+    }
+
     /** Every rank's {@code value}, in rank order (two barriers: publish, then free the slots). */
     @SuppressWarnings("unchecked")
-    <T> List<T> exchange(String operation, int rank, T value) {
+    <T> List<T> exchange(String operation, int rank, T value, long timeoutNanos) {
         synchronized (lock) {
             slots[rank] = value;
         }
-        barrier(operation, rank);
+        barrier(operation, rank, timeoutNanos);
         List<T> all;
         synchronized (lock) {
             all = new ArrayList<>((List<T>) Arrays.asList(slots));
         }
-        barrier(operation, rank);
+        barrier(operation, rank, timeoutNanos);
         return all;
     }
 
     /**
      * Launch-queue throttle: rank {@code rank} starts its transaction number {@code sequence} only
-     * when no rank is more than {@code maxLead} transactions behind.
+     * when no rank is more than {@code maxLead} transactions behind. Waiting longer than
+     * {@code timeoutNanos} or being interrupted fails the pack: this rank's transaction does not
+     * run, so the others' would wait for it forever.
      */
-    void throttle(int rank, long sequence, int maxLead) {
+    void throttle(int rank, long sequence, int maxLead, long timeoutNanos) {
+        RuntimeException own;
         try {
-            awaitLead(rank, sequence, maxLead);
+            own = awaitLead(rank, sequence, maxLead, timeoutNanos);
         } catch (CommunicatorAbortedException released) {
             awaitReadsDrained(rank);
             throw released;
         }
+        if (own != null) {
+            fail(rank, own);
+            awaitReadsDrained(rank);
+            throw own;
+        }
     }
 
-    private void awaitLead(int rank, long sequence, int maxLead) {
+    private RuntimeException awaitLead(int rank, long sequence, int maxLead, long timeoutNanos) {
+        long start = System.nanoTime();
         synchronized (lock) {
             started[rank] = sequence;
             lock.notifyAll();
@@ -384,17 +467,31 @@ final class PackState {
                     throw released("transaction throttle", rank);
                 }
                 long slowest = Long.MAX_VALUE;
-                for (long s : started) {
-                    slowest = Math.min(slowest, s);
+                int behind = -1;
+                for (int r = 0; r < size; r++) {
+                    if (started[r] < slowest) {
+                        slowest = started[r];
+                        behind = r;
+                    }
                 }
                 if (sequence - slowest <= maxLead) {
-                    return;
+                    return null;
+                }
+                long waited = System.nanoTime() - start;
+                if (waited >= timeoutNanos) {
+                    return new CommunicatorAbortedException("transaction #" + sequence + " of " + who(rank)
+                            + " waited " + TimeUnit.NANOSECONDS.toMillis(waited) + " ms for rank " + behind
+                            + " (at transaction #" + slowest + ") to come within ThreadsOptions.maxLead " + maxLead);
                 }
                 try {
-                    lock.wait(100);
+                    TimeUnit.NANOSECONDS.timedWait(lock, Math.min(timeoutNanos - waited, TimeUnit.MILLISECONDS.toNanos(100)));
                 } catch (InterruptedException e) {
                     Thread.currentThread().interrupt();
-                    throw new CommunicatorAbortedException("transaction throttle on rank " + rank + " interrupted");
+                    if (failure.get() != null) {
+                        throw released("transaction throttle", rank); // the pack's own interrupt of its ranks
+                    }
+                    return new CommunicatorAbortedException("transaction #" + sequence + " of " + who(rank)
+                            + " was interrupted while it waited for rank " + behind + " (ThreadsOptions.maxLead)", e);
                 }
             }
         }

@@ -59,7 +59,9 @@ public final class ThreadsCommunicators {
         List<Thread> threads = new ArrayList<>(size);
         for (int rank = 0; rank < size; rank++) {
             int r = rank;
-            threads.add(Thread.ofPlatform().name("jnccl-rank-" + rank).unstarted(
+            // Daemon: a pack whose launcher's caller has gone (main returned, join abandoned) must not
+            // keep the JVM alive.
+            threads.add(Thread.ofPlatform().name("jnccl-rank-" + rank).daemon(true).unstarted(
                     () -> runRank(r, deviceOfRank, id, options, work, state, errors, realGpu)));
         }
         threads.forEach(Thread::start);
@@ -125,9 +127,16 @@ public final class ThreadsCommunicators {
                 enablePeerAccess(device, deviceOfRank);
             }
             communicator = createCommunicator(id, rank, device, options, state, deviceOfRank);
-            work.accept(communicator);
+            state.working(rank, true);
+            try {
+                work.accept(communicator);
+            } finally {
+                if (state.working(rank, false)) {
+                    Thread.interrupted(); // the pack's own interrupt (it failed): not for the close below
+                }
+            }
             // Ranks close together: a rank finalizing early would leave peers' last operations alone.
-            state.barrier("finish", rank);
+            state.barrier("finish", rank, Long.MAX_VALUE); // the others' work may take hours: join's wait
         } catch (Throwable t) {
             errors[rank] = t;
             if (state.fail(rank, t)) {

@@ -41,19 +41,19 @@ final class ThreadsHost implements HostSide {
     }
 
     @Override
-    public void barrier() {
-        pack.barrier("barrier", rank);
+    public void barrier(long timeoutNanos) {
+        pack.barrier("barrier", rank, timeoutNanos);
     }
 
     @Override
-    public List<byte[]> gather(byte[] local, int root) {
-        List<byte[]> all = pack.exchange("gatherBytesHost", rank, local.clone());
+    public List<byte[]> gather(byte[] local, int root, long timeoutNanos) {
+        List<byte[]> all = pack.exchange("gatherBytesHost", rank, local.clone(), timeoutNanos);
         return rank == root ? copies(all) : List.of();
     }
 
     @Override
-    public List<byte[]> allGather(byte[] local) {
-        return copies(pack.exchange("allGatherBytesHost", rank, local.clone()));
+    public List<byte[]> allGather(byte[] local, long timeoutNanos) {
+        return copies(pack.exchange("allGatherBytesHost", rank, local.clone(), timeoutNanos));
     }
 
     /** Every rank gets arrays of its own: the exchanged ones are shared by the whole pack. */
@@ -94,8 +94,8 @@ final class ThreadsHost implements HostSide {
      * for complete.
      */
     @Override
-    public void pace() {
-        pack.throttle(rank, ++transactions, options.maxLead());
+    public void pace(long timeoutNanos) {
+        pack.throttle(rank, ++transactions, options.maxLead(), timeoutNanos);
     }
 
     @Override

@@ -1,0 +1,293 @@
+package dev.jnccl.it;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.jnccl.Communicator;
+import dev.jnccl.CommunicatorAbortedException;
+import dev.jnccl.CommunicatorOptions;
+import dev.jnccl.DeviceTensor;
+import dev.jnccl.Transaction;
+import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.it.Packs.Mode;
+import dev.jnccl.it.ThreadsFailureTest.Outcome;
+import dev.jnccl.threads.ThreadsOptions;
+import java.time.Duration;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Consumer;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.RegisterExtension;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.MethodSource;
+
+/**
+ * Every host-side wait of threads mode ends: a rank that never arrives at a barrier, a host
+ * gather, a copy-engine transaction or a split is reported by name at the deadline (the watchdog's
+ * timeout; the init timeout for split), and an interrupted wait aborts the communicator with the
+ * {@link InterruptedException} as the cause and the interrupt status kept. The pack's failure then
+ * interrupts the user code of the other ranks (here: the absent rank, parked on a latch), so
+ * nothing waits for the full 60 s it would otherwise.
+ */
+@Timeout(value = 120, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+class ThreadsDeadlineTest {
+    private static final int WORLD = 3;
+    private static final int ABSENT = 2;
+    private static final Duration WATCHDOG = Duration.ofSeconds(1);
+    /** Generous for a loaded 2-core machine; far below the 60 s the absent rank would keep the others. */
+    private static final Duration MARGIN = Duration.ofSeconds(4);
+    private static final long ABSENT_WAIT_SECONDS = 60;
+    private static final int N = 840;
+
+    @RegisterExtension
+    final PackMemory memory = new PackMemory();
+
+    static java.util.List<Mode> modes() {
+        return ThreadsFailureTest.modes().toList();
+    }
+
+    private static ThreadsOptions watched(Mode mode) {
+        return mode.options().withCommunicator(CommunicatorOptions.defaults().withWatchdog(WATCHDOG));
+    }
+
+    /** The absent rank parks on a latch the test never counts down: only the pack's interrupt ends it early. */
+    private static void stayAway(Map<Integer, Throwable> absentSaw) {
+        try {
+            boolean released = new CountDownLatch(1).await(ABSENT_WAIT_SECONDS, TimeUnit.SECONDS);
+            absentSaw.put(ABSENT, new AssertionError("the absent rank was not interrupted (latch released: " + released
+                    + ")"));
+        } catch (InterruptedException e) {
+            absentSaw.put(ABSENT, e);
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    private void expectReleasedNamingTheAbsentRank(String what, Consumer<Communicator> present, Duration bound,
+                                                   ThreadsOptions options) {
+        Map<Integer, Long> releasedAfter = new ConcurrentHashMap<>();
+        Map<Integer, Throwable> absentSaw = new ConcurrentHashMap<>();
+        Outcome outcome = ThreadsFailureTest.runFailing(WORLD, options, comm -> {
+            if (comm.rank() == ABSENT) {
+                stayAway(absentSaw);
+                return;
+            }
+            long start = System.nanoTime();
+            try {
+                present.accept(comm);
+            } finally {
+                releasedAfter.put(comm.rank(), System.nanoTime() - start);
+            }
+        });
+        for (int r = 0; r < WORLD; r++) {
+            if (r == ABSENT) {
+                continue;
+            }
+            int rank = r;
+            Throwable t = outcome.byRank().get(r);
+            assertInstanceOf(CommunicatorAbortedException.class, t, () -> what + ": rank " + rank + " got " + t);
+            String chain = ThreadsFailureTest.chain(t);
+            assertTrue(chain.contains("rank " + ABSENT + " did not arrive"), () -> what + ": rank " + rank
+                    + "'s exception does not name the absent rank: " + chain);
+            long millis = TimeUnit.NANOSECONDS.toMillis(releasedAfter.get(r));
+            assertTrue(millis < bound.plus(MARGIN).toMillis(), () -> what + ": rank " + rank + " released after "
+                    + millis + " ms (bound " + bound.toMillis() + " ms + " + MARGIN.toMillis() + " ms)");
+        }
+        assertInstanceOf(InterruptedException.class, absentSaw.get(ABSENT),
+                what + ": the pack's failure interrupts the user code of the rank that stayed away");
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource("modes")
+    void aBarrierARankNeverReachesEndsAtTheWatchdogTimeout(Mode mode) {
+        expectReleasedNamingTheAbsentRank("barrier", Communicator::barrier, WATCHDOG, watched(mode));
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource("modes")
+    void aHostGatherARankNeverReachesEndsAtTheWatchdogTimeout(Mode mode) {
+        expectReleasedNamingTheAbsentRank("allGatherBytesHost", comm -> comm.allGatherBytesHost(new byte[] {1}),
+                WATCHDOG, watched(mode));
+    }
+
+    /** The copy-engine transports start each transaction with a host exchange: bounded like a barrier. */
+    @Test
+    void aCopyEngineTransactionARankNeverExecutesEndsAtTheWatchdogTimeout() {
+        expectReleasedNamingTheAbsentRank("copy-engine all-gather", comm -> {
+            DeviceTensor full = memory.fp32(N);
+            DeviceTensor shard = full.shard(comm.rank(), WORLD);
+            try (CudaEvent signal = CudaEvent.create(); Transaction tx = comm.begin(comm.stream())) {
+                tx.allGather(shard, full);
+                tx.execute(signal);
+            }
+        }, WATCHDOG, watched(new Mode(true, true)));
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource("modes")
+    void aSplitARankNeverJoinsEndsAtTheInitTimeout(Mode mode) {
+        Duration init = Duration.ofSeconds(1);
+        ThreadsOptions options = mode.options().withCommunicator(CommunicatorOptions.defaults().withInitTimeout(init));
+        expectReleasedNamingTheAbsentRank("split", comm -> comm.split(0, comm.rank()), init, options);
+    }
+
+    /**
+     * An interrupted barrier aborts: the interrupted rank keeps its interrupt status and sees the
+     * InterruptedException as the cause, the rank waiting with it is released naming it, and the
+     * rank that stayed away (so that the barrier cannot complete) is interrupted by the pack.
+     */
+    @ParameterizedTest(name = "{0}")
+    @MethodSource("modes")
+    void anInterruptedBarrierAbortsTheCommunicatorAndReleasesThePeers(Mode mode) {
+        int interrupted = 1;
+        CountDownLatch inBarrier = new CountDownLatch(1);
+        Map<Integer, Boolean> statusKept = new ConcurrentHashMap<>();
+        Map<Integer, Thread> threads = new ConcurrentHashMap<>();
+        Map<Integer, Throwable> absentSaw = new ConcurrentHashMap<>();
+        Thread interrupter = Thread.ofPlatform().daemon().start(() -> {
+            try {
+                inBarrier.await();
+                Thread.sleep(300); // inside the barrier by now, which rank 2's absence keeps open
+                threads.get(interrupted).interrupt();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        });
+        Outcome outcome = ThreadsFailureTest.runFailing(WORLD, mode.options(), comm -> {
+            switch (comm.rank()) {
+                case ABSENT -> stayAway(absentSaw);
+                case 1 -> {
+                    threads.put(interrupted, Thread.currentThread());
+                    inBarrier.countDown();
+                    try {
+                        comm.barrier();
+                    } finally {
+                        statusKept.put(interrupted, Thread.currentThread().isInterrupted());
+                    }
+                }
+                default -> comm.barrier();
+            }
+        });
+        assertTrue(join(interrupter));
+        Throwable own = outcome.byRank().get(interrupted);
+        assertInstanceOf(CommunicatorAbortedException.class, own);
+        assertTrue(causes(own, InterruptedException.class), () -> "no InterruptedException in the causes of " + own);
+        assertTrue(own.getMessage().contains("rank " + ABSENT + " had not arrived"), own::getMessage);
+        assertEquals(Boolean.TRUE, statusKept.get(interrupted), "the interrupt status is kept");
+        Throwable peer = outcome.byRank().get(0);
+        assertInstanceOf(CommunicatorAbortedException.class, peer);
+        assertTrue(ThreadsFailureTest.chain(peer).contains("rank " + interrupted), () -> "rank 0 is not told which"
+                + " rank failed: " + ThreadsFailureTest.chain(peer));
+        assertInstanceOf(InterruptedException.class, absentSaw.get(ABSENT), "the pack interrupts user code");
+    }
+
+    /**
+     * An interrupt while execute waits in the launch-queue throttle aborts the communicator (the
+     * transaction never ran, so the others would wait for it); what the rank closes afterwards
+     * closes promptly.
+     */
+    @Test
+    void anInterruptWhileThrottledAbortsAndEverythingClosesPromptly() {
+        int fast = 0;
+        ThreadsOptions options = ThreadsOptions.defaults().withMaxLead(2);
+        CountDownLatch throttled = new CountDownLatch(1);
+        Map<Integer, Thread> threads = new ConcurrentHashMap<>();
+        Map<Integer, Long> closeMillis = new ConcurrentHashMap<>();
+        Map<Integer, Boolean> statusKept = new ConcurrentHashMap<>();
+        Thread interrupter = Thread.ofPlatform().daemon().start(() -> {
+            try {
+                throttled.await();
+                Thread.sleep(500); // rank 0 is held by the throttle by now
+                threads.get(fast).interrupt();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        });
+        Outcome outcome = ThreadsFailureTest.runFailing(2, options, comm -> {
+            if (comm.rank() != fast) {
+                stayAway(new ConcurrentHashMap<>()); // never executes: rank 0 runs ahead and is throttled
+                return;
+            }
+            threads.put(fast, Thread.currentThread());
+            dev.jnccl.cuda.DeviceMemory own = dev.jnccl.cuda.DeviceMemory.allocate(dev.jnccl.DType.FP32, N);
+            try {
+                for (int i = 0; i < 100; i++) {
+                    if (i == 0) {
+                        throttled.countDown(); // the third transaction waits: maxLead 2 and rank 1 at #0
+                    }
+                    try (Transaction tx = comm.begin(comm.stream())) {
+                        tx.allReduce(own.tensor(dev.jnccl.DType.FP32), dev.jnccl.ReduceOp.SUM);
+                        tx.execute(null);
+                    }
+                }
+            } finally {
+                statusKept.put(fast, Thread.interrupted());
+                long start = System.nanoTime();
+                own.close();
+                closeMillis.put(fast, TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start));
+            }
+        });
+        assertTrue(join(interrupter));
+        Throwable t = outcome.byRank().get(fast);
+        assertInstanceOf(CommunicatorAbortedException.class, t);
+        assertTrue(causes(t, InterruptedException.class), () -> "no InterruptedException in the causes of " + t);
+        assertEquals(Boolean.TRUE, statusKept.get(fast), "the interrupt status is kept");
+        assertNotNull(closeMillis.get(fast));
+        assertTrue(closeMillis.get(fast) < 2_000, "DeviceMemory.close took " + closeMillis.get(fast) + " ms");
+    }
+
+    private static boolean join(Thread thread) {
+        try {
+            return thread.join(Duration.ofSeconds(30));
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return false;
+        }
+    }
+
+    private static boolean causes(Throwable t, Class<? extends Throwable> type) {
+        for (Throwable c = t; c != null; c = c.getCause()) {
+            if (type.isInstance(c)) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    @Test
+    void aTransactionBelongsToTheThreadThatBeganIt() {
+        java.util.concurrent.atomic.AtomicReference<Throwable> otherFailed = new java.util.concurrent.atomic.AtomicReference<>();
+        dev.jnccl.threads.ThreadsCommunicators.run(1, ThreadsOptions.defaults(), comm -> {
+            try (Transaction tx = comm.begin(comm.stream())) {
+                DeviceTensor t = memory.fp32(N);
+                Thread other = Thread.ofPlatform().name("not-the-owner").start(() -> {
+                    try {
+                        IllegalStateException e = assertThrows(IllegalStateException.class,
+                                () -> tx.allReduce(t, dev.jnccl.ReduceOp.SUM));
+                        assertTrue(e.getMessage().contains("\"jnccl-rank-0\"") && e.getMessage().contains(
+                                "\"not-the-owner\""), e.getMessage());
+                        assertThrows(IllegalStateException.class, () -> tx.execute(null));
+                        assertThrows(IllegalStateException.class, tx::close);
+                    } catch (Throwable failure) {
+                        otherFailed.set(failure);
+                    }
+                });
+                try {
+                    other.join();
+                } catch (InterruptedException e) {
+                    throw new IllegalStateException(e);
+                }
+                assertTrue(tx.isOpen(), "the other thread's calls had no effect");
+                assertEquals(0, tx.size());
+            }
+        });
+        if (otherFailed.get() != null) {
+            throw new AssertionError("from the other thread", otherFailed.get());
+        }
+    }
+}
