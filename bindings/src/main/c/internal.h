@@ -78,7 +78,7 @@ cudaError_t jn_stream_submit(cudaStream_t s, jn_item **items, int n);
 
 /* Global lock that NCCL takes while it hands out per-communicator tickets and posts the
  * corresponding stream items, so that the ticket order of every communicator agrees with
- * one global order (see nccl.c, "Execution order"). */
+ * one global order (see comm.h, "EXECUTION ORDER"). */
 void jn_enqueue_lock(void);
 void jn_enqueue_unlock(void);
 

@@ -16,7 +16,7 @@
  * at once). cudaStreamSynchronize/Query(0) wait for / query the device's
  * blocking streams.
  * NCCL operations on the legacy stream are refused with ncclInvalidUsage (see
- * nccl.c). cudaStreamPerThread (0x2) is not implemented: every call given it
+ * exec.c). cudaStreamPerThread (0x2) is not implemented: every call given it
  * fails with cudaErrorInvalidResourceHandle.
  *
  * STREAMS
@@ -458,7 +458,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
   s->flags = flags;
   s->valid = 1;
   /* JNCCL_HOST_DELAY_US delays streams unless JNCCL_HOST_DELAY_RANK narrows it to one rank's
-   * NCCL operations (nccl.c); JNCCL_HOST_DELAY_DEVICE narrows it to one device's streams. */
+   * NCCL operations (fault.c); JNCCL_HOST_DELAY_DEVICE narrows it to one device's streams. */
   if (!jn_env_is_set("JNCCL_HOST_DELAY_RANK")) {
     long dev = jn_env_long("JNCCL_HOST_DELAY_DEVICE", -1, -1, JN_MAX_DEVICES);
     if (dev < 0 || dev == s->device) s->delay_us = jn_env_long("JNCCL_HOST_DELAY_US", 0, 0, 60L * 1000 * 1000);
