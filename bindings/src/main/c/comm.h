@@ -89,7 +89,6 @@
 enum { RS_OK = 0, RS_ABORTED = 1, RS_FAILED = 2, RS_LEFT = 3 }; /* seg_rank.status */
 enum { CS_INIT = 0, CS_READY = 1, CS_FAILED = 2 };            /* ncclComm.state */
 enum { K_ALLREDUCE, K_REDUCESCATTER, K_ALLGATHER, K_BROADCAST, K_REDUCE, K_ALLTOALL, K_SEND, K_RECV };
-enum { FAULT_NONE, FAULT_FAIL, FAULT_HANG };
 enum { STEP_IDLE, STEP_PROGRESS, STEP_DONE, STEP_ERROR };
 
 /* ============================================================ shared layout */
@@ -178,7 +177,7 @@ struct ncclComm {
   /* configuration read from the environment at creation */
   uint64_t chunk_env;
   long init_timeout_ms;
-  int fault_mode, fault_at;
+  int fault_mode, fault_at; /* JN_FAULT_* */
   long delay_us;
 };
 
@@ -296,8 +295,8 @@ void run_p2p(nccl_item *it);
 
 /* ----------------------------------------------------------- fault.c -- */
 
-/* Reads the fault and delay variables that concern rank `rank` of a new communicator. */
-void fault_configure(struct ncclComm *c, int rank);
+/* Applies the fault and delay variables (read at creation) that concern the new comm's rank. */
+void fault_configure(struct ncclComm *c, const jn_comm_env *env);
 /*
  * Common start of every operation: skip it if the comm already failed, count it,
  * apply the rank's delay and the injected faults.

@@ -141,8 +141,18 @@ static ncclResult_t parse_config(const char *fn, const ncclConfig_t *config, int
   return ncclSuccess;
 }
 
-/* Allocates and registers a communicator in state CS_INIT; reads the environment. */
-static struct ncclComm *comm_new(int nranks, const char *name, int rank, int device, int blocking) {
+/* Reads and checks the environment of a new communicator (config.c); the text names fn. */
+static ncclResult_t comm_env(const char *fn, jn_comm_env *env) {
+  char err[256];
+  const char *bad = jn_config_error();
+  if (bad != NULL) return failf(ncclInvalidUsage, "%s : %s", fn, bad);
+  if (!jn_comm_env_read(env, err, sizeof err)) return failf(ncclInvalidUsage, "%s : %s", fn, err);
+  return ncclSuccess;
+}
+
+/* Allocates and registers a communicator in state CS_INIT, configured by env. */
+static struct ncclComm *comm_new(int nranks, const char *name, int rank, int device, int blocking,
+                                 const jn_comm_env *env) {
   struct ncclComm *c = calloc(1, sizeof(*c));
   if (c == NULL) return NULL;
   c->magic = COMM_MAGIC;
@@ -156,9 +166,9 @@ static struct ncclComm *comm_new(int nranks, const char *name, int rank, int dev
   pthread_mutex_init(&c->mu, NULL);
   jn_cond_init_mono(&c->cv);
   /* Staging chunk per rank (the creating rank's value wins; see README). */
-  c->chunk_env = (uint64_t)jn_env_long("JNCCL_HOST_CHUNK_BYTES", 1L << 20, 4096, 1L << 28) & ~(uint64_t)63;
-  c->init_timeout_ms = jn_env_long("JNCCL_HOST_INIT_TIMEOUT_MS", 120000, 1, 24L * 3600 * 1000);
-  fault_configure(c, rank);
+  c->chunk_env = env->chunk;
+  c->init_timeout_ms = env->init_timeout_ms;
+  fault_configure(c, env);
   comm_register(c);
   return c;
 }
@@ -303,6 +313,7 @@ void comm_discard(struct ncclComm *c) {
   comm_unregister(c);
   comm_put(c);
 }
+
 static ncclResult_t init_rank(const char *fn, ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank,
                               const ncclConfig_t *config) {
   int blocking;
@@ -313,13 +324,15 @@ static ncclResult_t init_rank(const char *fn, ncclComm_t *out, int nranks, const
   char name[64];
   if (rc == ncclSuccess && !id_name(id, name))
     rc = failf(ncclInvalidArgument, "%s : invalid ncclUniqueId (not created by ncclGetUniqueId)", fn);
+  jn_comm_env env;
+  if (rc == ncclSuccess) rc = comm_env(fn, &env);
   if (rc == ncclSuccess && jn_device_count() == 0)
     rc = failf(ncclUnhandledCudaError, "%s : Cuda failure 100 'no CUDA-capable device is detected'", fn);
   if (rc != ncclSuccess) {
     group_note_error(rc);
     return rc;
   }
-  struct ncclComm *c = comm_new(nranks, name, rank, jn_current_device(), blocking);
+  struct ncclComm *c = comm_new(nranks, name, rank, jn_current_device(), blocking, &env);
   if (c == NULL) {
     group_note_error(ncclSystemError);
     return failf(ncclSystemError, "%s : out of memory", fn);
@@ -352,6 +365,8 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId c
 ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist) {
   if (comm == NULL) return failf(ncclInvalidArgument, "ncclCommInitAll : comm argument is NULL");
   if (ndev < 1) return failf(ncclInvalidArgument, "ncclCommInitAll : Invalid device count requested : %d", ndev);
+  const char *bad = jn_config_error();
+  if (bad != NULL) return failf(ncclInvalidUsage, "ncclCommInitAll : %s", bad);
   int total = jn_device_count();
   for (int i = 0; i < ndev; i++) {
     int d = devlist ? devlist[i] : i;
@@ -429,6 +444,7 @@ typedef struct {
   ncclComm_t *out;
   int color, key, blocking;
   uint64_t gen;
+  jn_comm_env env; /* read by ncclCommSplit's caller */
 } split_job;
 
 /* Records a failure of an asynchronous operation of c as its async error (locally, as NCCL's
@@ -455,7 +471,7 @@ static void *split_main(void *arg) {
   if (rc == ncclSuccess && j->color != JN_NCCL_SPLIT_NOCOLOR) {
     char name[64];
     split_name(name, c->name, j->gen, j->color);
-    struct ncclComm *nc = comm_new(newn, name, newrank, c->device, j->blocking);
+    struct ncclComm *nc = comm_new(newn, name, newrank, c->device, j->blocking, &j->env);
     if (nc == NULL) {
       rc = ncclSystemError;
       errf(&e, rc, -1, "out of memory");
@@ -500,6 +516,8 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
   if (newcomm == NULL) rc = failf(ncclInvalidArgument, "%s : newcomm argument is NULL", fn);
   if (rc == ncclSuccess) rc = ensure_ready(fn, c);
   if (rc == ncclSuccess) rc = parse_config(fn, config, c->blocking, &blocking); /* NULL: inherit */
+  jn_comm_env env; /* the child's, checked before the exchange so that a bad value fails at once */
+  if (rc == ncclSuccess) rc = comm_env(fn, &env);
   if (rc != ncclSuccess) {
     comm_put(c);
     return rc;
@@ -515,7 +533,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
       comm_put(c);
       return failf(ncclSystemError, "%s : out of memory", fn);
     }
-    *j = (split_job){c, newcomm, color, key, blocking, gen};
+    *j = (split_job){c, newcomm, color, key, blocking, gen, env};
     atomic_store(&c->split_busy, 1);
     pthread_mutex_lock(&c->mu);
     int err = pthread_create(&c->split_thread, NULL, split_main, j);
@@ -548,7 +566,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
   }
   char name[64];
   split_name(name, c->name, gen, color);
-  struct ncclComm *nc = comm_new(newn, name, newrank, c->device, blocking);
+  struct ncclComm *nc = comm_new(newn, name, newrank, c->device, blocking, &env);
   comm_put(c);
   if (nc == NULL) return failf(ncclSystemError, "%s : out of memory", fn);
   *newcomm = nc;

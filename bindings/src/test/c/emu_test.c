@@ -103,7 +103,8 @@ void barrier(rank_ctx *x) { pthread_barrier_wait(&x->w->bar); }
 
 /* ================================================================= main */
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--config-probe") == 0) return config_probe();
   g_quick = getenv("EMU_TEST_QUICK") != NULL && strcmp(getenv("EMU_TEST_QUICK"), "0") != 0;
   unsetenv("JNCCL_HOST_DEVICES");
   alarm(g_quick ? 300 : 600); /* a hang fails the run instead of blocking CI */
@@ -117,8 +118,10 @@ int main(void) {
     test();                                           \
     printf("    (%s: %.2f s)\n", #test, now_s() - t_); \
   } while (0)
+  RUN(test_config_load);
   RUN(test_two_processes);
   if (cudaGetDeviceCount(&g_ndev) != cudaSuccess) fatal();
+  RUN(test_config_creation);
   RUN(test_runtime_basics);
   RUN(test_streams_events);
   RUN(test_nccl_args);

@@ -9,6 +9,7 @@
  *   emu_test_p2p.c        send / recv, size mismatch
  *   emu_test_init.c       init variants, split, NCCL argument errors, two processes
  *   emu_test_fault.c      injected faults, abort, delays
+ *   emu_test_config.c     validation of the environment variables
  */
 #ifndef JNCCL_EMU_TEST_H
 #define JNCCL_EMU_TEST_H
@@ -151,5 +152,11 @@ void test_two_processes(void);
 
 void test_faults(void);
 void test_delay_rank(void);
+
+/* ------------------------------------------------ environment variables (emu_test_config.c) */
+
+int config_probe(void); /* child mode: emu_test --config-probe */
+void test_config_load(void);
+void test_config_creation(void);
 
 #endif /* JNCCL_EMU_TEST_H */
