@@ -22,13 +22,38 @@
 uint64_t jn_now_ns(void);                           /* CLOCK_MONOTONIC */
 void jn_deadline_ms(struct timespec *ts, long ms);  /* now + ms, CLOCK_MONOTONIC */
 void jn_sleep_us(long us);
-/* Parses an integer environment variable; dflt when unset or malformed, clamped to [lo, hi]. */
-long jn_env_long(const char *name, long dflt, long lo, long hi);
-int jn_env_is_set(const char *name);
 /* A condition variable whose timed waits use CLOCK_MONOTONIC (process-private). */
 void jn_cond_init_mono(pthread_cond_t *cv);
 /* Timed wait of at most ms milliseconds (spurious wake-ups are fine: callers loop). */
 void jn_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms);
+
+/* -------------------------------------------------------- configuration -- */
+
+#define JN_MAX_DEVICES 255
+enum { JN_FAULT_NONE, JN_FAULT_FAIL, JN_FAULT_HANG };
+
+/* Variables read at stream creation (-1: unset, for the rank and the device). */
+typedef struct {
+  long delay_rank, delay_device, delay_us;
+} jn_stream_env;
+
+/* Variables read at communicator creation (-1: unset, for delay_rank). */
+typedef struct {
+  uint64_t chunk;
+  long init_timeout_ms;
+  int fault_mode; /* JN_FAULT_* */
+  long fault_rank, fault_at, delay_rank, delay_us;
+} jn_comm_env;
+
+/* NULL when every variable of the emulation was valid at its first use; else what is wrong
+ * ("NAME=value is not valid: expected ..."; several joined by "; "). */
+const char *jn_config_error(void);
+/* JNCCL_HOST_DEVICES; 0 when the configuration is not valid (then no call finds a device). */
+int jn_config_devices(void);
+/* Read and check the variables of a new stream / communicator now (a test may change them in
+ * process). Return 1, or 0 with the text of the first bad variable in err. */
+int jn_stream_env_read(jn_stream_env *env, char *err, size_t errlen);
+int jn_comm_env_read(jn_comm_env *env, char *err, size_t errlen);
 
 /* ------------------------------------------------------ devices, errors -- */
 
@@ -78,7 +103,7 @@ cudaError_t jn_stream_submit(cudaStream_t s, jn_item **items, int n);
 
 /* Global lock that NCCL takes while it hands out per-communicator tickets and posts the
  * corresponding stream items, so that the ticket order of every communicator agrees with
- * one global order (see nccl.c, "Execution order"). */
+ * one global order (see comm.h, "EXECUTION ORDER"). */
 void jn_enqueue_lock(void);
 void jn_enqueue_unlock(void);
 

@@ -90,4 +90,10 @@ JNCCL_API ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t dat
 JNCCL_API ncclResult_t ncclGroupStart(void);
 JNCCL_API ncclResult_t ncclGroupEnd(void);
 
+/* ------------------------------------------------------- the emulation's own -- */
+/* NULL when the emulation's environment variables (JNCCL_HOST_*) were valid at its first use;
+ * else "NAME=value is not valid: expected ..." (several joined by "; "). The Java loader calls it
+ * right after loading the library and refuses to go on with that text. Not part of CUDA or NCCL. */
+JNCCL_API const char *jnccl_emu_config_error(void);
+
 #endif /* JNCCL_API_H */

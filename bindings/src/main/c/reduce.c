@@ -7,7 +7,7 @@
  *  - Contributions are combined in NCCL's ring order: ins[first], ins[first + 1], ... (mod n).
  *    The caller picks `first` as NCCL's ring does: a reduce-scatter's chunk for rank r starts at
  *    rank r + 1 and ends at r; an all-reduce's element in ring chunk k starts at rank k + 1 (see
- *    nccl.c, ring_first); a reduce to root starts at root + 1.
+ *    coll.c, reduce_ring_chunks); a reduce to root starts at root + 1.
  *  - Floating types round every step in their own type (NCCL reduces pairwise in the type):
  *    float32 in float, float64 in double, float16 / bfloat16 / float8 decoded to float and each
  *    step's result rounded to nearest even, like CUDA's __float2half_rn / __float2bfloat16_rn /

@@ -16,7 +16,7 @@
  * at once). cudaStreamSynchronize/Query(0) wait for / query the device's
  * blocking streams.
  * NCCL operations on the legacy stream are refused with ncclInvalidUsage (see
- * nccl.c). cudaStreamPerThread (0x2) is not implemented: every call given it
+ * exec.c). cudaStreamPerThread (0x2) is not implemented: every call given it
  * fails with cudaErrorInvalidResourceHandle.
  *
  * STREAMS
@@ -71,23 +71,6 @@ void jn_sleep_us(long us) {
   }
 }
 
-long jn_env_long(const char *name, long dflt, long lo, long hi) {
-  const char *s = getenv(name);
-  if (s == NULL || *s == '\0') return dflt;
-  char *end = NULL;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0') return dflt;
-  if (v < lo) v = lo;
-  if (v > hi) v = hi;
-  return v;
-}
-
-int jn_env_is_set(const char *name) {
-  const char *s = getenv(name);
-  return s != NULL && *s != '\0';
-}
-
 void jn_cond_init_mono(pthread_cond_t *cv) {
   pthread_condattr_t a;
   pthread_condattr_init(&a);
@@ -104,8 +87,6 @@ void jn_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms) {
 
 /* ============================================================ devices, errors */
 
-#define JN_MAX_DEVICES 255
-
 static int g_ndev;
 static pthread_once_t g_dev_once = PTHREAD_ONCE_INIT;
 static _Thread_local int tl_device;               /* current device, 0 by default as in CUDA */
@@ -114,7 +95,7 @@ static _Thread_local cudaError_t tl_last_error;   /* sticky until cudaGetLastErr
 static pthread_mutex_t g_peer_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t g_peer_enabled[JN_MAX_DEVICES][(JN_MAX_DEVICES + 63) / 64];
 
-static void dev_init(void) { g_ndev = (int)jn_env_long("JNCCL_HOST_DEVICES", 8, 0, JN_MAX_DEVICES); }
+static void dev_init(void) { g_ndev = jn_config_devices(); }
 
 int jn_device_count(void) {
   pthread_once(&g_dev_once, dev_init);
@@ -132,6 +113,12 @@ cudaError_t jn_cuda_error(cudaError_t e) {
 }
 #define FAIL(e) return jn_cuda_error(e)
 
+/* Why no device is there: none configured (JNCCL_HOST_DEVICES=0), or an environment variable of
+ * the emulation is not valid (jnccl_emu_config_error says which), an initialisation error. */
+static cudaError_t no_device(void) {
+  return jn_config_error() != NULL ? cudaErrorInitializationError : cudaErrorNoDevice;
+}
+
 cudaError_t cudaRuntimeGetVersion(int *runtimeVersion) {
   if (runtimeVersion == NULL) FAIL(cudaErrorInvalidValue);
   *runtimeVersion = JNCCL_CUDART_VERSION;
@@ -147,12 +134,12 @@ cudaError_t cudaDriverGetVersion(int *driverVersion) {
 cudaError_t cudaGetDeviceCount(int *count) {
   if (count == NULL) FAIL(cudaErrorInvalidValue);
   *count = jn_device_count();
-  if (*count == 0) FAIL(cudaErrorNoDevice);
+  if (*count == 0) FAIL(no_device());
   return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int device) {
-  if (jn_device_count() == 0) FAIL(cudaErrorNoDevice);
+  if (jn_device_count() == 0) FAIL(no_device());
   if (!jn_valid_device(device)) FAIL(cudaErrorInvalidDevice);
   tl_device = device;
   return cudaSuccess;
@@ -160,7 +147,7 @@ cudaError_t cudaSetDevice(int device) {
 
 cudaError_t cudaGetDevice(int *device) {
   if (device == NULL) FAIL(cudaErrorInvalidValue);
-  if (jn_device_count() == 0) FAIL(cudaErrorNoDevice);
+  if (jn_device_count() == 0) FAIL(no_device());
   *device = tl_device;
   return cudaSuccess;
 }
@@ -307,7 +294,7 @@ int jn_mem_range_ok(const void *p, size_t bytes, jn_alloc_info *out) {
 
 static cudaError_t alloc_common(void **ptr, size_t size, int kind) {
   if (ptr == NULL) FAIL(cudaErrorInvalidValue);
-  if (jn_device_count() == 0) FAIL(cudaErrorNoDevice);
+  if (jn_device_count() == 0) FAIL(no_device());
   if (size == 0) { /* CUDA: success, and a NULL pointer */
     *ptr = NULL;
     return cudaSuccess;
@@ -450,7 +437,14 @@ __attribute__((destructor)) static void runtime_fini(void) { reap(); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags) {
   if (pStream == NULL) FAIL(cudaErrorInvalidValue);
   if (flags & ~JN_cudaStreamNonBlocking) FAIL(cudaErrorInvalidValue);
-  if (jn_device_count() == 0) FAIL(cudaErrorNoDevice);
+  if (jn_device_count() == 0) FAIL(no_device());
+  jn_stream_env env;
+  char err[256];
+  if (!jn_stream_env_read(&env, err, sizeof err)) {
+    /* A CUDA error carries no text: say which variable is wrong where the user will look. */
+    fprintf(stderr, "jnccl host emulation: cudaStreamCreateWithFlags: %s\n", err);
+    FAIL(cudaErrorInvalidValue);
+  }
   reap();
   struct CUstream_st *s = calloc(1, sizeof(*s));
   if (s == NULL) FAIL(cudaErrorMemoryAllocation);
@@ -458,11 +452,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
   s->flags = flags;
   s->valid = 1;
   /* JNCCL_HOST_DELAY_US delays streams unless JNCCL_HOST_DELAY_RANK narrows it to one rank's
-   * NCCL operations (nccl.c); JNCCL_HOST_DELAY_DEVICE narrows it to one device's streams. */
-  if (!jn_env_is_set("JNCCL_HOST_DELAY_RANK")) {
-    long dev = jn_env_long("JNCCL_HOST_DELAY_DEVICE", -1, -1, JN_MAX_DEVICES);
-    if (dev < 0 || dev == s->device) s->delay_us = jn_env_long("JNCCL_HOST_DELAY_US", 0, 0, 60L * 1000 * 1000);
-  }
+   * NCCL operations (fault.c); JNCCL_HOST_DELAY_DEVICE narrows it to one device's streams. */
+  if (env.delay_rank < 0 && (env.delay_device < 0 || env.delay_device == s->device)) s->delay_us = env.delay_us;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
   if (pthread_create(&s->worker, NULL, stream_worker, s) != 0) {

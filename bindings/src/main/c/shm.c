@@ -10,7 +10,7 @@
  * for that. Ranks that are threads of one process share one mapping (a small
  * process-local table keyed by name, reference counted), which also lets
  * ThreadSanitizer see the cross-rank synchronisation. When to unlink is the
- * caller's decision (nccl.c unlinks as soon as every rank has joined).
+ * caller's decision (init.c unlinks as soon as every rank has joined).
  */
 #include "internal.h"
 

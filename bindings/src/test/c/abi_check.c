@@ -8,7 +8,7 @@
  *   - every enumerator value the emulation uses is compared (_Static_assert),
  *   - every struct size and field offset/size is compared,
  *   - jnccl_api.h is then included after the real headers: it re-declares all
- *     60 exported functions with the real types, so any signature difference
+ *     60 CUDA and NCCL functions with the real types, so any signature difference
  *     is a "conflicting types" compile error,
  *   - main() compares the two special stream handles (pointer constants that
  *     cannot be compared at compile time).

@@ -1,7 +1,12 @@
 package dev.jnccl.bindings;
 
+import static java.lang.foreign.ValueLayout.ADDRESS;
+
 import java.io.IOException;
 import java.io.InputStream;
+import java.lang.foreign.FunctionDescriptor;
+import java.lang.foreign.MemorySegment;
+import java.lang.invoke.MethodHandle;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
@@ -29,6 +34,50 @@ final class HostLibrary {
 
     static String resourceName() {
         return "/dev/jnccl/bindings/host/" + platform() + "/" + FILE_NAME;
+    }
+
+    /** The emulation's own export that says whether its environment variables are valid. */
+    static final String CONFIG_ERROR_FUNCTION = "jnccl_emu_config_error";
+
+    /**
+     * Refuses the emulation when one of its environment variables (JNCCL_HOST_*) is malformed or out
+     * of range: without this, a misspelt fault or delay would silently run a test without it. The
+     * file is opened privately and closed again before {@link System#load} (which can never unload),
+     * so a refused copy leaves nothing behind and a later attempt judges the environment afresh. The
+     * emulation's text names each bad variable, its value and the accepted range.
+     *
+     * @param file the extracted emulation
+     * @throws NativeLoadException naming every bad variable
+     */
+    static void checkConfiguration(Path file) {
+        Dl.Handle handle;
+        try {
+            handle = Dl.open(file.toAbsolutePath().toString());
+        } catch (Dl.DlException e) {
+            throw new NativeLoadException("Could not load the host emulation from " + file + ": " + e.getMessage(), e);
+        }
+        String error;
+        try {
+            MemorySegment function = Dl.symbol(handle, CONFIG_ERROR_FUNCTION);
+            if (function.equals(MemorySegment.NULL)) {
+                throw new NativeLoadException("The host emulation " + file + " has no " + CONFIG_ERROR_FUNCTION
+                        + " (a build older than this jar?)");
+            }
+            MethodHandle call = Dl.linker().downcallHandle(function, FunctionDescriptor.of(ADDRESS));
+            MemorySegment text = (MemorySegment) call.invokeExact();
+            // NUL-terminated, at most 1 KiB (config.c); copied before the library is closed.
+            error = text.equals(MemorySegment.NULL) ? null : text.reinterpret(4096).getString(0);
+        } catch (NativeLoadException e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new NativeLoadException("The host emulation's " + CONFIG_ERROR_FUNCTION + " failed: " + t, t);
+        } finally {
+            Dl.close(handle);
+        }
+        if (error != null) {
+            throw new NativeLoadException("The host emulation refuses its environment: " + error
+                    + ". Fix or unset the variable (bindings/src/main/c/README.md lists them).");
+        }
     }
 
     /**

@@ -173,6 +173,7 @@ public final class NativeLibraries {
     private static LoadedLibraries loadHost() {
         Path file = HostLibrary.extract();
         try {
+            HostLibrary.checkConfiguration(file);
             systemLoad(file, "the host emulation");
         } finally {
             try {
