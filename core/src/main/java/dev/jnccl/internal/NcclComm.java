@@ -17,7 +17,6 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Supplier;
 import org.slf4j.Logger;
@@ -50,6 +49,8 @@ public final class NcclComm {
     private static final int IN_PROGRESS = Nccl.ncclInProgress();
     /** How long abort waits for a thread inside NCCL to let go of the lock before it aborts anyway. */
     private static final long ABORT_LOCK_GRACE_MILLIS = 1000;
+    /** The pause between two polls of NCCL's asynchronous state in init, split and finalize. */
+    private static final long POLL_NANOS = 200_000;
 
     private final int rank;
     private final int worldSize;
@@ -100,7 +101,7 @@ public final class NcclComm {
     }
 
     private void initialize(UniqueId id, Duration timeout, Supplier<String> cancellation) {
-        long deadline = System.nanoTime() + timeout.toNanos();
+        long deadline = Deadlines.deadline(timeout);
         try (Arena call = Arena.ofConfined()) {
             MemorySegment config = NcclConfigs.allocate(call);
             ncclConfig_t.blocking(config, 0);
@@ -140,7 +141,7 @@ public final class NcclComm {
         MemorySegment handle = nullToNull(childSlot.get(ADDRESS, 0));
         while (handle == null) {
             checkInitDeadline(deadline, timeout, cancellation, "for ncclCommSplit to publish the blocking communicator");
-            LockSupport.parkNanos(200_000);
+            Backoff.park(POLL_NANOS);
             handle = nullToNull(childSlot.get(ADDRESS, 0));
         }
         child = handle;
@@ -167,7 +168,7 @@ public final class NcclComm {
      */
     public NcclComm split(int color, int key, int childRank, int childSize, Duration timeout,
                           Supplier<String> cancellation, ReentrantLock childLock) {
-        long deadline = System.nanoTime() + timeout.toNanos();
+        long deadline = Deadlines.deadline(timeout);
         NcclComm result = new NcclComm(childRank, childSize, device, mode, childLock);
         boolean settled = true; // whether no split job of NCCL can still write result's slot
         boolean done = false;
@@ -220,7 +221,7 @@ public final class NcclComm {
             MemorySegment handle = nullToNull(result.childSlot.get(ADDRESS, 0));
             while (handle == null) {
                 checkInitDeadline(deadline, timeout, cancellation, "for ncclCommSplit to publish the new communicator");
-                LockSupport.parkNanos(200_000);
+                Backoff.park(POLL_NANOS);
                 handle = nullToNull(result.childSlot.get(ADDRESS, 0));
             }
             result.childSlot.set(ADDRESS, 0, MemorySegment.NULL);
@@ -258,7 +259,7 @@ public final class NcclComm {
                 throw failure(status, function, handle);
             }
             checkInitDeadline(deadline, timeout, cancellation, waitingFor);
-            LockSupport.parkNanos(200_000);
+            Backoff.park(POLL_NANOS);
         }
     }
 
@@ -267,9 +268,9 @@ public final class NcclComm {
         if (cancelled != null) {
             throw new CommunicatorAbortedException("init: rank " + rank + " of " + worldSize + " aborted: " + cancelled);
         }
-        if (System.nanoTime() - deadline > 0) {
+        if (Deadlines.passed(deadline)) {
             throw new CommunicatorAbortedException("init: rank " + rank + " of " + worldSize + " (device " + device
-                    + ") aborted after waiting " + timeout.toMillis() + " ms " + waitingFor
+                    + ") aborted after waiting " + Deadlines.toMillis(timeout) + " ms " + waitingFor
                     + " (CommunicatorOptions.initTimeout)");
         }
     }
@@ -430,8 +431,8 @@ public final class NcclComm {
         long spins = 0;
         try {
             while (!stream.isIdle()) {
-                if (System.nanoTime() - deadlineNanos > 0) {
-                    return "close: the comms stream still had work after " + timeout.toMillis()
+                if (Deadlines.passed(deadlineNanos)) {
+                    return "close: the comms stream still had work after " + Deadlines.toMillis(timeout)
                             + " ms (CommunicatorOptions.closeTimeout)";
                 }
                 Backoff.pause(spins++);
@@ -464,11 +465,11 @@ public final class NcclComm {
         MemorySegment handle = parent;
         int result = Nccl.ncclCommFinalize(handle);
         while (result == IN_PROGRESS) {
-            if (System.nanoTime() - deadlineNanos > 0) {
-                return "close: ncclCommFinalize did not finish within " + timeout.toMillis()
+            if (Deadlines.passed(deadlineNanos)) {
+                return "close: ncclCommFinalize did not finish within " + Deadlines.toMillis(timeout)
                         + " ms (CommunicatorOptions.closeTimeout)";
             }
-            LockSupport.parkNanos(200_000);
+            Backoff.park(POLL_NANOS);
             result = asyncError(handle);
         }
         if (result != SUCCESS) {
@@ -531,7 +532,7 @@ public final class NcclComm {
 
     private boolean tryLock(Duration timeout) {
         try {
-            return lock.tryLock(timeout.toNanos(), TimeUnit.NANOSECONDS);
+            return lock.tryLock(Deadlines.toNanos(timeout), TimeUnit.NANOSECONDS);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             return false;
