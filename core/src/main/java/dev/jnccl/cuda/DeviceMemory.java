@@ -133,7 +133,8 @@ public final class DeviceMemory implements AutoCloseable {
      */
     public DeviceTensor tensor(DType dtype) {
         Objects.requireNonNull(dtype, "tensor: dtype is null");
-        return new DeviceTensor(address(), dtype, bytes / dtype.size(), this);
+        handle.requireOpen("tensor", this);
+        return new DeviceTensor(handle.segment().address(), dtype, bytes / dtype.size(), this);
     }
 
     /**

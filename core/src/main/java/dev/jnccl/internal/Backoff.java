@@ -30,16 +30,23 @@ public final class Backoff {
     }
 
     /**
-     * Parks for {@code nanos}, interrupted or not: the interrupt status is cleared for the park
-     * (else it would return at once) and set again afterwards. For polls that go on until their
-     * own deadline or cancellation whatever the interrupt status.
+     * Parks for {@code nanos}, interrupted or not, and leaves the interrupt status as it was (or
+     * set, when an interrupt came meanwhile). For polls that go on until their own deadline or
+     * cancellation whatever the interrupt status. An interrupted thread sleeps instead of parking:
+     * setting the status again also hands the thread a park permit, so its next park would return
+     * at once.
      */
     public static void park(long nanos) {
-        boolean interrupted = Thread.interrupted();
-        LockSupport.parkNanos(nanos);
-        if (interrupted) {
-            Thread.currentThread().interrupt();
+        if (!Thread.interrupted()) {
+            LockSupport.parkNanos(nanos);
+            return;
         }
+        try {
+            Thread.sleep(nanos / 1_000_000, (int) (nanos % 1_000_000));
+        } catch (InterruptedException e) {
+            // interrupted again while asleep: the status is set below all the same
+        }
+        Thread.currentThread().interrupt();
     }
 
     /**
