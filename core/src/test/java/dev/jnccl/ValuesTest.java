@@ -10,7 +10,6 @@ import dev.jnccl.internal.NcclTypes;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.time.Duration;
 import java.util.EnumMap;
 import java.util.EnumSet;
 import java.util.Map;
@@ -80,17 +79,5 @@ class ValuesTest {
             assertEquals(UniqueId.BYTES, segment.byteSize());
             assertArrayEquals(bytes, segment.toArray(ValueLayout.JAVA_BYTE));
         }
-    }
-
-    @Test
-    void optionsValidateAndDefault() {
-        CommunicatorOptions defaults = CommunicatorOptions.defaults();
-        assertFalse(defaults.watchdogEnabled());
-        assertTrue(defaults.withWatchdog(Duration.ofSeconds(3)).watchdogEnabled());
-        assertEquals("CommunicatorOptions: initTimeout PT0S must be positive", assertThrows(
-                IllegalArgumentException.class, () -> defaults.withInitTimeout(Duration.ZERO)).getMessage());
-        assertEquals("CommunicatorOptions: watchdogTimeout PT-1S is negative", assertThrows(
-                IllegalArgumentException.class, () -> defaults.withWatchdog(Duration.ofSeconds(-1))).getMessage());
-        assertThrows(IllegalArgumentException.class, () -> defaults.withFlightRecorderSize(0));
     }
 }

@@ -40,7 +40,7 @@ class ThreadsLauncherTest {
         assertEquals("launch: gpus -1 is negative (0 means all visible devices)", assertThrows(
                 IllegalArgumentException.class,
                 () -> ThreadsCommunicators.launch(-1, ThreadsOptions.defaults(), comm -> { })).getMessage());
-        assertEquals("ThreadsOptions: maxLead 0 must be at least 1",
+        assertEquals("ThreadsOptions: maxLead 0 is out of range: expected 1 to 65536",
                 assertThrows(IllegalArgumentException.class, () -> ThreadsOptions.defaults().withMaxLead(0)).getMessage());
     }
 }

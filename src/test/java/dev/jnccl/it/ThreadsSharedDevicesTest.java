@@ -126,7 +126,7 @@ class ThreadsSharedDevicesTest {
     @Test
     void badPlacementsAreRefusedBeforeAnyRankStarts() {
         int visible = Cuda.deviceCount();
-        assertEquals("ThreadsOptions: device -1 of rank 2 is negative",
+        assertEquals("ThreadsOptions: device -1 of rank 2 is negative: expected 0 or more",
                 assertThrows(IllegalArgumentException.class,
                         () -> ThreadsOptions.defaults().withDevices(0, 0, -1)).getMessage());
         assertEquals("launch: gpus 3 does not match the 2 ranks of ThreadsOptions.devices [0, 0] (pass 0 or 2)",

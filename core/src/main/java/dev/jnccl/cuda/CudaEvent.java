@@ -6,26 +6,18 @@ import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.internal.Native;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
 import java.util.Objects;
-import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * A CUDA event: a position in a stream that other streams and the host can wait for. Created (and
  * destroyed on {@link #close()}) by jnccl, or {@linkplain #wrap wrapped} without taking ownership.
  */
 public final class CudaEvent implements AutoCloseable {
-    private final MemorySegment handle;
-    private final int device;
-    private final boolean owned;
+    private final CudaHandle handle;
     private final boolean timing;
-    /** Set once by the first close(): the compare-and-set makes two racing closes destroy the handle once. */
-    private final AtomicBoolean closed = new AtomicBoolean();
 
-    private CudaEvent(MemorySegment handle, int device, boolean owned, boolean timing) {
+    private CudaEvent(CudaHandle handle, boolean timing) {
         this.handle = handle;
-        this.device = device;
-        this.owned = owned;
         this.timing = timing;
     }
 
@@ -40,14 +32,10 @@ public final class CudaEvent implements AutoCloseable {
      * @param timing whether the event records timestamps
      */
     public static CudaEvent create(boolean timing) {
-        Native.libraries();
-        int device = Native.currentDevice();
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment out = arena.allocate(ValueLayout.ADDRESS);
-            int flags = timing ? CudaRuntime.cudaEventDefault() : CudaRuntime.cudaEventDisableTiming();
-            Native.checkCuda(CudaRuntime.cudaEventCreateWithFlags(out, flags), "cudaEventCreateWithFlags", device);
-            return new CudaEvent(out.get(ValueLayout.ADDRESS, 0), device, true, timing);
-        }
+        int flags = timing ? CudaRuntime.cudaEventDefault() : CudaRuntime.cudaEventDisableTiming();
+        return new CudaEvent(CudaHandle.create("event", "cudaEventCreateWithFlags",
+                out -> CudaRuntime.cudaEventCreateWithFlags(out, flags), CudaRuntime::cudaEventDestroy,
+                "cudaEventDestroy"), timing);
     }
 
     /**
@@ -58,15 +46,7 @@ public final class CudaEvent implements AutoCloseable {
      * @return the wrapper
      */
     public static CudaEvent wrap(MemorySegment handle, int device) {
-        Objects.requireNonNull(handle, "wrap: handle is null");
-        if (handle.equals(MemorySegment.NULL)) {
-            throw new IllegalArgumentException("wrap: event handle is 0");
-        }
-        if (device < 0) {
-            throw new IllegalArgumentException("wrap: device " + device + " is negative");
-        }
-        Native.libraries();
-        return new CudaEvent(MemorySegment.ofAddress(handle.address()), device, false, true);
+        return new CudaEvent(CudaHandle.wrap("event", handle, device, "wrap: event handle is 0"), true);
     }
 
     /**
@@ -80,10 +60,10 @@ public final class CudaEvent implements AutoCloseable {
         return wrap(MemorySegment.ofAddress(handle), device);
     }
 
-    /** {@return the cudaEvent_t} */
+    /** {@return the cudaEvent_t, owned by this object (or by its creator when wrapped): do not destroy it} */
     public MemorySegment handle() {
-        requireOpen("handle");
-        return handle;
+        handle.requireOpen("handle", this);
+        return handle.segment();
     }
 
     /**
@@ -92,7 +72,7 @@ public final class CudaEvent implements AutoCloseable {
      * @return the device
      */
     public int device() {
-        return device;
+        return handle.device();
     }
 
     /**
@@ -101,7 +81,7 @@ public final class CudaEvent implements AutoCloseable {
      * @return whether it is owned
      */
     public boolean isOwned() {
-        return owned;
+        return handle.isOwned();
     }
 
     /**
@@ -110,7 +90,7 @@ public final class CudaEvent implements AutoCloseable {
      * @return whether it is closed
      */
     public boolean isClosed() {
-        return closed.get();
+        return handle.isClosed();
     }
 
     /**
@@ -125,19 +105,19 @@ public final class CudaEvent implements AutoCloseable {
 
     /** {@return whether the work before the most recent record has completed (true if never recorded)} */
     public boolean isComplete() {
-        requireOpen("isComplete");
-        int code = CudaRuntime.cudaEventQuery(handle);
-        if (code == CudaRuntime.cudaErrorNotReady()) {
-            return false;
-        }
-        Native.checkCuda(code, "cudaEventQuery", device);
-        return true;
+        return handle.query("isComplete", this, CudaRuntime::cudaEventQuery, "cudaEventQuery");
     }
 
-    /** Blocks until the most recent record has completed. */
+    /**
+     * Blocks until the most recent record has completed. The wait polls the event (it parks
+     * between polls, it does not spin), so an interrupt ends it.
+     *
+     * @throws dev.jnccl.JncclInterruptedException when the thread is interrupted first (the
+     *                                             interrupt status stays set; the work is not cancelled)
+     * @throws IllegalStateException               when this event is closed
+     */
     public void synchronize() {
-        requireOpen("synchronize");
-        Native.checkCuda(CudaRuntime.cudaEventSynchronize(handle), "cudaEventSynchronize", device);
+        handle.await("synchronize", this, CudaRuntime::cudaEventQuery, "cudaEventQuery");
     }
 
     /**
@@ -147,39 +127,27 @@ public final class CudaEvent implements AutoCloseable {
      * @return the elapsed time in milliseconds
      */
     public float elapsedMillis(CudaEvent start) {
-        requireOpen("elapsedMillis");
+        handle.requireOpen("elapsedMillis", this);
         Objects.requireNonNull(start, "elapsedMillis: start is null");
         if (!timing || !start.timing) {
             throw new IllegalStateException("elapsedMillis: " + (timing ? start : this) + " was created without timing");
         }
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment ms = arena.allocate(JAVA_FLOAT);
-            Native.checkCuda(CudaRuntime.cudaEventElapsedTime(ms, start.handle(), handle), "cudaEventElapsedTime",
-                    device);
+            Native.checkCuda(CudaRuntime.cudaEventElapsedTime(ms, start.handle(), handle.segment()),
+                    "cudaEventElapsedTime", handle.device());
             return ms.get(JAVA_FLOAT, 0);
-        }
-    }
-
-    void requireOpen(String operation) {
-        if (closed.get()) {
-            throw new IllegalStateException(operation + ": event " + this + " is closed");
         }
     }
 
     /** Destroys an owned event; idempotent. */
     @Override
     public void close() {
-        if (!closed.compareAndSet(false, true)) {
-            return;
-        }
-        if (owned) {
-            Native.checkCuda(CudaRuntime.cudaEventDestroy(handle), "cudaEventDestroy", device);
-        }
+        handle.close();
     }
 
     @Override
     public String toString() {
-        return "CudaEvent[0x" + Long.toHexString(handle.address()) + ", device " + device + (owned ? "" : ", wrapped")
-                + (closed.get() ? ", closed" : "") + "]";
+        return handle.describe("CudaEvent", "");
     }
 }

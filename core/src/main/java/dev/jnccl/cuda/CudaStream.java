@@ -3,27 +3,19 @@ package dev.jnccl.cuda;
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.internal.Native;
-import java.lang.foreign.Arena;
+import dev.jnccl.internal.Tensors;
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
 import java.util.Objects;
-import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * A CUDA stream: either created (and destroyed on {@link #close()}) by jnccl, or a handle created by
  * another library and {@linkplain #wrap wrapped} without taking ownership.
  */
 public final class CudaStream implements AutoCloseable {
-    private final MemorySegment handle;
-    private final int device;
-    private final boolean owned;
-    /** Set once by the first close(): the compare-and-set makes two racing closes destroy the handle once. */
-    private final AtomicBoolean closed = new AtomicBoolean();
+    private final CudaHandle handle;
 
-    private CudaStream(MemorySegment handle, int device, boolean owned) {
+    private CudaStream(CudaHandle handle) {
         this.handle = handle;
-        this.device = device;
-        this.owned = owned;
     }
 
     /**
@@ -33,14 +25,9 @@ public final class CudaStream implements AutoCloseable {
      * @return the new stream, to be closed by the caller
      */
     public static CudaStream create() {
-        Native.libraries();
-        int device = Native.currentDevice();
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment out = arena.allocate(ValueLayout.ADDRESS);
-            Native.checkCuda(CudaRuntime.cudaStreamCreateWithFlags(out, CudaRuntime.cudaStreamNonBlocking()),
-                    "cudaStreamCreateWithFlags", device);
-            return new CudaStream(out.get(ValueLayout.ADDRESS, 0), device, true);
-        }
+        return new CudaStream(CudaHandle.create("stream", "cudaStreamCreateWithFlags",
+                out -> CudaRuntime.cudaStreamCreateWithFlags(out, CudaRuntime.cudaStreamNonBlocking()),
+                CudaRuntime::cudaStreamDestroy, "cudaStreamDestroy"));
     }
 
     /**
@@ -53,15 +40,8 @@ public final class CudaStream implements AutoCloseable {
      * @return the wrapper
      */
     public static CudaStream wrap(MemorySegment handle, int device) {
-        Objects.requireNonNull(handle, "wrap: handle is null");
-        if (handle.equals(MemorySegment.NULL)) {
-            throw new IllegalArgumentException("wrap: stream handle is 0 (the legacy default stream); pass a created stream");
-        }
-        if (device < 0) {
-            throw new IllegalArgumentException("wrap: device " + device + " is negative");
-        }
-        Native.libraries();
-        return new CudaStream(MemorySegment.ofAddress(handle.address()), device, false);
+        return new CudaStream(CudaHandle.wrap("stream", handle, device,
+                "wrap: stream handle is 0 (the legacy default stream); pass a created stream"));
     }
 
     /**
@@ -76,13 +56,17 @@ public final class CudaStream implements AutoCloseable {
     }
 
     /**
-     * The cudaStream_t.
+     * The cudaStream_t, for passing to another library (a kernel launch, JCuda, ...). The segment
+     * is the handle's value as an address (size 0); it stays owned by this object (or, for a
+     * {@linkplain #wrap wrapped} stream, by whoever created it): do not destroy it, and do not use
+     * it after {@link #close()}.
      *
-     * @return whether every rank finished within {@code timeout}
+     * @return the cudaStream_t as a zero-length segment
+     * @throws IllegalStateException when this stream is closed
      */
     public MemorySegment handle() {
-        requireOpen("handle");
-        return handle;
+        handle.requireOpen("handle", this);
+        return handle.segment();
     }
 
     /**
@@ -91,12 +75,12 @@ public final class CudaStream implements AutoCloseable {
      * @return the device
      */
     public int device() {
-        return device;
+        return handle.device();
     }
 
     /** {@return whether this object owns (and will destroy) the stream} */
     public boolean isOwned() {
-        return owned;
+        return handle.isOwned();
     }
 
     /**
@@ -105,24 +89,25 @@ public final class CudaStream implements AutoCloseable {
      * @return whether it is closed
      */
     public boolean isClosed() {
-        return closed.get();
+        return handle.isClosed();
     }
 
-    /** Blocks until all work enqueued on the stream is done. */
+    /**
+     * Blocks until all work enqueued on the stream is done. The wait polls the stream (it parks
+     * between polls, it does not spin), so an interrupt ends it.
+     *
+     * @throws dev.jnccl.JncclInterruptedException when the thread is interrupted first (the
+     *                                             interrupt status stays set; the work is not cancelled)
+     * @throws IllegalStateException               when this stream is closed
+     * @throws CudaException                       when CUDA reports an error of the stream's work
+     */
     public void synchronize() {
-        requireOpen("synchronize");
-        Native.checkCuda(CudaRuntime.cudaStreamSynchronize(handle), "cudaStreamSynchronize", device);
+        handle.await("synchronize", this, CudaRuntime::cudaStreamQuery, "cudaStreamQuery");
     }
 
     /** {@return whether all work enqueued so far is done (cudaStreamQuery)} */
     public boolean isIdle() {
-        requireOpen("isIdle");
-        int code = CudaRuntime.cudaStreamQuery(handle);
-        if (code == CudaRuntime.cudaErrorNotReady()) {
-            return false;
-        }
-        Native.checkCuda(code, "cudaStreamQuery", device);
-        return true;
+        return handle.query("isIdle", this, CudaRuntime::cudaStreamQuery, "cudaStreamQuery");
     }
 
     /**
@@ -131,9 +116,10 @@ public final class CudaStream implements AutoCloseable {
      * @param event the event to wait for
      */
     public void waitFor(CudaEvent event) {
-        requireOpen("waitFor");
+        handle.requireOpen("waitFor", this);
         Objects.requireNonNull(event, "waitFor: event is null");
-        Native.checkCuda(CudaRuntime.cudaStreamWaitEvent(handle, event.handle(), 0), "cudaStreamWaitEvent", device);
+        Native.checkCuda(CudaRuntime.cudaStreamWaitEvent(handle.segment(), event.handle(), 0), "cudaStreamWaitEvent",
+                handle.device());
     }
 
     /**
@@ -142,9 +128,10 @@ public final class CudaStream implements AutoCloseable {
      * @param event the event to record
      */
     public void record(CudaEvent event) {
-        requireOpen("record");
+        handle.requireOpen("record", this);
         Objects.requireNonNull(event, "record: event is null");
-        Native.checkCuda(CudaRuntime.cudaEventRecord(event.handle(), handle), "cudaEventRecord", device);
+        Native.checkCuda(CudaRuntime.cudaEventRecord(event.handle(), handle.segment()), "cudaEventRecord",
+                handle.device());
     }
 
     /**
@@ -158,12 +145,12 @@ public final class CudaStream implements AutoCloseable {
      * @param from the source tensor (device memory)
      * @param to   the destination tensor (device memory, same byte size)
      * @throws IllegalArgumentException when the byte sizes differ or the two ranges overlap, before any native call
-     * @throws IllegalStateException    when this stream is closed
+     * @throws IllegalStateException    when this stream is closed, or a tensor's {@link DeviceMemory} was closed
      * @throws CudaException            when CUDA refuses the copy
      */
     public void copyAsync(DeviceTensor from, DeviceTensor to) {
-        Objects.requireNonNull(from, "copyAsync: from is null");
-        Objects.requireNonNull(to, "copyAsync: to is null");
+        Tensors.requireOpen("copyAsync", "from", from);
+        Tensors.requireOpen("copyAsync", "to", to);
         long bytes = from.bytes();
         if (bytes != to.bytes()) {
             throw new IllegalArgumentException("copyAsync: from has " + bytes + " bytes (" + from.dtype() + " x "
@@ -174,35 +161,23 @@ public final class CudaStream implements AutoCloseable {
             throw new IllegalArgumentException("copyAsync: from [0x" + Long.toHexString(from.address()) + ", +"
                     + bytes + ") and to [0x" + Long.toHexString(to.address()) + ", +" + bytes + ") overlap");
         }
-        requireOpen("copyAsync");
+        handle.requireOpen("copyAsync", this);
         if (bytes == 0) {
             return;
         }
         Native.checkCuda(CudaRuntime.cudaMemcpyAsync(MemorySegment.ofAddress(to.address()),
-                MemorySegment.ofAddress(from.address()), bytes, CudaRuntime.cudaMemcpyDefault(), handle),
-                "cudaMemcpyAsync", device);
-    }
-
-    void requireOpen(String operation) {
-        if (closed.get()) {
-            throw new IllegalStateException(operation + ": stream " + this + " is closed");
-        }
+                MemorySegment.ofAddress(from.address()), bytes, CudaRuntime.cudaMemcpyDefault(), handle.segment()),
+                "cudaMemcpyAsync", handle.device());
     }
 
     /** Destroys an owned stream (pending work still completes, as in CUDA); idempotent. */
     @Override
     public void close() {
-        if (!closed.compareAndSet(false, true)) {
-            return;
-        }
-        if (owned) {
-            Native.checkCuda(CudaRuntime.cudaStreamDestroy(handle), "cudaStreamDestroy", device);
-        }
+        handle.close();
     }
 
     @Override
     public String toString() {
-        return "CudaStream[0x" + Long.toHexString(handle.address()) + ", device " + device + (owned ? "" : ", wrapped")
-                + (closed.get() ? ", closed" : "") + "]";
+        return handle.describe("CudaStream", "");
     }
 }

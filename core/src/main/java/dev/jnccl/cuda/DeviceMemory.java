@@ -6,9 +6,7 @@ import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.internal.Native;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
 import java.util.Objects;
-import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * Device memory: allocated with cudaMalloc (and freed on {@link #close()}), or a pointer from
@@ -17,52 +15,54 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * through a temporary native buffer.
  */
 public final class DeviceMemory implements AutoCloseable {
-    private final long address;
+    private final CudaHandle handle;
     private final long bytes;
-    private final int device;
-    private final boolean owned;
-    /** Set once by the first close(): the compare-and-set makes two racing closes destroy the handle once. */
-    private final AtomicBoolean closed = new AtomicBoolean();
 
-    private DeviceMemory(long address, long bytes, int device, boolean owned) {
-        this.address = address;
+    private DeviceMemory(CudaHandle handle, long bytes) {
+        this.handle = handle;
         this.bytes = bytes;
-        this.device = device;
-        this.owned = owned;
     }
 
     /**
-     * Allocates {@code bytes} on the calling thread's current device.
+     * Allocates {@code bytes} on the calling thread's current device. Zero bytes are allowed: no
+     * native memory is allocated, the address is 0, and the memory gives empty tensors.
      *
      * @param bytes the size in bytes (not negative)
      * @return the memory, to be closed by the caller
+     * @throws IllegalArgumentException when {@code bytes} is negative
+     * @throws CudaException            when cudaMalloc fails (e.g. out of memory)
      */
     public static DeviceMemory allocate(long bytes) {
-        if (bytes <= 0) {
-            throw new IllegalArgumentException("allocate: bytes " + bytes + " must be positive");
+        if (bytes < 0) {
+            throw new IllegalArgumentException("allocate: bytes " + bytes + " is negative");
         }
-        Native.libraries();
-        int device = Native.currentDevice();
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment out = arena.allocate(ValueLayout.ADDRESS);
-            Native.checkCuda(CudaRuntime.cudaMalloc(out, bytes), "cudaMalloc(" + bytes + " bytes)", device);
-            return new DeviceMemory(out.get(ValueLayout.ADDRESS, 0).address(), bytes, device, true);
+        if (bytes == 0) {
+            Native.libraries();
+            return new DeviceMemory(CudaHandle.empty("device memory", Native.currentDevice()), 0);
         }
+        return new DeviceMemory(CudaHandle.create("device memory", "cudaMalloc(" + bytes + " bytes)",
+                out -> CudaRuntime.cudaMalloc(out, bytes), CudaRuntime::cudaFree, "cudaFree"), bytes);
     }
 
     /**
      * Allocates room for {@code count} elements of {@code dtype} on the current device.
      *
      * @param dtype the element type
-     * @param count the number of elements (not negative)
+     * @param count the number of elements (not negative; 0 gives an empty allocation)
      * @return the memory, to be closed by the caller
+     * @throws IllegalArgumentException when {@code count} is negative or its byte size overflows a long
      */
     public static DeviceMemory allocate(DType dtype, long count) {
         Objects.requireNonNull(dtype, "allocate: dtype is null");
-        if (count <= 0) {
-            throw new IllegalArgumentException("allocate: count " + count + " must be positive");
+        if (count < 0) {
+            throw new IllegalArgumentException("allocate: count " + count + " is negative");
         }
-        return allocate(Math.multiplyExact(count, dtype.size()));
+        if (count > Long.MAX_VALUE / dtype.size()) {
+            throw new IllegalArgumentException("allocate: count " + count + " of " + dtype + " (" + dtype.size()
+                    + " bytes each) overflows a long byte size: at most " + Long.MAX_VALUE / dtype.size()
+                    + " elements");
+        }
+        return allocate(count * dtype.size());
     }
 
     /**
@@ -74,23 +74,17 @@ public final class DeviceMemory implements AutoCloseable {
      * @return the wrapper
      */
     public static DeviceMemory wrap(long address, long bytes, int device) {
-        if (address == 0) {
-            throw new IllegalArgumentException("wrap: address is 0");
-        }
         if (bytes <= 0) {
             throw new IllegalArgumentException("wrap: bytes " + bytes + " must be positive");
         }
-        if (device < 0) {
-            throw new IllegalArgumentException("wrap: device " + device + " is negative");
-        }
-        Native.libraries();
-        return new DeviceMemory(address, bytes, device, false);
+        return new DeviceMemory(CudaHandle.wrap("device memory", MemorySegment.ofAddress(address), device,
+                "wrap: address is 0"), bytes);
     }
 
-    /** {@return the device address} */
+    /** {@return the device address (0 for a zero-byte allocation)} */
     public long address() {
-        requireOpen("address");
-        return address;
+        handle.requireOpen("address", this);
+        return handle.segment().address();
     }
 
     /**
@@ -108,7 +102,7 @@ public final class DeviceMemory implements AutoCloseable {
      * @return the device
      */
     public int device() {
-        return device;
+        return handle.device();
     }
 
     /**
@@ -117,7 +111,7 @@ public final class DeviceMemory implements AutoCloseable {
      * @return whether it is owned
      */
     public boolean isOwned() {
-        return owned;
+        return handle.isOwned();
     }
 
     /**
@@ -126,19 +120,21 @@ public final class DeviceMemory implements AutoCloseable {
      * @return whether it is closed
      */
     public boolean isClosed() {
-        return closed.get();
+        return handle.isClosed();
     }
 
     /**
-     * This memory as a tensor of as many {@code dtype} elements as fit.
+     * This memory as a tensor of as many {@code dtype} elements as fit. The tensor (and its shards
+     * and slices) keeps a reference to this memory: it knows its {@linkplain DeviceTensor#device()
+     * device}, and jnccl refuses it once this memory is closed.
      *
      * @param dtype the element type
      * @return a tensor view of the whole memory
      */
     public DeviceTensor tensor(DType dtype) {
         Objects.requireNonNull(dtype, "tensor: dtype is null");
-        requireOpen("tensor");
-        return new DeviceTensor(address, dtype, bytes / dtype.size());
+        handle.requireOpen("tensor", this);
+        return new DeviceTensor(handle.segment().address(), dtype, bytes / dtype.size(), this);
     }
 
     /**
@@ -158,21 +154,19 @@ public final class DeviceMemory implements AutoCloseable {
      */
     public void copyFromHost(MemorySegment source, long offset) {
         Objects.requireNonNull(source, "copyFromHost: source is null");
-        requireOpen("copyFromHost");
+        handle.requireOpen("copyFromHost", this);
         checkRange("copyFromHost", offset, source.byteSize());
         if (source.byteSize() == 0) {
             return;
         }
         if (source.isNative()) {
-            memcpy(MemorySegment.ofAddress(address + offset), source, source.byteSize(),
-                    CudaRuntime.cudaMemcpyHostToDevice());
+            memcpy(at(offset), source, source.byteSize(), CudaRuntime.cudaMemcpyHostToDevice());
             return;
         }
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment staging = arena.allocate(source.byteSize(), 16);
             staging.copyFrom(source);
-            memcpy(MemorySegment.ofAddress(address + offset), staging, source.byteSize(),
-                    CudaRuntime.cudaMemcpyHostToDevice());
+            memcpy(at(offset), staging, source.byteSize(), CudaRuntime.cudaMemcpyHostToDevice());
         }
     }
 
@@ -193,7 +187,7 @@ public final class DeviceMemory implements AutoCloseable {
      */
     public void copyToHost(MemorySegment target, long offset) {
         Objects.requireNonNull(target, "copyToHost: target is null");
-        requireOpen("copyToHost");
+        handle.requireOpen("copyToHost", this);
         checkRange("copyToHost", offset, target.byteSize());
         if (target.byteSize() == 0) {
             return;
@@ -202,14 +196,12 @@ public final class DeviceMemory implements AutoCloseable {
             throw new IllegalArgumentException("copyToHost: target segment is read-only");
         }
         if (target.isNative()) {
-            memcpy(target, MemorySegment.ofAddress(address + offset), target.byteSize(),
-                    CudaRuntime.cudaMemcpyDeviceToHost());
+            memcpy(target, at(offset), target.byteSize(), CudaRuntime.cudaMemcpyDeviceToHost());
             return;
         }
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment staging = arena.allocate(target.byteSize(), 16);
-            memcpy(staging, MemorySegment.ofAddress(address + offset), target.byteSize(),
-                    CudaRuntime.cudaMemcpyDeviceToHost());
+            memcpy(staging, at(offset), target.byteSize(), CudaRuntime.cudaMemcpyDeviceToHost());
             target.copyFrom(staging);
         }
     }
@@ -222,13 +214,21 @@ public final class DeviceMemory implements AutoCloseable {
      */
     public void fill(byte value, CudaStream stream) {
         Objects.requireNonNull(stream, "fill: stream is null");
-        requireOpen("fill");
-        Native.checkCuda(CudaRuntime.cudaMemsetAsync(MemorySegment.ofAddress(address), value, bytes, stream.handle()),
-                "cudaMemsetAsync", device);
+        handle.requireOpen("fill", this);
+        MemorySegment streamHandle = stream.handle();
+        if (bytes == 0) {
+            return;
+        }
+        Native.checkCuda(CudaRuntime.cudaMemsetAsync(handle.segment(), value, bytes, streamHandle), "cudaMemsetAsync",
+                handle.device());
+    }
+
+    private MemorySegment at(long offset) {
+        return MemorySegment.ofAddress(handle.segment().address() + offset);
     }
 
     private void memcpy(MemorySegment dst, MemorySegment src, long count, int kind) {
-        Native.checkCuda(CudaRuntime.cudaMemcpy(dst, src, count, kind), "cudaMemcpy", device);
+        Native.checkCuda(CudaRuntime.cudaMemcpy(dst, src, count, kind), "cudaMemcpy", handle.device());
     }
 
     private void checkRange(String operation, long offset, long length) {
@@ -238,26 +238,14 @@ public final class DeviceMemory implements AutoCloseable {
         }
     }
 
-    private void requireOpen(String operation) {
-        if (closed.get()) {
-            throw new IllegalStateException(operation + ": " + this + " is closed");
-        }
-    }
-
     /** Frees owned memory; idempotent. Make sure no stream still uses it. */
     @Override
     public void close() {
-        if (!closed.compareAndSet(false, true)) {
-            return;
-        }
-        if (owned) {
-            Native.checkCuda(CudaRuntime.cudaFree(MemorySegment.ofAddress(address)), "cudaFree", device);
-        }
+        handle.close();
     }
 
     @Override
     public String toString() {
-        return "DeviceMemory[0x" + Long.toHexString(address) + ", " + bytes + " bytes, device " + device
-                + (owned ? "" : ", wrapped") + (closed.get() ? ", closed" : "") + "]";
+        return handle.describe("DeviceMemory", ", " + bytes + " bytes");
     }
 }

@@ -17,7 +17,6 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Supplier;
 import org.slf4j.Logger;
@@ -50,6 +49,8 @@ public final class NcclComm {
     private static final int IN_PROGRESS = Nccl.ncclInProgress();
     /** How long abort waits for a thread inside NCCL to let go of the lock before it aborts anyway. */
     private static final long ABORT_LOCK_GRACE_MILLIS = 1000;
+    /** The pause between two polls of NCCL's asynchronous state in init, split and finalize. */
+    private static final long POLL_NANOS = 200_000;
 
     private final int rank;
     private final int worldSize;
@@ -100,7 +101,7 @@ public final class NcclComm {
     }
 
     private void initialize(UniqueId id, Duration timeout, Supplier<String> cancellation) {
-        long deadline = System.nanoTime() + timeout.toNanos();
+        long deadline = Deadlines.deadline(timeout);
         try (Arena call = Arena.ofConfined()) {
             MemorySegment config = NcclConfigs.allocate(call);
             ncclConfig_t.blocking(config, 0);
@@ -140,7 +141,7 @@ public final class NcclComm {
         MemorySegment handle = nullToNull(childSlot.get(ADDRESS, 0));
         while (handle == null) {
             checkInitDeadline(deadline, timeout, cancellation, "for ncclCommSplit to publish the blocking communicator");
-            LockSupport.parkNanos(200_000);
+            Backoff.park(POLL_NANOS);
             handle = nullToNull(childSlot.get(ADDRESS, 0));
         }
         child = handle;
@@ -167,7 +168,7 @@ public final class NcclComm {
      */
     public NcclComm split(int color, int key, int childRank, int childSize, Duration timeout,
                           Supplier<String> cancellation, ReentrantLock childLock) {
-        long deadline = System.nanoTime() + timeout.toNanos();
+        long deadline = Deadlines.deadline(timeout);
         NcclComm result = new NcclComm(childRank, childSize, device, mode, childLock);
         boolean settled = true; // whether no split job of NCCL can still write result's slot
         boolean done = false;
@@ -220,7 +221,7 @@ public final class NcclComm {
             MemorySegment handle = nullToNull(result.childSlot.get(ADDRESS, 0));
             while (handle == null) {
                 checkInitDeadline(deadline, timeout, cancellation, "for ncclCommSplit to publish the new communicator");
-                LockSupport.parkNanos(200_000);
+                Backoff.park(POLL_NANOS);
                 handle = nullToNull(result.childSlot.get(ADDRESS, 0));
             }
             result.childSlot.set(ADDRESS, 0, MemorySegment.NULL);
@@ -258,7 +259,7 @@ public final class NcclComm {
                 throw failure(status, function, handle);
             }
             checkInitDeadline(deadline, timeout, cancellation, waitingFor);
-            LockSupport.parkNanos(200_000);
+            Backoff.park(POLL_NANOS);
         }
     }
 
@@ -272,9 +273,9 @@ public final class NcclComm {
             throw new CommunicatorAbortedException("init: rank " + rank + " of " + worldSize + " (device " + device
                     + ") was interrupted while waiting " + waitingFor, new InterruptedException());
         }
-        if (System.nanoTime() - deadline > 0) {
+        if (Deadlines.passed(deadline)) {
             throw new CommunicatorAbortedException("init: rank " + rank + " of " + worldSize + " (device " + device
-                    + ") aborted after waiting " + timeout.toMillis() + " ms " + waitingFor
+                    + ") aborted after waiting " + Deadlines.toMillis(timeout) + " ms " + waitingFor
                     + " (CommunicatorOptions.initTimeout)");
         }
     }
@@ -435,8 +436,8 @@ public final class NcclComm {
         long spins = 0;
         try {
             while (!stream.isIdle()) {
-                if (System.nanoTime() - deadlineNanos > 0) {
-                    return "close: the comms stream still had work after " + timeout.toMillis()
+                if (Deadlines.passed(deadlineNanos)) {
+                    return "close: the comms stream still had work after " + Deadlines.toMillis(timeout)
                             + " ms (CommunicatorOptions.closeTimeout)";
                 }
                 Backoff.pause(spins++);
@@ -469,11 +470,11 @@ public final class NcclComm {
         MemorySegment handle = parent;
         int result = Nccl.ncclCommFinalize(handle);
         while (result == IN_PROGRESS) {
-            if (System.nanoTime() - deadlineNanos > 0) {
-                return "close: ncclCommFinalize did not finish within " + timeout.toMillis()
+            if (Deadlines.passed(deadlineNanos)) {
+                return "close: ncclCommFinalize did not finish within " + Deadlines.toMillis(timeout)
                         + " ms (CommunicatorOptions.closeTimeout)";
             }
-            LockSupport.parkNanos(200_000);
+            Backoff.park(POLL_NANOS);
             result = asyncError(handle);
         }
         if (result != SUCCESS) {
@@ -495,7 +496,7 @@ public final class NcclComm {
      * (raised first by ncclCommAbort) ends, so the handles are aborted without the lock.
      */
     public void abort() {
-        boolean locked = tryLockUninterruptibly(TimeUnit.MILLISECONDS.toNanos(ABORT_LOCK_GRACE_MILLIS));
+        boolean locked = tryLockUninterruptibly(System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ABORT_LOCK_GRACE_MILLIS));
         try {
             if (!locked) {
                 LOG.warn("rank {}: a thread is still inside NCCL after {} ms; aborting the communicator under it",
@@ -530,28 +531,20 @@ public final class NcclComm {
     }
 
     private boolean tryLock(Duration timeout) {
-        long nanos;
-        try {
-            nanos = timeout.toNanos();
-        } catch (ArithmeticException e) {
-            nanos = Long.MAX_VALUE;
-        }
-        return tryLockUninterruptibly(nanos);
+        return tryLockUninterruptibly(Deadlines.deadline(timeout));
     }
 
     /**
-     * The lock within {@code nanos}, interrupt or not: abort and close are how an interrupted
+     * The lock before {@code deadline} (a {@link Deadlines} one), interrupt or not: abort and close are how an interrupted
      * thread leaves a defined state, so they must not fail because of the interrupt. The interrupt
      * status is kept.
      */
-    private boolean tryLockUninterruptibly(long nanos) {
-        long deadline = System.nanoTime() + nanos;
+    private boolean tryLockUninterruptibly(long deadline) {
         boolean interrupted = false;
         try {
             while (true) {
                 try {
-                    long left = nanos == Long.MAX_VALUE ? Long.MAX_VALUE : deadline - System.nanoTime();
-                    return lock.tryLock(Math.max(0, left), TimeUnit.NANOSECONDS);
+                    return lock.tryLock(Deadlines.remainingNanos(deadline), TimeUnit.NANOSECONDS);
                 } catch (InterruptedException e) {
                     interrupted = true;
                 }

@@ -68,7 +68,7 @@ public final class Watchdog {
     public boolean stop() {
         thread.interrupt();
         try {
-            thread.join(interval.toMillis() * 2 + 2000);
+            thread.join(Deadlines.toMillis(interval) * 2 + 2000); // toMillis is clamped: no overflow
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
@@ -80,10 +80,11 @@ public final class Watchdog {
     }
 
     private void watch() {
-        long timeoutNanos = timeout.toNanos();
+        long timeoutNanos = Deadlines.toNanos(timeout);
+        long intervalNanos = Deadlines.toNanos(interval);
         while (open.getAsBoolean()) {
             try {
-                Thread.sleep(interval);
+                TimeUnit.NANOSECONDS.sleep(intervalNanos);
             } catch (InterruptedException e) {
                 return;
             }
@@ -126,13 +127,13 @@ public final class Watchdog {
         long enqueueAge = comm.enqueueAgeNanos(now);
         if (enqueueAge > timeoutNanos) {
             return "an enqueue has been inside NCCL for " + TimeUnit.NANOSECONDS.toMillis(enqueueAge) + " ms (timeout "
-                    + timeout.toMillis() + " ms)";
+                    + Deadlines.toMillis(timeout) + " ms)";
         }
         FlightRecorder.Entry pending = recorder.pollOldestPending();
         if (pending != null && pending.ageNanos(System.nanoTime()) > timeoutNanos) {
             return "transaction #" + pending.sequence() + " not complete after "
                     + TimeUnit.NANOSECONDS.toMillis(pending.ageNanos(System.nanoTime())) + " ms (timeout "
-                    + timeout.toMillis() + " ms)";
+                    + Deadlines.toMillis(timeout) + " ms)";
         }
         return null;
     }

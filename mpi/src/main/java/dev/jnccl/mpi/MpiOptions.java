@@ -5,21 +5,29 @@ import java.util.Objects;
 import java.util.OptionalInt;
 
 /**
- * Options of MPI mode.
+ * Options of MPI mode. Every value is checked when it is set (by a {@code with*} method or the
+ * constructor), with a message naming the option and the value.
  *
  * @param communicator options of this process's communicator (deadlines, watchdog, mode)
- * @param device       the CUDA device of this process; empty (the default) means: the system property
+ * @param device       the CUDA device of this process, 0 or more (below the number of visible devices,
+ *                     checked at launch); empty (the default) means: the system property
  *                     {@code jnccl.device}, else the environment variable {@code JNCCL_DEVICE}, else the
  *                     node-local rank (see {@link MpiCommunicators})
  */
 public record MpiOptions(CommunicatorOptions communicator, OptionalInt device) {
 
-    /** Checks the values: communicator options and device given, a device not negative. */
+    /**
+     * Checks the values: communicator options and device given, a device not negative.
+     *
+     * @throws NullPointerException     naming the option that is null
+     * @throws IllegalArgumentException naming a negative device
+     */
     public MpiOptions {
         Objects.requireNonNull(communicator, "MpiOptions: communicator options are null");
         Objects.requireNonNull(device, "MpiOptions: device is null (use OptionalInt.empty())");
         if (device.isPresent() && device.getAsInt() < 0) {
-            throw new IllegalArgumentException("MpiOptions: device " + device.getAsInt() + " is negative");
+            throw new IllegalArgumentException("MpiOptions: device " + device.getAsInt()
+                    + " is negative: expected 0 or more");
         }
     }
 
@@ -37,6 +45,7 @@ public record MpiOptions(CommunicatorOptions communicator, OptionalInt device) {
      *
      * @param options options of this process's communicator
      * @return a copy with {@code communicator} replaced
+     * @throws NullPointerException when {@code options} is null
      */
     public MpiOptions withCommunicator(CommunicatorOptions options) {
         return new MpiOptions(options, device);
@@ -48,6 +57,7 @@ public record MpiOptions(CommunicatorOptions communicator, OptionalInt device) {
      *
      * @param device the CUDA device, at least 0
      * @return a copy with {@code device} replaced
+     * @throws IllegalArgumentException when {@code device} is negative
      */
     public MpiOptions withDevice(int device) {
         return new MpiOptions(communicator, OptionalInt.of(device));

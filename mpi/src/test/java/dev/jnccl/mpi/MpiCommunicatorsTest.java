@@ -4,7 +4,9 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.jnccl.CommunicatorOptions;
 import dev.jnccl.cuda.Cuda;
+import java.util.OptionalInt;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -18,8 +20,12 @@ class MpiCommunicatorsTest {
     void optionsRefuseANegativeDevice() {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                 () -> MpiOptions.defaults().withDevice(-2));
-        assertTrue(e.getMessage().contains("device -2 is negative"), e.getMessage());
-        assertThrows(NullPointerException.class, () -> MpiOptions.defaults().withCommunicator(null));
+        assertEquals("MpiOptions: device -2 is negative: expected 0 or more", e.getMessage());
+        assertEquals("MpiOptions: communicator options are null", assertThrows(NullPointerException.class,
+                () -> MpiOptions.defaults().withCommunicator(null)).getMessage());
+        assertEquals("MpiOptions: device is null (use OptionalInt.empty())", assertThrows(NullPointerException.class,
+                () -> new MpiOptions(CommunicatorOptions.defaults(), null)).getMessage());
+        assertEquals(OptionalInt.of(0), MpiOptions.defaults().withDevice(0).device());
     }
 
     @Test

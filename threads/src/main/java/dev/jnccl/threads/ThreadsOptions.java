@@ -1,6 +1,9 @@
 package dev.jnccl.threads;
 
 import dev.jnccl.CommunicatorOptions;
+import dev.jnccl.internal.OptionChecks;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Objects;
 
@@ -13,31 +16,46 @@ import java.util.Objects;
  * @param memcpySendRecv  run the sends and receives of transactions as device-to-device copies;
  *                        the destructive all-to-all always uses NCCL
  * @param maxLead         how many transactions one rank's thread may run ahead of the slowest rank
- *                        before it waits (see {@link ThreadsCommunicators})
+ *                        before it waits (see {@link ThreadsCommunicators}; 1 to 65536, default 8)
  * @param pinCpus         pin each rank's thread to the CPUs local to its GPU when NVML is available
- * @param devices         the device of each rank (index = rank), several ranks may share one; empty
- *                        (the default) means one rank per device, rank r on device r
+ * @param devices         the device of each rank (index = rank); empty (the default) means one rank
+ *                        per device, rank r on device r. Several ranks may share a device; each device
+ *                        must be 0 or more, and below the number of visible devices at launch
  */
 public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAllGather, boolean memcpySendRecv,
                              int maxLead, boolean pinCpus, List<Integer> devices) {
+    private static final String NAME = "ThreadsOptions";
+    /** The largest lead: beyond it a rank could queue so much work that the throttle means nothing. */
+    private static final int MAX_LEAD = 65_536;
 
     /**
-     * Checks the values: communicator options and devices given, a lead of at least 1, no negative
-     * device; {@code devices} is copied.
+     * Checks the values: communicator options and devices given, a lead of 1 to 65536, no null or
+     * negative device; {@code devices} is copied.
+     *
+     * @throws NullPointerException     naming the option that is null
+     * @throws IllegalArgumentException naming the option, its value and the allowed range
      */
     public ThreadsOptions {
-        Objects.requireNonNull(communicator, "ThreadsOptions: communicator options are null");
-        Objects.requireNonNull(devices, "ThreadsOptions: devices is null");
-        if (maxLead < 1) {
-            throw new IllegalArgumentException("ThreadsOptions: maxLead " + maxLead + " must be at least 1");
-        }
-        devices = List.copyOf(devices);
-        for (int rank = 0; rank < devices.size(); rank++) {
-            if (devices.get(rank) < 0) {
-                throw new IllegalArgumentException("ThreadsOptions: device " + devices.get(rank) + " of rank " + rank
-                        + " is negative");
+        Objects.requireNonNull(communicator, NAME + ": communicator options are null");
+        OptionChecks.range(NAME, "maxLead", maxLead, 1, MAX_LEAD);
+        devices = checkedDevices(devices);
+    }
+
+    /** A copy of {@code devices}; List.copyOf alone would throw a NullPointerException without a message. */
+    private static List<Integer> checkedDevices(List<Integer> devices) {
+        Objects.requireNonNull(devices, NAME + ": devices is null (an empty list means one rank per device)");
+        List<Integer> copy = new ArrayList<>(devices);
+        for (int rank = 0; rank < copy.size(); rank++) {
+            Integer device = copy.get(rank);
+            if (device == null) {
+                throw new NullPointerException(NAME + ": the device of rank " + rank + " is null in devices " + copy);
+            }
+            if (device < 0) {
+                throw new IllegalArgumentException(NAME + ": device " + device + " of rank " + rank
+                        + " is negative: expected 0 or more");
             }
         }
+        return List.copyOf(copy);
     }
 
     /**
@@ -50,6 +68,33 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
         return new ThreadsOptions(CommunicatorOptions.defaults(), false, false, 8, true, List.of());
     }
 
+    /** The mutable copy the {@code with*} methods change one value of; the constructor checks them all. */
+    private static final class Copy {
+        CommunicatorOptions communicator;
+        boolean memcpyAllGather;
+        boolean memcpySendRecv;
+        int maxLead;
+        boolean pinCpus;
+        List<Integer> devices;
+    }
+
+    private interface Change {
+        void apply(Copy copy);
+    }
+
+    private ThreadsOptions with(Change change) {
+        Copy copy = new Copy();
+        copy.communicator = communicator;
+        copy.memcpyAllGather = memcpyAllGather;
+        copy.memcpySendRecv = memcpySendRecv;
+        copy.maxLead = maxLead;
+        copy.pinCpus = pinCpus;
+        copy.devices = devices;
+        change.apply(copy);
+        return new ThreadsOptions(copy.communicator, copy.memcpyAllGather, copy.memcpySendRecv, copy.maxLead,
+                copy.pinCpus, copy.devices);
+    }
+
     /**
      * These options with other communicator options.
      *
@@ -57,7 +102,7 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
      * @return a copy with {@code communicator} replaced
      */
     public ThreadsOptions withCommunicator(CommunicatorOptions options) {
-        return new ThreadsOptions(options, memcpyAllGather, memcpySendRecv, maxLead, pinCpus, devices);
+        return with(c -> c.communicator = options);
     }
 
     /**
@@ -67,7 +112,7 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
      * @return a copy with {@code memcpyAllGather} replaced
      */
     public ThreadsOptions withMemcpyAllGather(boolean enabled) {
-        return new ThreadsOptions(communicator, enabled, memcpySendRecv, maxLead, pinCpus, devices);
+        return with(c -> c.memcpyAllGather = enabled);
     }
 
     /**
@@ -77,17 +122,17 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
      * @return a copy with {@code memcpySendRecv} replaced
      */
     public ThreadsOptions withMemcpySendRecv(boolean enabled) {
-        return new ThreadsOptions(communicator, memcpyAllGather, enabled, maxLead, pinCpus, devices);
+        return with(c -> c.memcpySendRecv = enabled);
     }
 
     /**
      * These options with another launch-queue lead.
      *
-     * @param lead how many transactions a rank may run ahead (at least 1)
+     * @param lead how many transactions a rank may run ahead (1 to 65536)
      * @return a copy with {@code maxLead} replaced
      */
     public ThreadsOptions withMaxLead(int lead) {
-        return new ThreadsOptions(communicator, memcpyAllGather, memcpySendRecv, lead, pinCpus, devices);
+        return with(c -> c.maxLead = lead);
     }
 
     /**
@@ -97,23 +142,28 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
      * @return a copy with {@code pinCpus} replaced
      */
     public ThreadsOptions withPinCpus(boolean pin) {
-        return new ThreadsOptions(communicator, memcpyAllGather, memcpySendRecv, maxLead, pin, devices);
+        return with(c -> c.pinCpus = pin);
     }
 
     /**
-     * These options with rank r on device {@code deviceOfRank[r]}: the pack has
-     * {@code deviceOfRank.length} ranks, and several ranks may share a device (e.g.
-     * {@code withDevices(0, 0, 0, 0)}: four ranks on device 0). The host emulation allows it; real
-     * NCCL needs 2.30 or newer with {@code NCCL_MULTI_RANK_GPU_ENABLE=1} (2.28 refuses ranks of one
-     * process on one GPU). No arguments go back to one rank per device.
+     * These options with rank r on device {@code deviceOfRank[r]}. The array is copied. Each device
+     * must be 0 or more (checked here); that it is below the number of visible devices is checked by
+     * {@link ThreadsCommunicators#launch}, whose {@code gpus} must then be 0 or
+     * {@code deviceOfRank.length}: the pack has one rank per entry. Several ranks may name the same
+     * device (e.g. {@code withDevices(0, 0, 0, 0)}: four ranks on device 0): the host emulation
+     * allows it; real NCCL needs 2.30 or newer with {@code NCCL_MULTI_RANK_GPU_ENABLE=1} (2.28
+     * refuses ranks of one process on one GPU, and launch then says so). No arguments go back to
+     * the default, one rank per device (rank r on device r).
      *
      * @param deviceOfRank the device of each rank, index = rank (none: one rank per device)
      * @return a copy with {@code devices} replaced
+     * @throws NullPointerException     when {@code deviceOfRank} is null
+     * @throws IllegalArgumentException when a device is negative, naming it and its rank
      */
     public ThreadsOptions withDevices(int... deviceOfRank) {
         Objects.requireNonNull(deviceOfRank, "withDevices: deviceOfRank is null");
-        return new ThreadsOptions(communicator, memcpyAllGather, memcpySendRecv, maxLead, pinCpus,
-                java.util.Arrays.stream(deviceOfRank).boxed().toList());
+        List<Integer> devices = Arrays.stream(deviceOfRank).boxed().toList();
+        return with(c -> c.devices = devices);
     }
 
     /** Whether two ranks share a device. */
