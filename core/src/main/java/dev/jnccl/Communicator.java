@@ -5,6 +5,7 @@ import dev.jnccl.cuda.Cuda;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.internal.Backoff;
+import dev.jnccl.internal.Deadlines;
 import dev.jnccl.internal.Events;
 import dev.jnccl.internal.FlightRecorder;
 import dev.jnccl.internal.NcclComm;
@@ -25,6 +26,7 @@ import java.util.concurrent.locks.ReentrantLock;
 import java.util.Optional;
 import java.util.function.Consumer;
 import java.util.function.Function;
+import java.util.function.Supplier;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -88,6 +90,8 @@ public final class Communicator implements AutoCloseable {
     private volatile String abortReason;
     private Transaction openTransaction;
     private long sequence;
+    /** Transactions executed (enqueued), for the host side's view of how far this rank got. */
+    private volatile long executed;
 
     /** A rank of a new communicator: see {@link Modes#communicator}. */
     private Communicator(UniqueId id, int rank, int worldSize, int device, CommunicatorOptions options,
@@ -144,7 +148,7 @@ public final class Communicator implements AutoCloseable {
         initEvent.commit(rank, worldSize, device, libraries.backend().id(), libraries.nccl().toString());
         watchdog = options.watchdogEnabled()
                 ? new Watchdog(rank, comm, recorder, options.watchdogTimeout(), options.watchdogInterval(),
-                        () -> state == State.OPEN, this::abort)
+                        () -> state == State.OPEN, this::abort, pendingNanos -> host.poll(executed, pendingNanos))
                 : null;
     }
 
@@ -404,6 +408,7 @@ public final class Communicator implements AutoCloseable {
         } finally {
             buffer.clear();
         }
+        this.executed++; // only this thread, holding the lock, writes it
         if (watchdog != null) {
             watchdog.track(transaction.number(), executed, stream);
         } else {
@@ -557,6 +562,9 @@ public final class Communicator implements AutoCloseable {
     /**
      * Blocks until all communication enqueued so far is done. Unlike {@link CudaStream#synchronize()}
      * it notices an abort (e.g. by the watchdog) and then throws {@link CommunicatorAbortedException}.
+     *
+     * @throws JncclInterruptedException when the thread is interrupted while waiting (the wait has no
+     *         effect: the communication goes on, the communicator stays usable)
      */
     public void synchronize() {
         nativeLock.lock();
@@ -574,6 +582,8 @@ public final class Communicator implements AutoCloseable {
      * communicator is aborted meanwhile.
      *
      * @param event the event to wait for
+     * @throws JncclInterruptedException when the thread is interrupted while waiting (the wait has no
+     *         effect: the communication goes on, the communicator stays usable)
      */
     public void await(CudaEvent event) {
         Objects.requireNonNull(event, "await: event is null");
@@ -599,7 +609,11 @@ public final class Communicator implements AutoCloseable {
             } finally {
                 nativeLock.unlock();
             }
-            Backoff.pause(spins++);
+            if (Backoff.pauseOrInterrupted(spins++)) {
+                throw new JncclInterruptedException("await: rank " + rank + " was interrupted while waiting for "
+                        + event + "; the communication enqueued before was not cancelled",
+                        new InterruptedException("await interrupted"));
+            }
         }
     }
 
@@ -619,7 +633,10 @@ public final class Communicator implements AutoCloseable {
      */
     public void barrier() {
         requireUsable("barrier");
-        host.barrier(hostTimeoutNanos);
+        onHost(() -> {
+            host.barrier(hostTimeoutNanos);
+            return null;
+        });
     }
 
     /**
@@ -634,7 +651,7 @@ public final class Communicator implements AutoCloseable {
         Objects.requireNonNull(local, "gatherBytesHost: local is null");
         checks.checkRoot("gatherBytesHost", root);
         requireUsable("gatherBytesHost");
-        return host.gather(local, root, hostTimeoutNanos);
+        return onHost(() -> host.gather(local, root, hostTimeoutNanos));
     }
 
     /**
@@ -647,7 +664,21 @@ public final class Communicator implements AutoCloseable {
     public List<byte[]> allGatherBytesHost(byte[] local) {
         Objects.requireNonNull(local, "allGatherBytesHost: local is null");
         requireUsable("allGatherBytesHost");
-        return host.allGather(local, hostTimeoutNanos);
+        return onHost(() -> host.allGather(local, hostTimeoutNanos));
+    }
+
+    /**
+     * A host-side wait: when it ends because a rank did not arrive, the thread was interrupted or
+     * another rank failed, the launcher may not have aborted this communicator itself (MPI mode), so
+     * it is aborted here: the other ranks must not wait for this one any more.
+     */
+    private <T> T onHost(Supplier<T> call) {
+        try {
+            return call.get();
+        } catch (CommunicatorAbortedException e) {
+            abort(e.getMessage());
+            throw e;
+        }
     }
 
     /**
@@ -699,8 +730,8 @@ public final class Communicator implements AutoCloseable {
         } finally {
             nativeLock.unlock();
         }
-        List<Integer> members = Children.members(host.allGather(Children.colorAndKey(color, key),
-                HostSide.timeoutNanos(options.initTimeout())), color);
+        List<Integer> members = Children.members(onHost(() -> host.allGather(Children.colorAndKey(color, key),
+                HostSide.timeoutNanos(options.initTimeout()))), color);
         int childRank = members.indexOf(rank);
         host.beforeSplit(color, key);
         ReentrantLock childLock = new ReentrantLock();
@@ -819,13 +850,13 @@ public final class Communicator implements AutoCloseable {
     }
 
     private void closeSelf() {
-        long deadline = System.nanoTime() + options.closeTimeout().toNanos();
+        long deadline = Deadlines.deadline(options.closeTimeout());
         if (watchdog != null) {
             watchdog.stop();
         }
         // A thread held inside NCCL (blocking mode, a peer gone) is ended by an abort.
         if (!comm.lockForClose(options.closeTimeout(), () -> abort("close: another thread of rank " + rank
-                + " did not leave NCCL within " + options.closeTimeout().toMillis()
+                + " did not leave NCCL within " + Deadlines.toMillis(options.closeTimeout())
                 + " ms (CommunicatorOptions.closeTimeout)"))) {
             synchronized (lifecycle) {
                 state = State.CLOSED;
@@ -835,7 +866,12 @@ public final class Communicator implements AutoCloseable {
         try {
             openTransaction = null;
             if (state == State.OPEN) {
-                String failure = comm.finalizeAndDestroy(stream, deadline, options.closeTimeout());
+                // The launcher first learns whether the other ranks are closing too (MPI mode ends a
+                // job whose ranks wait for one that closed early instead of hanging).
+                String failure = host.closing(executed, Deadlines.remainingNanos(deadline));
+                if (failure == null) {
+                    failure = comm.finalizeAndDestroy(stream, deadline, options.closeTimeout());
+                }
                 if (failure != null) {
                     LOG.warn("rank {}: {}; aborting instead", rank, failure);
                     abort(failure);

@@ -1,6 +1,7 @@
 package dev.jnccl;
 
 import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.internal.Tensors;
 import dev.jnccl.spi.Command;
 import java.util.Objects;
 
@@ -52,7 +53,7 @@ public final class Transaction implements AutoCloseable {
      */
     public Transaction reduceScatter(DeviceTensor tensor, ReduceOp op) {
         requireOpen("reduceScatter");
-        Objects.requireNonNull(tensor, "reduceScatter: tensor is null");
+        requireTensor("reduceScatter", "tensor", tensor);
         Objects.requireNonNull(op, "reduceScatter: op is null");
         checks.checkReducible("reduceScatter", tensor.dtype(), op);
         requireDivisible("reduceScatter", tensor);
@@ -69,8 +70,8 @@ public final class Transaction implements AutoCloseable {
      */
     public Transaction allGather(DeviceTensor shard, DeviceTensor full) {
         requireOpen("allGather");
-        Objects.requireNonNull(shard, "allGather: shard is null");
-        Objects.requireNonNull(full, "allGather: full is null");
+        requireTensor("allGather", "shard", shard);
+        requireTensor("allGather", "full", full);
         if (shard.dtype() != full.dtype()) {
             throw new IllegalArgumentException("allGather: shard dtype " + shard.dtype() + " differs from full dtype "
                     + full.dtype());
@@ -94,7 +95,7 @@ public final class Transaction implements AutoCloseable {
      */
     public Transaction destructiveAllToAll(DeviceTensor tensor) {
         requireOpen("destructiveAllToAll");
-        Objects.requireNonNull(tensor, "destructiveAllToAll: tensor is null");
+        requireTensor("destructiveAllToAll", "tensor", tensor);
         checks.checkSupported("destructiveAllToAll", tensor.dtype());
         requireDivisible("destructiveAllToAll", tensor);
         buffer.add(new Command.DestructiveAllToAll(tensor));
@@ -119,8 +120,8 @@ public final class Transaction implements AutoCloseable {
      */
     public Transaction allToAll(DeviceTensor send, DeviceTensor recv) {
         requireOpen("allToAll");
-        Objects.requireNonNull(send, "allToAll: send is null");
-        Objects.requireNonNull(recv, "allToAll: recv is null");
+        requireTensor("allToAll", "send", send);
+        requireTensor("allToAll", "recv", recv);
         if (send.dtype() != recv.dtype()) {
             throw new IllegalArgumentException("allToAll: send dtype " + send.dtype() + " differs from recv dtype "
                     + recv.dtype());
@@ -151,7 +152,7 @@ public final class Transaction implements AutoCloseable {
      */
     public Transaction broadcast(DeviceTensor tensor, int root) {
         requireOpen("broadcast");
-        Objects.requireNonNull(tensor, "broadcast: tensor is null");
+        requireTensor("broadcast", "tensor", tensor);
         checks.checkRoot("broadcast", root);
         checks.checkSupported("broadcast", tensor.dtype());
         buffer.add(new Command.Broadcast(tensor, root));
@@ -167,7 +168,7 @@ public final class Transaction implements AutoCloseable {
      */
     public Transaction allReduce(DeviceTensor tensor, ReduceOp op) {
         requireOpen("allReduce");
-        Objects.requireNonNull(tensor, "allReduce: tensor is null");
+        requireTensor("allReduce", "tensor", tensor);
         Objects.requireNonNull(op, "allReduce: op is null");
         checks.checkReducible("allReduce", tensor.dtype(), op);
         buffer.add(new Command.AllReduce(tensor, op));
@@ -185,7 +186,7 @@ public final class Transaction implements AutoCloseable {
      */
     public Transaction send(DeviceTensor tensor, int peer) {
         requireOpen("send");
-        Objects.requireNonNull(tensor, "send: tensor is null");
+        requireTensor("send", "tensor", tensor);
         checks.checkPeer("send", peer);
         checks.checkSupported("send", tensor.dtype());
         buffer.add(new Command.Send(tensor, peer));
@@ -202,7 +203,7 @@ public final class Transaction implements AutoCloseable {
      */
     public Transaction recv(DeviceTensor tensor, int peer) {
         requireOpen("recv");
-        Objects.requireNonNull(tensor, "recv: tensor is null");
+        requireTensor("recv", "tensor", tensor);
         checks.checkPeer("recv", peer);
         checks.checkSupported("recv", tensor.dtype());
         buffer.add(new Command.Recv(tensor, peer));
@@ -272,6 +273,14 @@ public final class Transaction implements AutoCloseable {
 
     CommandBuffer buffer() {
         return buffer;
+    }
+
+    /**
+     * A tensor argument: given, its memory not freed, and on this communicator's device when its
+     * device is known (tensors of a {@code DeviceMemory}); checked before anything native happens.
+     */
+    private void requireTensor(String operation, String argument, DeviceTensor tensor) {
+        Tensors.requireUsable(operation, argument, tensor, communicator.rank(), communicator.device());
     }
 
     private void requireDivisible(String operation, DeviceTensor tensor) {

@@ -21,6 +21,7 @@ import dev.jnccl.mpi.internal.JvmSignalHandlers;
 import dev.jnccl.mpi.internal.MpiLibrary;
 import java.time.Duration;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
 
 /**
  * One rank of an MPI job (main class started by {@code mpirun -np W java ... MpiRank SCENARIO SEED}
@@ -156,8 +157,9 @@ public final class MpiRank {
         assertTrue(mpi.initialized() && !mpi.finalized(), "MPI still initialised after close");
         MpiLibrary.Handle handle = mpi.dup(mpi.world());
         mpi.setErrorsReturn(handle);
-        mpi.barrier(handle);
-        List<byte[]> all = mpi.allGather(new byte[] {(byte) comm.rank()}, handle);
+        MpiLibrary.Wait wait = new MpiLibrary.Wait("test", TimeUnit.SECONDS.toNanos(60), () -> null);
+        mpi.barrier(handle, wait);
+        List<byte[]> all = mpi.allGather(new byte[] {(byte) comm.rank()}, handle, wait);
         for (int r = 0; r < all.size(); r++) {
             assertArrayEquals(new byte[] {(byte) r}, all.get(r), "MPI all-gather after close, rank " + r);
         }

@@ -8,6 +8,7 @@ import java.util.List;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.BooleanSupplier;
+import java.util.function.LongFunction;
 import java.util.function.Consumer;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -29,6 +30,8 @@ public final class Watchdog {
     private final Duration timeout;
     private final Duration interval;
     private final BooleanSupplier open;
+    /** What the launcher knows about the other ranks, asked with the oldest pending transaction's age (-1: none). */
+    private final LongFunction<String> peers;
     private final Consumer<String> abort;
     private final Thread thread;
 
@@ -39,7 +42,7 @@ public final class Watchdog {
      * @param abort aborts the communicator with a reason; must not need the comm lock
      */
     public Watchdog(int rank, NcclComm comm, FlightRecorder recorder, Duration timeout, Duration interval,
-                    BooleanSupplier open, Consumer<String> abort) {
+                    BooleanSupplier open, Consumer<String> abort, LongFunction<String> peers) {
         this.rank = rank;
         this.comm = comm;
         this.recorder = recorder;
@@ -47,6 +50,7 @@ public final class Watchdog {
         this.interval = interval;
         this.open = open;
         this.abort = abort;
+        this.peers = peers;
         this.thread = Thread.ofPlatform().daemon().name("jnccl-watchdog-rank-" + rank).unstarted(this::watch);
         thread.start();
     }
@@ -130,11 +134,11 @@ public final class Watchdog {
                     + Deadlines.toMillis(timeout) + " ms)";
         }
         FlightRecorder.Entry pending = recorder.pollOldestPending();
-        if (pending != null && pending.ageNanos(System.nanoTime()) > timeoutNanos) {
+        long pendingAge = pending == null ? -1 : pending.ageNanos(System.nanoTime());
+        if (pending != null && pendingAge > timeoutNanos) {
             return "transaction #" + pending.sequence() + " not complete after "
-                    + TimeUnit.NANOSECONDS.toMillis(pending.ageNanos(System.nanoTime())) + " ms (timeout "
-                    + Deadlines.toMillis(timeout) + " ms)";
+                    + TimeUnit.NANOSECONDS.toMillis(pendingAge) + " ms (timeout " + Deadlines.toMillis(timeout) + " ms)";
         }
-        return null;
+        return peers.apply(pendingAge);
     }
 }

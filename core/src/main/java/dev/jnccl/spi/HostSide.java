@@ -111,6 +111,34 @@ public interface HostSide {
     default void pace(long timeoutNanos) {}
 
     /**
+     * Polled by the watchdog every interval (with the communicator's lock not held): a reason to
+     * abort now from what the host side knows about the other ranks, or null. MPI mode answers when
+     * another rank closed its communicator after fewer transactions than this rank executed while
+     * this rank's work has been pending for a while: this rank waits for a collective that rank
+     * will never join.
+     *
+     * @param executed     the transactions this rank has executed
+     * @param pendingNanos how long the oldest incomplete transaction has been pending, -1 when none is
+     * @return why to abort, or null
+     */
+    default String poll(long executed, long pendingNanos) {
+        return null;
+    }
+
+    /**
+     * Called by {@link Communicator#close()} on an open communicator before NCCL is finalized:
+     * where the host side tells the other ranks how far this rank got, and waits (within
+     * {@code timeoutNanos}) until they are closing too.
+     *
+     * @param executed     the transactions this rank has executed
+     * @param timeoutNanos how long to wait for the other ranks
+     * @return null when every rank is closing; else why not (the communicator is aborted instead)
+     */
+    default String closing(long executed, long timeoutNanos) {
+        return null;
+    }
+
+    /**
      * The reason to record for an abort: a launcher that knows an earlier root cause (another rank
      * failed first) puts it in front, so that every rank's exception names the rank that failed.
      *

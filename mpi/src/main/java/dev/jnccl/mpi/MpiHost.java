@@ -5,8 +5,12 @@ import dev.jnccl.spi.Membership;
 import dev.jnccl.spi.RankParts;
 import dev.jnccl.spi.Transport;
 import dev.jnccl.mpi.internal.MpiLibrary;
+import dev.jnccl.internal.Backoff;
+import dev.jnccl.internal.Deadlines;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -23,6 +27,10 @@ final class MpiHost implements HostSide {
     private static final Logger LOG = LoggerFactory.getLogger(MpiHost.class);
     /** The exit code of a job ended by a failing rank. */
     static final int ABORT_EXIT_CODE = 1;
+    /** The tag of the closing messages on jnccl's own MPI communicators (no other point-to-point traffic there). */
+    private static final int CLOSING_TAG = 0x6a6e;
+    /** How long a transaction must have waited before a peer's close makes it hopeless (not just slow to finish). */
+    private static final long PENDING_GRACE_NANOS = TimeUnit.SECONDS.toNanos(1);
 
     private final MpiLibrary mpi;
     /** This communicator's host collectives: jnccl's duplicate of MPI_COMM_WORLD, or a split of it. */
@@ -37,6 +45,8 @@ final class MpiHost implements HostSide {
     private final int worldSize;
     /** The MPI side of the split in progress ({@link #beforeSplit}), taken by {@link #split}. */
     private MpiLibrary.Handle pendingSplit;
+    /** Per rank: the transactions it executed before it closed, -1 while it has not said (guards itself). */
+    private final long[] closedAfter;
 
     private MpiHost(MpiLibrary mpi, MpiLibrary.Handle comm, MpiLibrary.Handle job, Duration finalizeTimeout,
                     AtomicBoolean jobAborted, int rank, int worldSize) {
@@ -47,6 +57,8 @@ final class MpiHost implements HostSide {
         this.jobAborted = jobAborted;
         this.rank = rank;
         this.worldSize = worldSize;
+        this.closedAfter = new long[worldSize];
+        java.util.Arrays.fill(closedAfter, -1);
     }
 
     /**
@@ -62,17 +74,110 @@ final class MpiHost implements HostSide {
 
     @Override
     public void barrier(long timeoutNanos) {
-        mpi.barrier(comm);
+        mpi.barrier(comm, waitFor("barrier", timeoutNanos));
     }
 
     @Override
     public List<byte[]> gather(byte[] local, int root, long timeoutNanos) {
-        return mpi.gather(local, root, comm);
+        return mpi.gather(local, root, comm, waitFor("gatherBytesHost", timeoutNanos));
     }
 
     @Override
     public List<byte[]> allGather(byte[] local, long timeoutNanos) {
-        return mpi.allGather(local, comm);
+        return mpi.allGather(local, comm, waitFor("allGatherBytesHost", timeoutNanos));
+    }
+
+    /** A host-side wait: bounded, interruptible, and ended when another rank has closed (it will never arrive). */
+    private MpiLibrary.Wait waitFor(String operation, long timeoutNanos) {
+        return new MpiLibrary.Wait(operation, timeoutNanos, () -> {
+            int closed = firstClosed();
+            return closed < 0 ? null : "rank " + closed + " closed its communicator after " + closedAfter[closed]
+                    + " transaction(s) and will not arrive";
+        });
+    }
+
+    // ---------------------------------------------------------------- closing
+    //
+    // A rank whose code throws inside try-with-resources reaches close() while its peers wait in a
+    // collective it will never join; nothing in close() can tell that from a healthy rank that is
+    // merely the first to finish. So each closing rank tells the others how many transactions it
+    // executed: a peer whose watchdog sees that it waits in a later transaction ends the job
+    // (MPI_Abort) within a watchdog interval or so, while a peer that is behind closes normally once
+    // it gets there, and every rank's close waits (bounded) for all the others' messages, so every
+    // message is received before MPI is finalized.
+
+    /** Records the closing messages that have arrived; returns the first rank known to have closed, or -1. */
+    private int firstClosed() {
+        synchronized (closedAfter) {
+            int first = -1;
+            for (int peer = 0; peer < worldSize; peer++) {
+                if (peer != rank && closedAfter[peer] < 0) {
+                    java.util.OptionalLong value = mpi.receiveLong(peer, CLOSING_TAG, comm);
+                    if (value.isPresent()) {
+                        closedAfter[peer] = value.getAsLong();
+                    }
+                }
+                if (peer != rank && closedAfter[peer] >= 0 && first < 0) {
+                    first = peer;
+                }
+            }
+            return first;
+        }
+    }
+
+    @Override
+    public String poll(long executed, long pendingNanos) {
+        if (worldSize == 1 || pendingNanos < PENDING_GRACE_NANOS) {
+            return null;
+        }
+        firstClosed();
+        synchronized (closedAfter) {
+            for (int peer = 0; peer < worldSize; peer++) {
+                if (peer != rank && closedAfter[peer] >= 0 && closedAfter[peer] < executed) {
+                    return "rank " + peer + " closed its communicator after " + closedAfter[peer] + " transaction(s)"
+                            + " while this rank executed " + executed + " and has waited "
+                            + TimeUnit.NANOSECONDS.toMillis(pendingNanos) + " ms for the last ones: they wait for a"
+                            + " rank that will not join them";
+                }
+            }
+        }
+        return null;
+    }
+
+    @Override
+    public String closing(long executed, long timeoutNanos) {
+        if (worldSize == 1) {
+            return null;
+        }
+        for (int peer = 0; peer < worldSize; peer++) {
+            if (peer != rank) {
+                mpi.sendLong(executed, peer, CLOSING_TAG, comm);
+            }
+        }
+        long deadline = Deadlines.deadline(System.nanoTime(), java.time.Duration.ofNanos(timeoutNanos));
+        long polls = 0;
+        while (true) {
+            firstClosed();
+            List<Integer> missing = new ArrayList<>();
+            synchronized (closedAfter) {
+                for (int peer = 0; peer < worldSize; peer++) {
+                    if (peer != rank && closedAfter[peer] < 0) {
+                        missing.add(peer);
+                    }
+                }
+            }
+            if (missing.isEmpty()) {
+                return null;
+            }
+            if (Deadlines.passed(deadline)) {
+                return "close: " + (missing.size() == 1 ? "rank " + missing.getFirst() : "ranks " + missing)
+                        + " did not close within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos)
+                        + " ms (CommunicatorOptions.closeTimeout)";
+            }
+            if (Backoff.pauseOrInterrupted(polls++)) {
+                return "close: interrupted while waiting for the other ranks to close";
+            }
+        }
     }
 
     /**

@@ -3,6 +3,8 @@ package dev.jnccl.threads;
 import dev.jnccl.Communicator;
 import dev.jnccl.CommunicatorAbortedException;
 import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.internal.Backoff;
+import dev.jnccl.internal.Deadlines;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -11,7 +13,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
-import java.util.concurrent.locks.LockSupport;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -268,7 +269,7 @@ final class PackState {
         if (failure.get() == null) {
             return true;
         }
-        long deadline = System.nanoTime() + drainTimeout.toNanos();
+        long deadline = Deadlines.deadline(drainTimeout);
         for (int reader = 0; reader < size; reader++) {
             CudaEvent done;
             // Taking the reader's lock once waits out a batch of copies being enqueued right now;
@@ -290,33 +291,20 @@ final class PackState {
      * that user code frees next, and it is bounded. An interrupt that arrives meanwhile is kept.
      */
     private static boolean awaitComplete(CudaEvent event, long deadline) {
-        boolean interrupted = false;
-        try {
-            long spins = 0;
-            while (true) {
-                try {
-                    if (event.isComplete()) {
-                        return true;
-                    }
-                } catch (RuntimeException e) {
-                    // An event in error (its stream failed) will not copy any more.
+        long spins = 0;
+        while (true) {
+            try {
+                if (event.isComplete()) {
                     return true;
                 }
-                if (System.nanoTime() - deadline > 0) {
-                    return false;
-                }
-                // Cleared while waiting (a set interrupt status would make every park return at once).
-                interrupted |= Thread.interrupted();
-                if (spins++ < 64) {
-                    Thread.onSpinWait();
-                } else {
-                    LockSupport.parkNanos(TimeUnit.MICROSECONDS.toNanos(spins < 1024 ? 20 : 200));
-                }
+            } catch (RuntimeException e) {
+                // An event in error (its stream failed) will not copy any more.
+                return true;
             }
-        } finally {
-            if (interrupted) {
-                Thread.currentThread().interrupt();
+            if (Deadlines.passed(deadline)) {
+                return false;
             }
+            Backoff.pause(spins++); // parks even on an interrupted thread, which keeps its status
         }
     }
 

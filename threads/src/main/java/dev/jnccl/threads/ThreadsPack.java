@@ -1,6 +1,8 @@
 package dev.jnccl.threads;
 
 import dev.jnccl.JncclException;
+import dev.jnccl.JncclInterruptedException;
+import dev.jnccl.internal.Deadlines;
 import java.time.Duration;
 import java.util.List;
 import org.slf4j.Logger;
@@ -13,6 +15,9 @@ import org.slf4j.LoggerFactory;
  */
 public final class ThreadsPack implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(ThreadsPack.class);
+
+    /** How long an interrupted {@link #join()} still waits for the ranks' threads after aborting the pack. */
+    static final Duration INTERRUPTED_JOIN_GRACE = Duration.ofSeconds(1);
 
     private final List<Thread> threads;
     private final PackState state;
@@ -43,24 +48,43 @@ public final class ThreadsPack implements AutoCloseable {
     /**
      * Waits for every rank to finish; if any failed, throws the first failure with the other ranks'
      * failures attached as suppressed exceptions.
+     *
+     * <p>An interrupt of the joining thread aborts the pack (every rank is released and its user code
+     * interrupted), waits up to 1 s for the ranks' threads, and throws
+     * the pack's first failure (a {@link JncclInterruptedException} when the interrupt came first),
+     * with the interrupt status kept.
      */
     public void join() {
         for (Thread thread : threads) {
-            boolean interrupted = false;
-            while (true) {
-                try {
-                    thread.join();
-                    break;
-                } catch (InterruptedException e) {
-                    interrupted = true;
-                    state.fail(-1, new JncclException("join interrupted"));
-                }
-            }
-            if (interrupted) {
+            try {
+                thread.join();
+            } catch (InterruptedException e) {
+                state.fail(-1, new JncclInterruptedException("ThreadsPack.join was interrupted: the pack was aborted", e));
+                awaitThreads(INTERRUPTED_JOIN_GRACE);
                 Thread.currentThread().interrupt();
+                rethrow();
+                return;
             }
         }
         rethrow();
+    }
+
+    /** Waits for the ranks' threads, interrupt or not, at most {@code grace} in all; keeps the interrupt status. */
+    private void awaitThreads(Duration grace) {
+        long deadline = Deadlines.deadline(grace);
+        boolean interrupted = false;
+        for (Thread thread : threads) {
+            while (thread.isAlive() && !Deadlines.passed(deadline)) {
+                try {
+                    thread.join(Duration.ofNanos(Math.max(1, Deadlines.remainingNanos(deadline))));
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                }
+            }
+        }
+        if (interrupted) {
+            Thread.currentThread().interrupt();
+        }
     }
 
     /**
@@ -71,7 +95,7 @@ public final class ThreadsPack implements AutoCloseable {
      * @throws InterruptedException when the calling thread is interrupted while waiting
      */
     public boolean join(Duration timeout) throws InterruptedException {
-        long deadline = System.nanoTime() + timeout.toNanos();
+        long deadline = Deadlines.deadline(timeout);
         for (Thread thread : threads) {
             long left = deadline - System.nanoTime();
             if (left <= 0 || !thread.join(Duration.ofNanos(left))) {

@@ -3,7 +3,9 @@ package dev.jnccl.mpi.internal;
 import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_BYTE;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
+import static java.lang.foreign.ValueLayout.JAVA_LONG;
 
+import dev.jnccl.CommunicatorAbortedException;
 import dev.jnccl.NativeLibraryException;
 import dev.jnccl.bindings.NativeLoadException;
 import dev.jnccl.bindings.SharedLibrary;
@@ -14,6 +16,9 @@ import java.lang.foreign.Linker;
 import java.lang.foreign.MemoryLayout;
 import java.lang.foreign.MemorySegment;
 import java.lang.invoke.MethodHandle;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.LockSupport;
+import java.util.function.Supplier;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -55,6 +60,10 @@ public final class MpiLibrary {
             "MPI_THREAD_SERIALIZED", "MPI_THREAD_MULTIPLE");
     /** Larger than MPI_MAX_ERROR_STRING of both ABIs (Open MPI 256, MPICH 512). */
     private static final int ERROR_STRING_BYTES = 1024;
+    /** Room for an MPI_Status of either ABI (Open MPI 24 bytes, MPICH 20): read by nobody. */
+    private static final int STATUS_BYTES = 64;
+    /** Buffers of operations abandoned at a deadline or interrupt: MPI may write them until the job ends. */
+    private static final List<Arena> ABANDONED = new ArrayList<>();
     /** MPI_MAX_LIBRARY_VERSION_STRING of MPICH (Open MPI: 256). */
     private static final int VERSION_STRING_BYTES = 8192;
 
@@ -438,12 +447,110 @@ public final class MpiLibrary {
     }
 
     /**
-     * MPI_Barrier.
+     * How long a non-blocking operation may take, and what else ends the wait: an interrupt of the
+     * waiting thread, or a reason from {@code cancel} (polled while waiting).
+     *
+     * @param operation    the caller's name of the operation, for messages
+     * @param timeoutNanos the longest wait, {@link Long#MAX_VALUE} for none
+     * @param cancel       polled while waiting: a non-null answer ends the wait with that reason
+     */
+    public record Wait(String operation, long timeoutNanos, Supplier<String> cancel) {}
+
+    /**
+     * MPI_Ibarrier, waited for as {@code wait} says.
      *
      * @param comm the communicator
+     * @param wait the bound of the wait
+     * @throws CommunicatorAbortedException at the deadline, on interrupt or cancellation
      */
-    public void barrier(Handle comm) {
-        call("MPI_Barrier", "H", comm);
+    public void barrier(Handle comm, Wait wait) {
+        Arena arena = Arena.ofShared();
+        MemorySegment request = arena.allocate(handleLayout);
+        call("MPI_Ibarrier", "HP", comm, request);
+        complete(request, arena, wait);
+        arena.close();
+    }
+
+    /**
+     * Polls MPI_Test until the request completes (the caller then reads and frees {@code buffers}). A wait that ends
+     * otherwise (deadline, interrupt, cancellation) leaves the operation pending in MPI, so its
+     * buffers are kept for the rest of the process: the caller's communicator is aborted next, which
+     * in MPI mode ends the job.
+     */
+    private void complete(MemorySegment request, Arena buffers, Wait wait) {
+        long start = System.nanoTime();
+        MemorySegment flag = buffers.allocate(JAVA_INT);
+        MemorySegment status = buffers.allocate(STATUS_BYTES);
+        long polls = 0;
+        while (true) {
+            call("MPI_Test", "PPP", request, flag, status);
+            if (flag.get(JAVA_INT, 0) != 0) {
+                return;
+            }
+            String reason = null;
+            InterruptedException interrupt = null;
+            long waited = System.nanoTime() - start;
+            String cancelled = wait.cancel().get();
+            if (Thread.currentThread().isInterrupted()) {
+                interrupt = new InterruptedException();
+                reason = "was interrupted (the interrupt status is kept)";
+            } else if (cancelled != null) {
+                reason = "ended: " + cancelled;
+            } else if (waited >= wait.timeoutNanos()) {
+                reason = "did not complete within " + TimeUnit.NANOSECONDS.toMillis(wait.timeoutNanos())
+                        + " ms: not every rank arrived";
+            }
+            if (reason != null) {
+                synchronized (ABANDONED) {
+                    ABANDONED.add(buffers); // MPI may still write them until the job ends
+                }
+                throw new CommunicatorAbortedException(wait.operation() + " on rank " + rank + " " + reason, interrupt);
+            }
+            // Host-side collectives are rare and short: spin a little, then park (no core burnt waiting).
+            if (polls++ < 64) {
+                Thread.onSpinWait();
+            } else {
+                LockSupport.parkNanos(polls < 1024 ? 20_000 : 200_000);
+            }
+        }
+    }
+
+    /**
+     * Sends {@code value} to {@code dest} with {@code tag} (MPI_Send of 8 bytes: eager, it returns
+     * at once).
+     *
+     * @param value the value
+     * @param dest  the receiving rank in {@code comm}
+     * @param tag   the tag
+     * @param comm  the communicator
+     */
+    public void sendLong(long value, int dest, int tag, Handle comm) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment buffer = arena.allocateFrom(JAVA_LONG, value);
+            call("MPI_Send", "PIHIIH", buffer, Long.BYTES, byteType, dest, tag, comm);
+        }
+    }
+
+    /**
+     * The value {@code source} sent with {@code tag}, if one has arrived (MPI_Iprobe, then MPI_Recv).
+     *
+     * @param source the sending rank in {@code comm}
+     * @param tag    the tag
+     * @param comm   the communicator
+     * @return the value, or empty when none has arrived
+     */
+    public java.util.OptionalLong receiveLong(int source, int tag, Handle comm) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment flag = arena.allocate(JAVA_INT);
+            MemorySegment status = arena.allocate(STATUS_BYTES);
+            call("MPI_Iprobe", "IIHPP", source, tag, comm, flag, status);
+            if (flag.get(JAVA_INT, 0) == 0) {
+                return java.util.OptionalLong.empty();
+            }
+            MemorySegment buffer = arena.allocate(JAVA_LONG);
+            call("MPI_Recv", "PIHIIHP", buffer, Long.BYTES, byteType, source, tag, comm, status);
+            return java.util.OptionalLong.of(buffer.get(JAVA_LONG, 0));
+        }
     }
 
     /**
@@ -463,50 +570,80 @@ public final class MpiLibrary {
     }
 
     /**
-     * Every rank's bytes (lengths may differ) on {@code root}: MPI_Gather of the lengths, then MPI_Gatherv.
+     * Every rank's bytes (lengths may differ) on {@code root}: MPI_Igather of the lengths, then
+     * MPI_Igatherv, each waited for as {@code wait} says.
      *
      * @param local this rank's bytes
      * @param root the receiving rank
      * @param comm the communicator
+     * @param wait the bound of each wait
      * @return every rank's bytes in rank order on {@code root}, an empty list elsewhere
+     * @throws CommunicatorAbortedException at the deadline, on interrupt or cancellation
      */
-    public List<byte[]> gather(byte[] local, int root, Handle comm) {
+    public List<byte[]> gather(byte[] local, int root, Handle comm, Wait wait) {
         int size = size(comm);
         boolean isRoot = rank(comm) == root;
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment length = arena.allocateFrom(JAVA_INT, local.length);
-            MemorySegment lengths = arena.allocate(JAVA_INT, size);
-            call("MPI_Gather", "PIHPIHIH", length, 1, intType, lengths, 1, intType, root, comm);
-            int[] counts = isRoot ? lengths.toArray(JAVA_INT) : new int[size];
-            MemorySegment displacements = displacements(arena, counts, "gather");
-            MemorySegment send = segmentOf(arena, local);
-            MemorySegment receive = arena.allocate(Math.max(1, total(counts)));
-            call("MPI_Gatherv", "PIHPPPHIH", send, local.length, byteType, receive, lengths, displacements, byteType,
-                    root, comm);
+        Arena lengthsArena = Arena.ofShared();
+        MemorySegment length = lengthsArena.allocateFrom(JAVA_INT, local.length);
+        MemorySegment lengths = lengthsArena.allocate(JAVA_INT, size);
+        MemorySegment request = lengthsArena.allocate(handleLayout);
+        call("MPI_Igather", "PIHPIHIHP", length, 1, intType, lengths, 1, intType, root, comm, request);
+        int[] counts = new int[size];
+        complete(request, lengthsArena, wait);
+        if (isRoot) {
+            MemorySegment.copy(lengths, JAVA_INT, 0, counts, 0, size);
+        }
+        lengthsArena.close();
+        Arena arena = Arena.ofShared();
+        MemorySegment countsSegment = arena.allocateFrom(JAVA_INT, counts);
+        MemorySegment displacements = displacements(arena, counts, "gather");
+        MemorySegment send = segmentOf(arena, local);
+        MemorySegment receive = arena.allocate(Math.max(1, total(counts)));
+        MemorySegment request2 = arena.allocate(handleLayout);
+        call("MPI_Igatherv", "PIHPPPHIHP", send, local.length, byteType, receive, countsSegment, displacements,
+                byteType, root, comm, request2);
+        complete(request2, arena, wait);
+        try {
             return isRoot ? split(receive, counts) : List.of();
+        } finally {
+            arena.close();
         }
     }
 
     /**
-     * Every rank's bytes (lengths may differ) on every rank: MPI_Allgather of the lengths, then MPI_Allgatherv.
+     * Every rank's bytes (lengths may differ) on every rank: MPI_Iallgather of the lengths, then
+     * MPI_Iallgatherv, each waited for as {@code wait} says.
      *
      * @param local this rank's bytes
      * @param comm the communicator
+     * @param wait the bound of each wait
      * @return every rank's bytes, in rank order
+     * @throws CommunicatorAbortedException at the deadline, on interrupt or cancellation
      */
-    public List<byte[]> allGather(byte[] local, Handle comm) {
+    public List<byte[]> allGather(byte[] local, Handle comm, Wait wait) {
         int size = size(comm);
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment length = arena.allocateFrom(JAVA_INT, local.length);
-            MemorySegment lengths = arena.allocate(JAVA_INT, size);
-            call("MPI_Allgather", "PIHPIHH", length, 1, intType, lengths, 1, intType, comm);
-            int[] counts = lengths.toArray(JAVA_INT);
-            MemorySegment displacements = displacements(arena, counts, "allGather");
-            MemorySegment send = segmentOf(arena, local);
-            MemorySegment receive = arena.allocate(Math.max(1, total(counts)));
-            call("MPI_Allgatherv", "PIHPPPHH", send, local.length, byteType, receive, lengths, displacements, byteType,
-                    comm);
+        Arena lengthsArena = Arena.ofShared();
+        MemorySegment length = lengthsArena.allocateFrom(JAVA_INT, local.length);
+        MemorySegment lengths = lengthsArena.allocate(JAVA_INT, size);
+        MemorySegment request = lengthsArena.allocate(handleLayout);
+        call("MPI_Iallgather", "PIHPIHHP", length, 1, intType, lengths, 1, intType, comm, request);
+        int[] counts = new int[size];
+        complete(request, lengthsArena, wait);
+        MemorySegment.copy(lengths, JAVA_INT, 0, counts, 0, size);
+        lengthsArena.close();
+        Arena arena = Arena.ofShared();
+        MemorySegment countsSegment = arena.allocateFrom(JAVA_INT, counts);
+        MemorySegment displacements = displacements(arena, counts, "allGather");
+        MemorySegment send = segmentOf(arena, local);
+        MemorySegment receive = arena.allocate(Math.max(1, total(counts)));
+        MemorySegment request2 = arena.allocate(handleLayout);
+        call("MPI_Iallgatherv", "PIHPPPHHP", send, local.length, byteType, receive, countsSegment, displacements,
+                byteType, comm, request2);
+        complete(request2, arena, wait);
+        try {
             return split(receive, counts);
+        } finally {
+            arena.close();
         }
     }
 
