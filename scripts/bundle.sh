@@ -8,13 +8,51 @@
 # and OUT/README.md. Copy OUT to the node (any path) and run OUT/bin/... there; it needs only glibc,
 # and the NVIDIA driver, CUDA runtime and NCCL that jnccl finds as usual (README, "Configuration").
 #
-#   scripts/bundle.sh OUT         (SKIP_BUILD=1: reuse the last `./mvnw install`)
+#   scripts/bundle.sh [--dry-run] OUT      (SKIP_BUILD=1: reuse the last `./mvnw install`)
 #
-# It builds first (./mvnw install, tests compiled, not run), then prints the bundle's size.
+# OUT is relative to the caller's folder. It must be new, an empty folder or a bundle this script
+# made before (marked by OUT/.jnccl-bundle), which is replaced; anything else is refused before
+# anything is built, so that no folder of the user's is ever deleted. --dry-run checks OUT, says
+# what it would do and stops. It builds first (./mvnw install, tests compiled, not run), then prints
+# the bundle's size.
 set -euo pipefail
+dry_run=0
+if [ "${1:-}" = --dry-run ]; then dry_run=1; shift; fi
+[ $# -eq 1 ] && [ -n "$1" ] || { echo "usage: scripts/bundle.sh [--dry-run] OUT" >&2; exit 2; }
+case $1 in
+  /*) out=$1 ;;
+  *) out=$(pwd)/$1 ;; # the caller's folder: this script changes to the repository root below
+esac
+while [ "${#out}" -gt 1 ] && [ "${out%/}" != "$out" ]; do out=${out%/}; done
+marker=.jnccl-bundle
+
+# Prints what OUT is (new, empty, bundle) or, on stderr, why it may not be replaced (returns 1).
+out_state() {
+  if [ ! -e "$out" ] && [ ! -L "$out" ]; then
+    echo new
+  elif [ -L "$out" ] || [ ! -d "$out" ]; then
+    echo "bundle.sh: OUT $out exists and is not a folder: refusing to replace it; name a new folder" >&2
+    return 1
+  elif [ -f "$out/$marker" ]; then
+    echo bundle
+  elif [ -z "$(ls -A "$out")" ]; then
+    echo empty
+  else
+    echo "bundle.sh: OUT $out is a folder with files in it that is not a bundle (no $marker): refusing" \
+      "to delete what it holds; name a new or empty folder, or a bundle this script made" >&2
+    return 1
+  fi
+}
+state=$(out_state) || exit 2
+if [ "$dry_run" = 1 ]; then
+  case $state in
+    new) echo "bundle.sh: would build a new bundle in $out" ;;
+    empty) echo "bundle.sh: would build a bundle in the empty folder $out" ;;
+    bundle) echo "bundle.sh: would replace the bundle in $out" ;;
+  esac
+  exit 0
+fi
 cd "$(dirname "$0")/.."
-[ $# -eq 1 ] || { echo "usage: scripts/bundle.sh OUT" >&2; exit 2; }
-out=$1
 . scripts/lib/jdk.sh
 require_jdk bundle.sh >&2
 junit_console_version=1.14.4 # JUnit Platform of the build's JUnit 5.14.4
@@ -61,19 +99,18 @@ echo "bundle.sh: jlink --add-modules $modules" >&2
 "$JAVA_HOME/bin/jlink" --add-modules "$modules" --strip-debug --no-man-pages --no-header-files \
   --compress=zip-9 --output "$stage/runtime"
 
-# Launchers: POSIX sh, relative to their own folder, no JDK on PATH needed.
+# Launchers: POSIX sh, relative to their own folder, no JDK on PATH needed; bin/run-example and
+# bin/bench run tools/launch.sh, the same file scripts/run-example.sh and scripts/bench.sh run, so
+# they take the same flags (--launcher mpi --ranks N included).
+cp scripts/lib/launch.sh scripts/lib/mpi.sh "$stage/tools/"
 launcher() { # name, main class, comment
   cat > "$stage/bin/$1" <<EOF
 #!/bin/sh
 # $3
 # JNCCL_BACKEND=cuda|host|auto (default auto: the GPUs when a CUDA device is visible, else the host
-# emulation), JAVA_OPTS: extra JVM options.
-here=\$(cd "\$(dirname "\$0")/.." && pwd)
-progress=""
-if [ -t 2 ]; then progress="-Djnccl.bench.progress=true"; fi
-# shellcheck disable=SC2086 # JAVA_OPTS is a list of options
-exec "\$here/runtime/bin/java" --enable-native-access=ALL-UNNAMED \${JAVA_OPTS:-} \$progress \\
-  -Djnccl.backend="\${JNCCL_BACKEND:-auto}" -cp "\$here/lib/*" $2 "\$@"
+# emulation), JAVA_OPTS: extra JVM options; --launcher mpi --ranks N: N processes under mpirun
+# (tools/launch.sh says more).
+exec "\$(dirname "\$0")/../tools/launch.sh" $1 $2 "\$@"
 EOF
   chmod +x "$stage/bin/$1"
 }
@@ -82,54 +119,7 @@ launcher run-example dev.jnccl.examples.RingAllToAll \
 launcher bench dev.jnccl.examples.bench.CollectiveBenchmark \
   "jnccl's nccl-tests compatible benchmark: bench OP [nccl-tests flags] (-h)."
 
-cat > "$stage/bin/gpu-tests" <<'EOF'
-#!/bin/sh
-# Every `gpu`-tagged test, then the backend-agnostic world-1 conformance tests, against real NCCL
-# (JNCCL_TEST_BACKEND=cuda by default; host runs them on the emulation), through JUnit's console
-# launcher. Reports and logs go to $OUT when set, else /tmp/jnccl-gpu. Exit status 0 when all passed.
-#   gpu-tests --threads-multi-rank   the threads-mode suite at worlds 2-8 with several ranks on one
-#       GPU, on the NCCL named by $JNCCL_MULTI_RANK_NCCL (2.30+; NCCL_MULTI_RANK_GPU_ENABLE=1 is set);
-#       $JNCCL_MULTI_RANK_TESTS: the classes of dev.jnccl.it to run.
-# JAVA_OPTS: extra JVM options.
-here=$(cd "$(dirname "$0")/.." && pwd)
-out=${OUT:-/tmp/jnccl-gpu}
-mkdir -p "$out"
-cp=""
-for j in "$here"/lib/*.jar "$here"/tests/*; do cp="${cp:+$cp:}$j"; done # the console expands no wildcards
-roots=""
-for m in bindings core integration-tests; do
-  [ -d "$here/tests/$m" ] && roots="${roots:+$roots:}$here/tests/$m"
-done
-status=0
-run() { # name, launcher arguments...
-  name=$1; shift
-  echo "=== $name"
-  # shellcheck disable=SC2086 # JAVA_OPTS is a list of options
-  "$here/runtime/bin/java" --enable-native-access=ALL-UNNAMED -Djnccl.backend="${JNCCL_TEST_BACKEND:-cuda}" \
-    ${JAVA_OPTS:-} -jar "$here/tools/junit-console.jar" execute -cp "$cp" --details=testfeed --disable-banner \
-    --reports-dir="$out/$name" "$@" > "$out/$name.log" 2>&1
-  code=$?
-  grep -E "tests (successful|failed|skipped|aborted)|MethodSource|=>|Exception" "$out/$name.log" | head -60
-  [ "$code" = 0 ] || status=1
-}
-if [ "${1:-}" = "--threads-multi-rank" ]; then
-  [ -n "${JNCCL_MULTI_RANK_NCCL:-}" ] || { echo "gpu-tests: set JNCCL_MULTI_RANK_NCCL to an NCCL 2.30+ libnccl.so.2" >&2; exit 2; }
-  export NCCL_MULTI_RANK_GPU_ENABLE=1
-  JAVA_OPTS="${JAVA_OPTS:-} -Djnccl.nccl.library=$JNCCL_MULTI_RANK_NCCL -Djnccl.it.shareDevices=true"
-  selection=""
-  for c in ${JNCCL_MULTI_RANK_TESTS:-ThreadsReductionArithmeticTest ThreadsCollectivesTest ThreadsZero3Test ThreadsFailureTest ThreadsStuckCollectiveTest}; do
-    selection="$selection --select-class dev.jnccl.it.$c"
-  done
-  # shellcheck disable=SC2086 # one word per launcher argument
-  run threads-multi-rank $selection
-  exit $status
-fi
-run gpu-tagged --scan-classpath "$roots" --include-tag gpu --exclude-tag mpi
-run conformance --select-class dev.jnccl.bindings.EmulationWorldOneConformanceTest \
-  --select-class dev.jnccl.CommunicatorWorldOneTest --select-class dev.jnccl.JncclRuntimeTest \
-  --select-class dev.jnccl.CopyAsyncTest --select-class dev.jnccl.PublicApiTest
-exit $status
-EOF
+cp scripts/lib/bundle-gpu-tests.sh "$stage/bin/gpu-tests"
 chmod +x "$stage/bin/gpu-tests"
 
 cat > "$stage/README.md" <<EOF
@@ -144,20 +134,28 @@ Without a GPU everything runs on jnccl's host emulation (the output says so).
 | command | what |
 | --- | --- |
 | \`bin/run-example [--gpus N] [--elements N] [--iterations N] [--memcpy]\` | the example: threads mode, destructive all-to-all and ring exchange, every element checked; prints OK |
-| \`bin/bench OP [flags]\` | nccl-tests compatible benchmark: OP all_reduce, reduce_scatter, all_gather, sendrecv, alltoall, broadcast; nccl-tests' flags (-b -e -f -g -w -n -d -o -r -c -a) plus --transport, --launcher, --json, --svg; \`bin/bench -h\` |
-| \`bin/gpu-tests\` | the \`gpu\`-tagged tests and the world-1 conformance tests on real NCCL; reports in \$OUT or /tmp/jnccl-gpu |
-| \`mpirun -np N ... bin/run-example --launcher mpi\` | the example in MPI mode, one process per rank (scripts/gpu-mpi-test.sh shows the one-GPU form) |
+| \`bin/bench OP [flags]\` | nccl-tests compatible benchmark, the flags of scripts/bench.sh: OP all_reduce, reduce_scatter, all_gather, sendrecv, alltoall, broadcast; nccl-tests' flags (-b -e -f -g -w -n -d -o -r -c -a) plus --transport, --launcher, --ranks, --json, --svg; \`bin/bench -h\` |
+| \`bin/gpu-tests\` | the \`gpu\`-tagged tests and the world-1 conformance tests: on real NCCL when a CUDA device is visible, else on the emulation (the \`gpu\` tests then skip themselves); \`JNCCL_TEST_BACKEND=cuda\` requires the GPU; reports in \$OUT or /tmp/jnccl-gpu |
+| \`bin/bench OP --launcher mpi --ranks N\`, \`bin/run-example --launcher mpi --ranks N\` | MPI mode, N processes under \`mpirun\` (\`MPIRUN\` picks another launcher); inside a job started by \`mpirun -np N ... bin/run-example --launcher mpi\` each process runs as its rank (scripts/gpu/gpu-mpi-test.sh shows the one-GPU form) |
 
 Examples: \`bin/bench all_reduce -b 8 -e 1G -f 2 -g 1\`; \`JNCCL_BACKEND=cuda bin/run-example --gpus 1\`.
-Environment: \`JNCCL_BACKEND\` (auto, cuda, host), \`JAVA_OPTS\`.
+Environment: \`JNCCL_BACKEND\` (auto, cuda, host), \`JAVA_OPTS\`. The commands run in the caller's folder
+(relative paths such as \`--json FILE\` are the caller's).
 
-Contents: \`bin/\` launchers, \`runtime/\` the Java runtime, \`lib/\` jnccl and its dependencies
+Contents: \`bin/\` launchers, \`tools/launch.sh\` and \`tools/mpi.sh\` what they run, \`runtime/\` the Java runtime, \`lib/\` jnccl and its dependencies
 (SLF4J, Logback), \`tests/\` test classes, \`tools/junit-console.jar\` JUnit's console launcher,
-\`jmh/jnccl-benchmarks.jar\` the JMH host-cost benchmarks (scripts/gpu-bench.sh).
+\`jmh/jnccl-benchmarks.jar\` the JMH host-cost benchmarks (scripts/gpu/gpu-bench.sh), \`.jnccl-bundle\` the mark
+that lets \`scripts/bundle.sh\` replace this folder.
 Built by \`scripts/bundle.sh\` from commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- 2>/dev/null || echo ' (+ local changes)') on $(date -u +%Y-%m-%d).
 EOF
 
-rm -rf "$out"
+printf 'jnccl bundle %s\n' "$version" > "$stage/$marker" # lets a later run replace this folder
+# Checked again: OUT may have changed during the build; only a bundle or an empty folder is removed.
+state=$(out_state) || exit 2
+case $state in
+  bundle) rm -rf "$out" ;;
+  empty) rmdir "$out" ;;
+esac
 mkdir -p "$(dirname "$out")"
 mv "$stage" "$out"
 trap - EXIT

@@ -6,6 +6,7 @@
 # Prints OK and exits 0 when every element matched, 1 on a mismatch. JNCCL_BACKEND=cuda|host|auto
 # (default auto), JAVA_OPTS, SKIP_BUILD=1: see scripts/lib/example.sh.
 set -euo pipefail
+caller_dir=$(pwd) # the program runs here: relative paths in its arguments are the caller's
 cd "$(dirname "$0")/.."
 . scripts/lib/jdk.sh
 . scripts/lib/example.sh

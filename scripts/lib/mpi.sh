@@ -1,4 +1,4 @@
-# Shared by the scripts that start MPI jobs (run-example.sh, bench.sh, gpu-mpi-test.sh). Source it,
+# Shared by the scripts that start MPI jobs (run-example.sh, bench.sh, gpu/gpu-mpi-test.sh). Source it,
 # then `mpi_detect` sets:
 #   MPI_RUN      the launcher: $MPIRUN if set, else mpirun (the system's default MPI)
 #   MPI_KIND     openmpi or mpich (from `$MPI_RUN --version`)
@@ -8,7 +8,9 @@
 #                cores need --oversubscribe (MPICH's hydra needs neither)
 #   MPI_ENV_FLAG how to pass an environment variable: "-x NAME" (Open MPI) or "-genvlist NAME" (MPICH)
 # and `mpi_describe` prints one line saying which MPI runs. Returns 1 (with a message) when no
-# launcher is found.
+# launcher is found. `mpi_inside_job` succeeds when this process was started by an MPI launcher
+# (Open MPI, MPICH's hydra or a PMIx launcher), i.e. it is already one rank of a job.
+# sh (dash) as well as bash: the bundle's launchers (scripts/lib/bundle/launch.sh) source it too.
 
 mpi_detect() {
   MPI_RUN=${MPIRUN:-mpirun}
@@ -33,4 +35,8 @@ mpi_detect() {
 
 mpi_describe() {
   echo "MPI: $MPI_RUN ($MPI_KIND: $MPI_VERSION), library $MPI_LIBRARY"
+}
+
+mpi_inside_job() {
+  [ -n "${OMPI_COMM_WORLD_SIZE:-}${PMI_SIZE:-}${PMI_RANK:-}${PMIX_RANK:-}" ]
 }

@@ -16,10 +16,10 @@ import org.junit.jupiter.params.provider.ValueSource;
  * {@link MpiWorldsTest} on real NCCL under Open MPI: W processes on GPU 0 ({@code JNCCL_DEVICE=0}),
  * each with its own {@code NCCL_HOSTID}, NCCL over its socket transport on {@code lo}. Skipped, with
  * the reason, unless the backend is {@code cuda} and Open MPI's mpirun is installed.
- * scripts/gpu-mpi-test.sh runs it from the bundle.
+ * scripts/gpu/gpu-mpi-test.sh runs it from the bundle.
  */
 @Tag("gpu")
-@Tag("mpi") // bin/gpu-tests leaves it to scripts/gpu-mpi-test.sh (which gpu-all.sh runs beside it)
+@Tag("mpi") // bin/gpu-tests leaves it to scripts/gpu/gpu-mpi-test.sh (which gpu-all.sh runs beside it)
 @Timeout(value = 600, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
 class GpuMpiWorldsTest extends MpiWorldsChecks {
     private static final MpiJobs.Launcher LAUNCHER = MpiJobs.Launcher.OPEN_MPI;

@@ -108,13 +108,10 @@ final class MpiJobs {
             String rankVariable = launcher == Launcher.OPEN_MPI ? "OMPI_COMM_WORLD_RANK" : "PMI_RANK";
             command.addAll(List.of("sh", "-c", "NCCL_HOSTID=r$" + rankVariable + " exec \"$0\" \"$@\""));
         }
-        command.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
-        command.add("--enable-native-access=ALL-UNNAMED");
-        command.add("-Djnccl.backend=" + backend);
-        command.addAll(List.of(jvmOptions));
-        command.addAll(List.of("-cp", ChildJvm.classPath(MpiRank.class), MpiRank.class.getName(), scenario,
-                Long.toString(new SplittableRandom().nextLong())));
-        ProcessBuilder builder = new ProcessBuilder(command).redirectErrorStream(true).redirectOutput(log.toFile());
+        List<String> jvm = new ArrayList<>(List.of("--enable-native-access=ALL-UNNAMED", "-Djnccl.backend=" + backend));
+        jvm.addAll(List.of(jvmOptions));
+        command.addAll(ChildJvm.command(jvm, MpiRank.class, scenario, Long.toString(new SplittableRandom().nextLong())));
+        ProcessBuilder builder = ChildJvm.builder(command, log);
         builder.environment().putAll(env);
         return new Job(builder.start(), directory, log, launcher + " -np " + world + " " + scenario);
     }

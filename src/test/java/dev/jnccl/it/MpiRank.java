@@ -25,7 +25,7 @@ import java.util.concurrent.TimeUnit;
 
 /**
  * One rank of an MPI job (main class started by {@code mpirun -np W java ... MpiRank SCENARIO SEED}
- * from {@link MpiWorldsTest} and scripts/gpu-mpi-test.sh). Every rank prints one verdict line
+ * from {@link MpiWorldsTest} and scripts/gpu/gpu-mpi-test.sh). Every rank prints one verdict line
  * {@code VERDICT rank=R world=W PASS|FAIL ...} that the JUnit side parses. Scenarios:
  * <ul>
  *   <li>{@code ops}: through {@link MpiCommunicators#run}: every transaction command, convenience

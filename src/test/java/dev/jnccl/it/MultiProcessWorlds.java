@@ -112,17 +112,11 @@ final class MultiProcessWorlds {
         long seed = new SplittableRandom().nextLong();
         Ranks ranks = new Ranks(directory);
         for (int rank = 0; rank < started; rank++) {
-            List<String> command = new ArrayList<>();
-            command.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
-            command.add("--enable-native-access=ALL-UNNAMED");
-            command.add("-Djnccl.backend=" + backend);
-            command.add("-cp");
-            command.add(ChildJvm.classPath(ProcessRank.class));
-            command.add(ProcessRank.class.getName());
-            command.addAll(List.of(scenario, directory.resolve("id").toString(), Integer.toString(world),
-                    Integer.toString(rank), "0", Long.toString(seed), modes));
+            List<String> command = ChildJvm.command(List.of("--enable-native-access=ALL-UNNAMED",
+                    "-Djnccl.backend=" + backend), ProcessRank.class, scenario, directory.resolve("id").toString(),
+                    Integer.toString(world), Integer.toString(rank), "0", Long.toString(seed), modes);
             Path log = directory.resolve("rank" + rank + ".log");
-            ProcessBuilder builder = new ProcessBuilder(command).redirectErrorStream(true).redirectOutput(log.toFile());
+            ProcessBuilder builder = ChildJvm.builder(command, log);
             builder.environment().putAll(extraEnvironment);
             builder.environment().put("NCCL_HOSTID", "r" + rank); // real NCCL: each process its own "node"
             ranks.add(builder.start(), log);

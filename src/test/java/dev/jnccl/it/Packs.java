@@ -56,7 +56,7 @@ final class Packs {
     /**
      * {@code -Djnccl.it.shareDevices=true} runs worlds larger than the visible device count with
      * several ranks per device (rank r on device r mod devices): real multi-rank NCCL on one GPU
-     * needs NCCL 2.30+ and NCCL_MULTI_RANK_GPU_ENABLE=1 (scripts/gpu-test.sh --threads-multi-rank).
+     * needs NCCL 2.30+ and NCCL_MULTI_RANK_GPU_ENABLE=1 (scripts/gpu/gpu-test.sh --threads-multi-rank).
      */
     static final boolean SHARE_DEVICES = Boolean.getBoolean("jnccl.it.shareDevices");
 

@@ -24,7 +24,7 @@ import org.junit.jupiter.params.provider.MethodSource;
 /**
  * Pins the arithmetic of reductions to NCCL's, bit for bit, on whichever backend runs: the host
  * emulation in CI and real NCCL on a GPU (NCCL 2.30 with several ranks on one GPU:
- * {@code scripts/gpu-test.sh --threads-multi-rank}). A reduce-scatter's chunk for rank r is
+ * {@code scripts/gpu/gpu-test.sh --threads-multi-rank}). A reduce-scatter's chunk for rank r is
  * reduced along NCCL's ring from rank r + 1 to r, every step rounded in the type; the average is
  * NCCL's pre-multiplied sum with 1/n rounded to the type. At 3 ranks that differs from the exact
  * mean, which is what this pins (found on an H200 with NCCL 2.30.7, see

@@ -5,7 +5,6 @@ import static java.lang.foreign.ValueLayout.JAVA_INT;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
-import java.lang.foreign.Linker;
 import java.lang.foreign.MemorySegment;
 import java.lang.invoke.MethodHandle;
 
@@ -21,18 +20,13 @@ final class Dl {
     /** struct link_map { ElfW(Addr) l_addr; char *l_name; ... }: l_name follows one pointer. */
     private static final long LINK_MAP_L_NAME_OFFSET = ADDRESS.byteSize();
 
-    private static final Linker LINKER = Linker.nativeLinker();
-    private static final MethodHandle DLOPEN = libc("dlopen", FunctionDescriptor.of(ADDRESS, ADDRESS, JAVA_INT));
-    private static final MethodHandle DLSYM = libc("dlsym", FunctionDescriptor.of(ADDRESS, ADDRESS, ADDRESS));
-    private static final MethodHandle DLERROR = libc("dlerror", FunctionDescriptor.of(ADDRESS));
-    private static final MethodHandle DLCLOSE = libc("dlclose", FunctionDescriptor.of(JAVA_INT, ADDRESS));
-    private static final MethodHandle DLINFO = libc("dlinfo", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, ADDRESS));
+    private static final MethodHandle DLOPEN = Libc.function("dlopen", FunctionDescriptor.of(ADDRESS, ADDRESS, JAVA_INT));
+    private static final MethodHandle DLSYM = Libc.function("dlsym", FunctionDescriptor.of(ADDRESS, ADDRESS, ADDRESS));
+    private static final MethodHandle DLERROR = Libc.function("dlerror", FunctionDescriptor.of(ADDRESS));
+    private static final MethodHandle DLCLOSE = Libc.function("dlclose", FunctionDescriptor.of(JAVA_INT, ADDRESS));
+    private static final MethodHandle DLINFO = Libc.function("dlinfo", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, ADDRESS));
 
     private Dl() {}
-
-    private static MethodHandle libc(String name, FunctionDescriptor descriptor) {
-        return LINKER.downcallHandle(LINKER.defaultLookup().findOrThrow(name), descriptor);
-    }
 
     /** A library opened by {@link #open}; {@link #close} drops this reference. */
     record Handle(MemorySegment address, String path) {}
@@ -89,10 +83,6 @@ final class Dl {
         } catch (Throwable t) {
             throw new IllegalStateException("dlclose could not be called", t);
         }
-    }
-
-    static Linker linker() {
-        return LINKER;
     }
 
     private static String pathOf(MemorySegment handle, String fallback, Arena arena) throws Throwable {

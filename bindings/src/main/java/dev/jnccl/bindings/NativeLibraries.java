@@ -78,7 +78,7 @@ public final class NativeLibraries {
         if (loaded != null) {
             return loaded;
         }
-        requireNativeAccess();
+        NativeAccess.check(); // first: before this JVM makes any restricted call for jnccl
         Backend requested = Backend.configured();
         LoadedLibraries result = switch (requested) {
             case CUDA -> loadCuda(resolve(CUDART));
@@ -97,20 +97,6 @@ public final class NativeLibraries {
      */
     public static LoadedLibraries loadedOrNull() {
         return loaded;
-    }
-
-    private static void requireNativeAccess() {
-        if (NativeAccess.isEnabled()) {
-            return;
-        }
-        try {
-            // A harmless restricted call: under --illegal-native-access=deny it throws here, before
-            // any binding class could be left half-initialised by the same refusal.
-            MemorySegment.NULL.reinterpret(1);
-        } catch (IllegalCallerException e) {
-            throw NativeAccess.denied(e);
-        }
-        NativeAccess.warnIfDisabled(LOG);
     }
 
     private static LibraryResolver.Resolved resolve(LibraryResolver.Request request) {
@@ -143,7 +129,7 @@ public final class NativeLibraries {
         if (address.equals(MemorySegment.NULL)) {
             return "the library has no cudaGetDeviceCount";
         }
-        MethodHandle getDeviceCount = Dl.linker().downcallHandle(address, FunctionDescriptor.of(JAVA_INT, ADDRESS));
+        MethodHandle getDeviceCount = Libc.linker().downcallHandle(address, FunctionDescriptor.of(JAVA_INT, ADDRESS));
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment count = arena.allocate(JAVA_INT);
             int status = (int) getDeviceCount.invokeExact(count);

@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.bindings.nccl.Nccl;
+import dev.jnccl.testsupport.ChildJvm;
 import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -139,20 +140,9 @@ class EmulationProcessWorldTest {
 
     /** A child JVM on the host emulation, its output (stdout and stderr) going to log. */
     static Process start(Path log, Class<?> main, String... args) throws IOException {
-        List<String> command = new ArrayList<>();
-        command.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
-        command.add("--enable-native-access=ALL-UNNAMED");
-        command.add("-Djnccl.backend=host");
-        command.add("-Xss2m");
-        command.add("-Xmx256m");
-        command.add("-XX:TieredStopAtLevel=1");
-        command.add("-Djnccl.test.log.level=WARN");
-        command.add("-cp");
-        command.add(System.getProperty("java.class.path"));
-        command.add(main.getName());
-        command.addAll(List.of(args));
-        ProcessBuilder builder = new ProcessBuilder(command).redirectErrorStream(true)
-                .redirectOutput(log.toFile());
+        List<String> command = ChildJvm.command(List.of("--enable-native-access=ALL-UNNAMED", "-Djnccl.backend=host",
+                "-Xss2m", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-Djnccl.test.log.level=WARN"), main, args);
+        ProcessBuilder builder = ChildJvm.builder(command, log);
         // The child reads no fault or delay variables that this JVM may have set through libc.
         builder.environment().keySet().removeIf(name -> name.startsWith("JNCCL_HOST_"));
         return builder.start();

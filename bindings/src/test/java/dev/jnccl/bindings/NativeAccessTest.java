@@ -6,18 +6,82 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeFalse;
 
 import dev.jnccl.testsupport.ChildJvm;
+import java.io.File;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Random;
+import java.util.Set;
+import java.util.stream.Collectors;
 import org.junit.jupiter.api.Test;
 
 class NativeAccessTest {
 
     @Test
-    void messageNamesBothFlagForms() {
+    void classPathMessageNamesAllUnnamedOnly() {
         String message = NativeAccess.message(NativeAccessTest.class.getModule());
         assertTrue(message.contains("the class path (unnamed module)"), message);
-        assertTrue(message.contains("--enable-native-access=ALL-UNNAMED"), message);
-        assertTrue(message.contains("--enable-native-access=dev.jnccl.bindings,dev.jnccl.core"), message);
+        assertTrue(message.contains("--enable-native-access=ALL-UNNAMED "), message);
+        // A module name in the flag would make the JVM warn about an unknown module on the class path.
+        assertFalse(message.contains("dev.jnccl."), message);
+    }
+
+    @Test
+    void modulePathMessageNamesOnlyTheModulesPresent() {
+        List<String> modules = new ArrayList<>(NativeAccess.MODULES);
+        Collections.shuffle(modules);
+        Set<String> present = new HashSet<>(modules.subList(0, 1 + new Random().nextInt(modules.size())));
+        present.add("org.slf4j"); // not jnccl's: never named
+        String self = present.contains("dev.jnccl.bindings") ? "dev.jnccl.bindings" : modules.getFirst();
+        String message = NativeAccess.message(self, present);
+        String expected = NativeAccess.MODULES.stream().filter(m -> present.contains(m) || m.equals(self))
+                .collect(Collectors.joining(","));
+        assertTrue(message.contains("module " + self + ". "), message);
+        assertTrue(message.contains("--enable-native-access=" + expected + " "), present + ": " + message);
+        for (String absent : NativeAccess.MODULES) {
+            if (!present.contains(absent) && !absent.equals(self)) {
+                assertFalse(message.contains(absent), absent + " is absent: " + message);
+            }
+        }
+        assertFalse(message.contains("ALL-UNNAMED") || message.contains("org.slf4j"), message);
+    }
+
+    @Test
+    void withoutTheFlagJncclsHintFollowsTheJdkWarning() throws Exception {
+        // The JDK's default, --illegal-native-access=warn: the first restricted call warns and then
+        // enables native access, so jnccl must look before it to give its hint.
+        ChildJvm.Result result = ChildJvm.run(List.of("-Djnccl.backend=host"), Map.of(), NativeAccessProbe.class);
+        String output = result.output();
+        String hint = NativeAccess.message(NativeAccessTest.class.getModule());
+        assertEquals(1, output.lines().filter(l -> l.contains(hint)).count(), output);
+        assertTrue(output.contains("WARNING: A restricted method"), "the JDK's own warning\n" + output);
+        assertEquals(2, output.lines().filter(l -> l.startsWith("LOADED ")).count(), output);
+        assertFalse(output.contains("dev.jnccl.mpi") || output.contains("Unknown module"), output);
+    }
+
+    @Test
+    void onTheModulePathTheHintNamesOnlyTheModulesThere() throws Exception {
+        // dev.jnccl.bindings and org.slf4j on the module path, the probe patched into the module;
+        // dev.jnccl.core, threads and mpi are absent, so the flag must not name them.
+        String modulePath = location(NativeAccess.class) + File.pathSeparator + location(org.slf4j.Logger.class);
+        ChildJvm.Result result = ChildJvm.run(List.of("-Djnccl.backend=host", "--module-path", modulePath,
+                "--add-modules", "dev.jnccl.bindings",
+                "--patch-module", "dev.jnccl.bindings=" + location(NativeAccessProbe.class),
+                "--add-exports", "dev.jnccl.bindings/dev.jnccl.bindings=ALL-UNNAMED"), Map.of(), NativeAccessProbe.class);
+        String output = result.output();
+        assertTrue(output.contains("module dev.jnccl.bindings. Add to the java command:"
+                + " --enable-native-access=dev.jnccl.bindings "), output);
+        for (String absent : List.of("dev.jnccl.core", "dev.jnccl.threads", "dev.jnccl.mpi", "ALL-UNNAMED")) {
+            assertFalse(output.contains(absent), absent + "\n" + output);
+        }
+        assertEquals(2, output.lines().filter(l -> l.startsWith("LOADED ")).count(), output);
+    }
+
+    private static String location(Class<?> type) throws Exception {
+        return Path.of(type.getProtectionDomain().getCodeSource().getLocation().toURI()).toString();
     }
 
     @Test

@@ -62,6 +62,11 @@ public final class RingAllToAll {
                               long checked, long mismatches, List<String> firstMismatches, long commNanos,
                               long loopNanos) {}
 
+    /**
+     * Runs the example and exits with its status: 0 when every element matched.
+     *
+     * @param args the command line ({@code --help} lists it)
+     */
     public static void main(String[] args) {
         System.exit(run(args));
     }

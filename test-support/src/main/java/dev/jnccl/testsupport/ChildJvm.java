@@ -31,19 +31,12 @@ public final class ChildJvm {
      */
     public static Result run(List<String> jvmArgs, Map<String, String> environment, Class<?> main, String... args)
             throws IOException, InterruptedException {
-        List<String> command = new ArrayList<>();
-        command.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
-        command.addAll(jvmArgs);
-        command.add("-cp");
-        command.add(classPath(main));
-        command.add(main.getName());
-        command.addAll(List.of(args));
+        List<String> command = command(jvmArgs, main, args);
         // Output goes to a file, so a child that hangs cannot block this thread on a pipe read:
         // the wait below is what bounds it.
         Path log = Files.createTempFile("jnccl-child-", ".log");
         try {
-            ProcessBuilder builder = new ProcessBuilder(command).redirectErrorStream(true)
-                    .redirectOutput(log.toFile());
+            ProcessBuilder builder = builder(command, log);
             builder.environment().putAll(environment);
             Process process = builder.start();
             if (!process.waitFor(60, TimeUnit.SECONDS)) {
@@ -55,6 +48,39 @@ public final class ChildJvm {
         } finally {
             Files.deleteIfExists(log);
         }
+    }
+
+    /**
+     * The command line of a child JVM that runs {@code main}: this JVM's {@code java}, {@code jvmArgs},
+     * {@code -cp} {@link #classPath(Class)}, {@code main}, {@code args}. Callers that start it under
+     * another program (mpirun) put that program's words before it.
+     *
+     * @param jvmArgs options for the child JVM
+     * @param main    the main class
+     * @param args    its arguments
+     * @return the command, a mutable list
+     */
+    public static List<String> command(List<String> jvmArgs, Class<?> main, String... args) {
+        List<String> command = new ArrayList<>();
+        command.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
+        command.addAll(jvmArgs);
+        command.add("-cp");
+        command.add(classPath(main));
+        command.add(main.getName());
+        command.addAll(List.of(args));
+        return command;
+    }
+
+    /**
+     * A process builder for {@code command} whose standard output and error both go to {@code log}
+     * (a file, not a pipe: a child that floods or hangs cannot block the test on a pipe read).
+     *
+     * @param command the command line, e.g. from {@link #command}
+     * @param log     the file that receives the output
+     * @return the builder; its environment is this JVM's, for the caller to adjust
+     */
+    public static ProcessBuilder builder(List<String> command, Path log) {
+        return new ProcessBuilder(command).redirectErrorStream(true).redirectOutput(log.toFile());
     }
 
     /**

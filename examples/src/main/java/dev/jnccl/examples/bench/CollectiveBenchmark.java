@@ -50,6 +50,11 @@ public final class CollectiveBenchmark {
 
     private CollectiveBenchmark() {}
 
+    /**
+     * Runs the benchmark and prints the nccl-tests table.
+     *
+     * @param args OP and the flags ({@code -h} lists them)
+     */
     public static void main(String[] args) {
         System.exit(run(args, System.out, System.err));
     }

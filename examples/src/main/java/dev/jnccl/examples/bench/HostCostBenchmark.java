@@ -45,11 +45,12 @@ import org.openjdk.jmh.infra.IterationParams;
  * <ul>
  *   <li>{@code transaction}: {@code comm.begin(ready).reduceScatter(t).allGather(shard, t).execute(signal)}
  *       — natively cudaStreamWaitEvent, ncclGroupStart, ncclReduceScatter, ncclAllGather,
- *       ncclGroupEnd (then, should it return ncclInProgress on jnccl's non-blocking communicator,
+ *       ncclGroupEnd (then, should it return ncclInProgress on a non-blocking communicator,
  *       polling ncclCommGetAsyncError until the group is launched) and cudaEventRecord. {@code ready} was recorded once, in setup.</li>
  *   <li>{@code transactionRawBindings}: the same native calls through {@code dev.jnccl.bindings}
  *       directly, on a communicator created with the bindings ({@code comm} = blocking or
- *       nonblocking; jnccl's own communicators are always non-blocking).</li>
+ *       nonblocking; jnccl's own run in the mode of {@code CommunicatorOptions}, {@code BLOCKING_SPLIT}
+ *       by default, which the benchmark prints).</li>
  *   <li>{@code allReduceEnqueue}: {@code comm.allReduce(t, SUM, compute)} — an ncclAllReduce in a
  *       group plus the ordering with the caller's stream (2 event records, 2 stream waits).</li>
  *   <li>{@code allReduceEnqueueRaw}: ncclAllReduce alone on the comms stream, through the bindings.</li>
@@ -78,11 +79,17 @@ import org.openjdk.jmh.infra.IterationParams;
 @Measurement(iterations = 5, time = 1, timeUnit = TimeUnit.SECONDS)
 @Fork(value = 1, jvmArgsPrepend = {"--enable-native-access=ALL-UNNAMED", "-Xss2m"})
 public class HostCostBenchmark {
+    /** Created by JMH. */
+    public HostCostBenchmark() {}
+
     private static final int DEVICE = 0;
 
     /** jnccl: a world-1 communicator, a compute stream with a ready event, a signal event, one FP32 tensor. */
     @State(Scope.Thread)
     public static class JncclState {
+        /** Created by JMH. */
+        public JncclState() {}
+
         /** Elements (FP32) of the tensor. */
         @Param("1024")
         public int count;
@@ -97,6 +104,7 @@ public class HostCostBenchmark {
         DeviceTensor shard;
         QueueBound queue;
 
+        /** Creates the communicator, streams, events and tensor. */
         @Setup(Level.Trial)
         public void setUp() {
             comm = Communicator.single(DEVICE);
@@ -115,16 +123,24 @@ public class HostCostBenchmark {
                     + count + " x FP32, communicator mode " + comm.options().mode());
         }
 
+        /** Starts the host-only clock of an iteration. */
         @Setup(Level.Iteration)
         public void startIteration() {
             queue.startIteration();
         }
 
+        /**
+         * Prints the host-only time of the iteration (the synchronizations left out).
+         *
+         * @param benchmark the benchmark's parameters
+         * @param iteration the iteration's parameters
+         */
         @TearDown(Level.Iteration)
         public void endIteration(BenchmarkParams benchmark, IterationParams iteration) {
             queue.endIteration(benchmark, iteration);
         }
 
+        /** Closes what setUp made. */
         @TearDown(Level.Trial)
         public void tearDown() {
             compute.synchronize();
@@ -141,7 +157,10 @@ public class HostCostBenchmark {
     public static class RawState {
         private static final int CUDA_SUCCESS = 0;
 
-        /** "nonblocking" (ncclConfig_t.blocking = 0, as jnccl's communicators) or "blocking" (NCCL's default). */
+        /** Created by JMH. */
+        public RawState() {}
+
+        /** "nonblocking" (ncclConfig_t.blocking = 0, as jnccl's NON_BLOCKING mode) or "blocking" (NCCL's default). */
         @Param({"nonblocking", "blocking"})
         public String comm;
 
@@ -165,6 +184,7 @@ public class HostCostBenchmark {
         long shardCount;
         QueueBound queue;
 
+        /** Creates the communicator, streams, events and memory through the bindings. */
         @Setup(Level.Trial)
         public void setUp() {
             boolean blocking = switch (comm) {
@@ -217,11 +237,18 @@ public class HostCostBenchmark {
                     + ", " + count + " x FP32, " + comm + " communicator");
         }
 
+        /** Starts the host-only clock of an iteration. */
         @Setup(Level.Iteration)
         public void startIteration() {
             queue.startIteration();
         }
 
+        /**
+         * Prints the host-only time of the iteration (the synchronizations left out).
+         *
+         * @param benchmark the benchmark's parameters
+         * @param iteration the iteration's parameters
+         */
         @TearDown(Level.Iteration)
         public void endIteration(BenchmarkParams benchmark, IterationParams iteration) {
             queue.endIteration(benchmark, iteration);
@@ -263,6 +290,7 @@ public class HostCostBenchmark {
             }
         }
 
+        /** Destroys what setUp made. */
         @TearDown(Level.Trial)
         public void tearDown() {
             cuda(CudaRuntime.cudaStreamSynchronize(commsStream), "cudaStreamSynchronize");
@@ -282,14 +310,22 @@ public class HostCostBenchmark {
         }
     }
 
-    /** One jnccl transaction: ready wait + reduce-scatter + all-gather + signal. */
+    /**
+     * One jnccl transaction: ready wait + reduce-scatter + all-gather + signal.
+     *
+     * @param s the state
+     */
     @Benchmark
     public void transaction(JncclState s) {
         s.comm.begin(s.ready).reduceScatter(s.tensor).allGather(s.shard, s.tensor).execute(s.signal);
         s.queue.tick();
     }
 
-    /** The native calls of {@link #transaction} through the generated bindings. */
+    /**
+     * The native calls of {@link #transaction} through the generated bindings.
+     *
+     * @param s the state
+     */
     @Benchmark
     public void transactionRawBindings(RawState s) {
         RawState.cuda(CudaRuntime.cudaStreamWaitEvent(s.commsStream, s.ready, 0), "cudaStreamWaitEvent");
@@ -303,14 +339,22 @@ public class HostCostBenchmark {
         s.queue.tick();
     }
 
-    /** jnccl's all-reduce on a caller stream (ordering with that stream included). */
+    /**
+     * jnccl's all-reduce on a caller stream (ordering with that stream included).
+     *
+     * @param s the state
+     */
     @Benchmark
     public void allReduceEnqueue(JncclState s) {
         s.comm.allReduce(s.tensor, ReduceOp.SUM, s.compute);
         s.queue.tick();
     }
 
-    /** ncclAllReduce alone on the comms stream, through the generated bindings. */
+    /**
+     * ncclAllReduce alone on the comms stream, through the generated bindings.
+     *
+     * @param s the state
+     */
     @Benchmark
     public void allReduceEnqueueRaw(RawState s) {
         s.ended(Nccl.ncclAllReduce(s.buffer, s.buffer, s.count, s.ncclFloat, s.ncclSum, s.ncclComm, s.commsStream),

@@ -42,7 +42,7 @@ final class QueueBound {
     }
 
     /**
-     * Prints one line for the benchmark's output, parsed by scripts/gpu-bench.sh:
+     * Prints one line for the benchmark's output, parsed by scripts/gpu/gpu-bench.sh:
      * {@code # host-only <benchmark>[<comm>] <warmup|measurement>: 1.234 us/op without the synchronizations (...)}.
      */
     void endIteration(BenchmarkParams benchmark, IterationParams iteration) {

@@ -21,7 +21,7 @@ import org.junit.jupiter.api.Timeout;
 
 /**
  * The host-cost programs {@link ThreadsHostCost} and {@link MultiRankHostCost} (whose RESULT lines
- * scripts/gpu-hostcost-threads.sh, gpu-hostcost-multi.sh and gpu-torch-hostcost.sh fold into tables)
+ * scripts/gpu/gpu-hostcost-threads.sh, gpu-hostcost-multi.sh and gpu-torch-hostcost.sh fold into tables)
  * run on the host emulation: every rank, mode and case reports once, with figures that are
  * consistent (best <= median, host-only <= all included, one sample per repetition); bad
  * arguments are refused with a message naming them. The figures themselves mean nothing here.

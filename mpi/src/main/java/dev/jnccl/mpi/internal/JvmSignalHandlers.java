@@ -3,9 +3,9 @@ package dev.jnccl.mpi.internal;
 import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 
+import dev.jnccl.bindings.Libc;
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
-import java.lang.foreign.Linker;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.SymbolLookup;
 import java.lang.invoke.MethodHandle;
@@ -50,19 +50,14 @@ public final class JvmSignalHandlers {
     /** SIG_DFL and SIG_IGN. */
     private static final long LAST_SPECIAL_HANDLER = 1;
 
-    private static final Linker LINKER = Linker.nativeLinker();
-    private static final MethodHandle GETENV = libc("getenv", FunctionDescriptor.of(ADDRESS, ADDRESS));
-    private static final MethodHandle SETENV = libc("setenv",
+    private static final MethodHandle GETENV = Libc.function("getenv", FunctionDescriptor.of(ADDRESS, ADDRESS));
+    private static final MethodHandle SETENV = Libc.function("setenv",
             FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_INT));
-    private static final MethodHandle SIGACTION = libc("sigaction",
+    private static final MethodHandle SIGACTION = Libc.function("sigaction",
             FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, ADDRESS));
-    private static final MethodHandle DLADDR = libc("dladdr", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
+    private static final MethodHandle DLADDR = Libc.function("dladdr", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
 
     private JvmSignalHandlers() {}
-
-    private static MethodHandle libc(String name, FunctionDescriptor descriptor) {
-        return LINKER.downcallHandle(LINKER.defaultLookup().findOrThrow(name), descriptor);
-    }
 
     /**
      * Sets {@code UCX_ERROR_SIGNALS} to empty in this process's C environment unless it is set
@@ -138,7 +133,7 @@ public final class JvmSignalHandlers {
         }
         // The library is loaded already (its handler is installed); this takes one more reference.
         return SymbolLookup.libraryLookup(Path.of(file), Arena.global()).find("ucs_debug_disable_signal")
-                .map(address -> LINKER.downcallHandle(address, FunctionDescriptor.ofVoid(JAVA_INT)));
+                .map(address -> Libc.linker().downcallHandle(address, FunctionDescriptor.ofVoid(JAVA_INT)));
     }
 
     private static MemorySegment handler(int signal, Arena arena) {

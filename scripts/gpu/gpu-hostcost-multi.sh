@@ -7,7 +7,7 @@
 # lets W ranks share one GPU, see README "Testing"), NCCL_SOCKET_IFNAME=lo, NCCL_NVLS_ENABLE=0.
 # Prints one summary table: case, impl, mode, W, median us/op (slowest rank), host-only us/op.
 #
-#   scripts/gpu-hostcost-multi.sh W [--host]
+#   scripts/gpu/gpu-hostcost-multi.sh W [--host]
 #
 # GPU machine (default; no JDK or Maven): needs .gpu/jnccl-bundle.tar.xz (scripts/stage-gpu.sh: its
 #   JMH jar and Java runtime), nvcc, nccl.h and libnccl.so where nvcc finds them.
@@ -16,13 +16,13 @@
 # Environment: ITERS (default 20000), REPS (3), WARMUP (2000), COUNT (1024, divisible by W),
 #   OUT (logs; default a new /tmp/jnccl-hostcost.XXXXXX), TIMEOUT per program run (default 900 s),
 #   SKIP_C=1 (jnccl only), JAVA_CASES (MultiRankHostCost --cases; default all three:
-#   transaction,allreduce_ordered,reducescatter; scripts/gpu-torch-hostcost.sh runs the last two),
+#   transaction,allreduce_ordered,reducescatter; scripts/gpu/gpu-torch-hostcost.sh runs the last two),
 #   C_CASES (the C program's --cases; default transaction,allreduce_ordered), JAVA_OPTS (JVM flags;
 #   default -XX:CompileThresholdScaling=0.05: W processes time-slice the one GPU, so an operation takes
 #   milliseconds and the JIT's usual 10-15k calls before C2 would need minutes of warm-up; the scaling
 #   lets a warm-up of WARMUP operations reach C2 code, which is what a long training run executes).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$(pwd)
 
 world=${1:-}
@@ -45,7 +45,7 @@ work=$(mktemp -d /tmp/jnccl-hostcost-build.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 # ---------------------------------------------------------------- jar, java and the C program
-. "$root/scripts/lib/hostcost.sh"
+. "$root/scripts/gpu/lib/hostcost.sh"
 hostcost_prepare
 
 # ---------------------------------------------------------------- runs

@@ -6,15 +6,15 @@
 # size, the out-of-place busbw of both (the in-place one where a column is empty) and
 # jnccl / nccl-tests; both full tables stay in the logs.
 #
-#   NCCL_TESTS=DIR scripts/gpu-bench-mpi.sh [-w "2 4"] [-o "all_reduce ..."] [-b 16M] [-e 256M] [-f 4]
+#   NCCL_TESTS=DIR scripts/gpu/gpu-bench-mpi.sh [-w "2 4"] [-o "all_reduce ..."] [-b 16M] [-e 256M] [-f 4]
 #
 # ITERS / WARMUP (default 20 / 5) go to both as -n / -w; MODE (blocking_split, the default, or
 # non_blocking) is jnccl's --mode. DIR holds nccl-tests' *_perf programs built with MPI=1 (NVIDIA's public source, built on that
 # machine by hand: never committed here, nor a script that builds it). jnccl runs from the bundle
 # (.gpu/jnccl-bundle.tar.xz, scripts/stage-gpu.sh). Logs go to $OUT (default /tmp/jnccl-bench-mpi).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-. scripts/lib/gpu-bundle.sh
+cd "$(dirname "$0")/../.."
+. scripts/gpu/lib/gpu-bundle.sh
 bundle=$(gpu_bundle) || exit 1
 worlds="2 4" ops="all_reduce reduce_scatter all_gather alltoall sendrecv broadcast" min=16M max=256M factor=4
 while getopts "w:o:b:e:f:" opt; do

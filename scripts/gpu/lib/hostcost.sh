@@ -1,4 +1,4 @@
-# Shared by scripts/gpu-hostcost-multi.sh and scripts/gpu-hostcost-threads.sh: finds the benchmark jar
+# Shared by scripts/gpu/gpu-hostcost-multi.sh and scripts/gpu/gpu-hostcost-threads.sh: finds the benchmark jar
 # and a Java runtime (the bundle's on the GPU machine), and builds transaction_overhead.c for the
 # backend (not with SKIP_C=1). Source it from the repository root after setting: root (the repository root), mode (gpu or
 # host), work (a scratch folder) and a `log` function. Sets: bundle, jar, java_bin, backend, c_bin, build.
@@ -6,7 +6,7 @@
 hostcost_prepare() {
   # The bundle that scripts/stage-gpu.sh packed (GPU machine): its JMH jar and Java runtime.
   bundle=""
-  if . "$root/scripts/lib/gpu-bundle.sh" && gpu_bundle_archive "$root" >/dev/null; then
+  if . "$root/scripts/gpu/lib/gpu-bundle.sh" && gpu_bundle_archive "$root" >/dev/null; then
     bundle=$(gpu_bundle)
   fi
   jar=""

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Host cost per call of torch.distributed (NCCL backend) beside jnccl's convenience collectives, W
-# processes on the one GPU (issue 12): for each W, scripts/lib/torch_hostcost.py as W processes
+# processes on the one GPU (issue 12): for each W, scripts/gpu/lib/torch_hostcost.py as W processes
 # (dist.all_reduce(t) and dist.reduce_scatter_tensor(out, t) on 1024 FP32, async_op=False), then
-# scripts/gpu-hostcost-multi.sh W with only jnccl's comm.allReduce(t, SUM, stream) ("allreduce_ordered")
+# scripts/gpu/gpu-hostcost-multi.sh W with only jnccl's comm.allReduce(t, SUM, stream) ("allreduce_ordered")
 # and comm.reduceScatter(t, stream) ("reducescatter"), both CommunicatorModes. Every process is one rank
 # on device 0 with its own NCCL_HOSTID=r<rank>, NCCL_SOCKET_IFNAME=lo, NCCL_NVLS_ENABLE=0; torch's ranks
 # meet through a TCP store on 127.0.0.1 (no network needed). Prints one table: W, op, torch us/call,
 # jnccl mode, jnccl us/call (each: the slowest rank's best repetition, all included and host only), and
 # jnccl / torch.
 #
-#   scripts/gpu-torch-hostcost.sh W... [--host]            e.g. scripts/gpu-torch-hostcost.sh 2 4
+#   scripts/gpu/gpu-torch-hostcost.sh W... [--host]            e.g. scripts/gpu/gpu-torch-hostcost.sh 2 4
 #
 # GPU machine (default): PyTorch with CUDA in python3 ($PYTHON), and for jnccl what
-#   scripts/gpu-hostcost-multi.sh needs (.gpu/jnccl-bundle.tar.xz from scripts/stage-gpu.sh; it uses the
+#   scripts/gpu/gpu-hostcost-multi.sh needs (.gpu/jnccl-bundle.tar.xz from scripts/stage-gpu.sh; it uses the
 #   machine's libnccl, torch uses the NCCL it ships with: the table header names both versions).
 # --host: no torch (jnccl on its host emulation only, to try the script; those figures mean nothing).
 # Environment: ITERS (default 2000), REPS (3), WARMUP (500), COUNT (1024, divisible by every W),
@@ -20,7 +20,7 @@
 #   spawn), MPIRUN_ARGS (extra mpirun flags), PYTHON (python3), OUT (logs; default a new
 #   /tmp/jnccl-torch-hostcost.XXXXXX), TIMEOUT per run (default 900 s).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$(pwd)
 
 worlds=()
@@ -40,7 +40,7 @@ limit=${TIMEOUT:-900}
 python=${PYTHON:-python3}
 launcher=${LAUNCHER:-auto}
 log() { echo "gpu-torch-hostcost.sh: $*" >&2; }
-. "$root/scripts/lib/hostcost.sh"    # hostcost_slowest
+. "$root/scripts/gpu/lib/hostcost.sh"    # hostcost_slowest
 if [ -n "${OUT:-}" ]; then out=$OUT; mkdir -p "$out"; else out=$(mktemp -d /tmp/jnccl-torch-hostcost.XXXXXX); fi
 
 torch_ok=0
@@ -57,7 +57,7 @@ free_port() { "$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0
 # torch at world $1: its RESULT lines in $out/torch-$1/torch.<rank>.txt
 run_torch() {
   local world=$1 dir=$out/torch-$1
-  local args=("$root/scripts/lib/torch_hostcost.py" --out-dir "$dir" --count "$count" --iters "$iters" --reps "$reps"
+  local args=("$root/scripts/gpu/lib/torch_hostcost.py" --out-dir "$dir" --count "$count" --iters "$iters" --reps "$reps"
               --warmup "$warmup" --timeout "$limit")
   rm -rf "$dir"
   if [ "$launcher" != spawn ] && command -v mpirun >/dev/null; then
@@ -82,9 +82,9 @@ run_torch() {
 status=0
 for world in "${worlds[@]}"; do
   if [ "$torch_ok" = 1 ]; then run_torch "$world" || status=1; fi
-  log "jnccl, W=$world: scripts/gpu-hostcost-multi.sh $world $host (convenience operations only)"
+  log "jnccl, W=$world: scripts/gpu/gpu-hostcost-multi.sh $world $host (convenience operations only)"
   SKIP_C=1 JAVA_CASES=allreduce_ordered,reducescatter ITERS=$iters REPS=$reps WARMUP=$warmup COUNT=$count \
-    TIMEOUT=$limit OUT=$out/jnccl-$world scripts/gpu-hostcost-multi.sh "$world" $host > "$out/jnccl-$world.log" 2>&1 \
+    TIMEOUT=$limit OUT=$out/jnccl-$world scripts/gpu/gpu-hostcost-multi.sh "$world" $host > "$out/jnccl-$world.log" 2>&1 \
     || { log "jnccl, W=$world failed: see $out/jnccl-$world.log"; tail -n 5 "$out/jnccl-$world.log" >&2; status=1; }
 done
 

@@ -4,15 +4,15 @@
 # JNCCL_TEST_BACKEND=host for the emulation), through the bundle's bin/gpu-tests (JUnit's console
 # launcher on the bundle's Java runtime). Reports go to $OUT when set, else /tmp/jnccl-gpu.
 #
-#   scripts/gpu-test.sh                       the gpu-tagged and world-1 conformance tests
-#   scripts/gpu-test.sh --threads-multi-rank  the threads-mode suite at worlds 2, 3, 4 and 8 with every
+#   scripts/gpu/gpu-test.sh                       the gpu-tagged and world-1 conformance tests
+#   scripts/gpu/gpu-test.sh --threads-multi-rank  the threads-mode suite at worlds 2, 3, 4 and 8 with every
 #       rank on the one GPU: loads NCCL 2.30 (.gpu/libnccl.so.2.xz, staged from
 #       ../shared/nccl-2.30.7-sm90; or $JNCCL_MULTI_RANK_NCCL) with NCCL_MULTI_RANK_GPU_ENABLE=1, which
 #       lets ranks of one process share a GPU (NCCL 2.28 refuses). JNCCL_MULTI_RANK_TESTS picks classes;
 #       NCCL_MAX_NCHANNELS / NCCL_MAX_P2P_NCHANNELS default to 4 there (see below).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-. scripts/lib/gpu-bundle.sh
+cd "$(dirname "$0")/../.."
+. scripts/gpu/lib/gpu-bundle.sh
 bundle=$(gpu_bundle) || exit 1
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 if [ "${1:-}" = "--threads-multi-rank" ]; then
@@ -25,4 +25,7 @@ if [ "${1:-}" = "--threads-multi-rank" ]; then
   # kernel. Results and semantics do not depend on the channel count.
   export NCCL_MAX_NCHANNELS=${NCCL_MAX_NCHANNELS:-4} NCCL_MAX_P2P_NCHANNELS=${NCCL_MAX_P2P_NCHANNELS:-4}
 fi
+# The GPU machine's check: real NCCL or a failure, never a quiet fall back to the emulation
+# (bin/gpu-tests alone picks auto, like the build's tests).
+export JNCCL_TEST_BACKEND=${JNCCL_TEST_BACKEND:-cuda}
 OUT=${OUT:-/tmp/jnccl-gpu} exec "$bundle/bin/gpu-tests" "$@"

@@ -6,7 +6,7 @@
 # goes to stdout and summary.txt. Everything lands in $OUT/gpu-all.tgz plus $OUT/summary.txt (few
 # files: a device call brings back at most 8).
 #
-#   scripts/gpu-all.sh
+#   scripts/gpu/gpu-all.sh
 #
 # Parts: gpu-test.sh (gpu-tagged and world-1 conformance tests, NCCL 2.28), gpu-test.sh
 # --threads-multi-rank (threads suite at worlds 2-8 on NCCL 2.30), gpu-mpi-test.sh (MPI mode, one
@@ -20,7 +20,7 @@
 # HOSTCOST_LIMIT, HOSTCOST_MULTI_LIMIT (per W), BENCH1_OPS,
 # BENCH1_LIMIT.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 out=${OUT:-/tmp/jnccl-gpu-all}
 r=$(mktemp -d /tmp/jnccl-gpu-all.XXXXXX)
@@ -36,29 +36,29 @@ part() { # name, limit in seconds, command...: runs it with its log in $r/name.l
   grep -hE "tests (successful|failed)|ALL PASSED|FAILED|^PASS|^FAIL" "$r/$name.log" | sed "s/^/  $name: /" | tee -a "$r/summary.txt"
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$r/summary.txt"
-. scripts/lib/gpu-bundle.sh
+. scripts/gpu/lib/gpu-bundle.sh
 gpu_bundle >/dev/null || exit 1
 
 # Correctness, side by side.
-part mpi "${MPI_LIMIT:-240}" scripts/gpu-mpi-test.sh &
-part gpu-test "${GPU_TEST_LIMIT:-240}" scripts/gpu-test.sh &
+part mpi "${MPI_LIMIT:-240}" scripts/gpu/gpu-mpi-test.sh &
+part gpu-test "${GPU_TEST_LIMIT:-240}" scripts/gpu/gpu-test.sh &
 JNCCL_MULTI_RANK_TESTS=${JNCCL_MULTI_RANK_TESTS:-ThreadsCollectivesTest ThreadsOpsTest ThreadsStuckCollectiveTest ThreadsSplitFailureTest ThreadsReductionArithmeticTest} \
-  part multi-rank "${MULTI_LIMIT:-260}" scripts/gpu-test.sh --threads-multi-rank
+  part multi-rank "${MULTI_LIMIT:-260}" scripts/gpu/gpu-test.sh --threads-multi-rank
 wait
 
 # Measurements, one at a time.
 if [ -n "${NCCL_TESTS:-}" ]; then
-  ITERS=${BENCH_ITERS:-10} WARMUP=2 part bench-mpi "${BENCH_LIMIT:-120}" scripts/gpu-bench-mpi.sh -w "${BENCH_WORLDS:-2}" \
+  ITERS=${BENCH_ITERS:-10} WARMUP=2 part bench-mpi "${BENCH_LIMIT:-120}" scripts/gpu/gpu-bench-mpi.sh -w "${BENCH_WORLDS:-2}" \
     -o "${BENCH_OPS:-all_reduce reduce_scatter all_gather alltoall}"
 fi
 worlds=${HOSTCOST_WORLDS:-2}
 # shellcheck disable=SC2086 # the worlds are separate arguments
-ITERS=${HOSTCOST_THREADS_ITERS:-${HOSTCOST_ITERS:-2000}} part hostcost-threads "${HOSTCOST_LIMIT:-60}" scripts/gpu-hostcost-threads.sh $worlds
+ITERS=${HOSTCOST_THREADS_ITERS:-${HOSTCOST_ITERS:-2000}} part hostcost-threads "${HOSTCOST_LIMIT:-60}" scripts/gpu/gpu-hostcost-threads.sh $worlds
 # shellcheck disable=SC2086
-ITERS=${HOSTCOST_ITERS:-2000} part torch "${HOSTCOST_LIMIT:-60}" scripts/gpu-torch-hostcost.sh $worlds
+ITERS=${HOSTCOST_ITERS:-2000} part torch "${HOSTCOST_LIMIT:-60}" scripts/gpu/gpu-torch-hostcost.sh $worlds
 for w in $worlds; do
   ITERS=${HOSTCOST_ITERS:-2000} WARMUP=${HOSTCOST_WARMUP:-600} TIMEOUT=$(( ${HOSTCOST_MULTI_LIMIT:-75} - 10 )) \
-    part "hostcost-multi-w$w" "${HOSTCOST_MULTI_LIMIT:-75}" scripts/gpu-hostcost-multi.sh "$w"
+    part "hostcost-multi-w$w" "${HOSTCOST_MULTI_LIMIT:-75}" scripts/gpu/gpu-hostcost-multi.sh "$w"
 done
 for op in ${BENCH1_OPS:-alltoall broadcast sendrecv}; do
   part "bench1-$op" "${BENCH1_LIMIT:-15}" /tmp/jnccl-bundle/bin/bench "$op" -b 8 -e 256M -f 16 -g 1 -w 2 -n 10

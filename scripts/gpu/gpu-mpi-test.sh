@@ -13,25 +13,25 @@
 # then `ALL PASSED` (exit 0) or `FAILED: parts...` (exit 1). Logs and JUnit reports go to $OUT when
 # set, else /tmp/jnccl-gpu-mpi.
 #
-#   scripts/gpu-mpi-test.sh            on the GPU (backend cuda)
-#   scripts/gpu-mpi-test.sh --host     the same logic on the host emulation (any machine with Open MPI;
+#   scripts/gpu/gpu-mpi-test.sh            on the GPU (backend cuda)
+#   scripts/gpu/gpu-mpi-test.sh --host     the same logic on the host emulation (any machine with Open MPI;
 #                                      --bundle DIR names a bundle of scripts/bundle.sh to use)
 # MPIRUN: the Open MPI launcher (default: mpirun.openmpi, else mpirun); JNCCL_MPI_LIBRARY: the
 # libmpi.so.40 its processes load (default: the one next to the launcher, else the linker's).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 backend=cuda
 bundle=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --host) backend=host ;;
     --bundle) bundle=$2; shift ;;
-    *) echo "usage: scripts/gpu-mpi-test.sh [--host] [--bundle DIR]" >&2; exit 2 ;;
+    *) echo "usage: scripts/gpu/gpu-mpi-test.sh [--host] [--bundle DIR]" >&2; exit 2 ;;
   esac
   shift
 done
 if [ -z "$bundle" ]; then
-  . scripts/lib/gpu-bundle.sh
+  . scripts/gpu/lib/gpu-bundle.sh
   bundle=$(gpu_bundle) || exit 2
 fi
 out=${OUT:-/tmp/jnccl-gpu-mpi}

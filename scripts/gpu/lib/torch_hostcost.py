@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Host cost per call of torch.distributed collectives (NCCL backend), W processes on one GPU.
 
-The PyTorch side of scripts/gpu-torch-hostcost.sh (issue 12): each process is one rank on device 0,
+The PyTorch side of scripts/gpu/gpu-torch-hostcost.sh (issue 12): each process is one rank on device 0,
 with its own NCCL_HOSTID=r<rank> (NCCL then lets the W processes share the GPU, as jnccl's
 multi-process tests do), NCCL_SOCKET_IFNAME=lo and NCCL_NVLS_ENABLE=0; the ranks meet through a
 TCP store on 127.0.0.1 (MASTER_ADDR / MASTER_PORT), so no network is needed.

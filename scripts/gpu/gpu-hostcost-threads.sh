@@ -7,7 +7,7 @@
 # with, C us/txn, jnccl us/txn (each: the slowest rank's best repetition, all included, and host only),
 # and jnccl / C.
 #
-#   scripts/gpu-hostcost-threads.sh W... [--host]          e.g. scripts/gpu-hostcost-threads.sh 2 4
+#   scripts/gpu/gpu-hostcost-threads.sh W... [--host]          e.g. scripts/gpu/gpu-hostcost-threads.sh 2 4
 #
 # GPU machine (default; no JDK or Maven): needs .gpu/jnccl-bundle.tar.xz (scripts/stage-gpu.sh: its JMH
 #   jar and Java runtime), nvcc, nccl.h and libnccl.so where nvcc finds them (to build), and NCCL 2.30+
@@ -27,7 +27,7 @@
 #   ahead of the slowest waits on the host, inside its timed loop; the C threads have no such throttle,
 #   so MAX_LEAD=1000000 shows jnccl's cost without it).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$(pwd)
 
 worlds=()
@@ -54,13 +54,13 @@ work=$(mktemp -d /tmp/jnccl-hostcost-build.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 # ---------------------------------------------------------------- jar, java and the C program
-. "$root/scripts/lib/hostcost.sh"
+. "$root/scripts/gpu/lib/hostcost.sh"
 hostcost_prepare
 
 # ---------------------------------------------------------------- NCCL 2.30 (GPU)
 java_nccl=()
 if [ "$mode" = gpu ]; then
-  . "$root/scripts/lib/gpu-bundle.sh"
+  . "$root/scripts/gpu/lib/gpu-bundle.sh"
   nccl=$(multi_rank_nccl) || exit 2
   java_nccl=(-Djnccl.nccl.library="$nccl")
   export LD_LIBRARY_PATH=$(dirname "$nccl")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

@@ -4,7 +4,7 @@
 # through jnccl (JMH, dev.jnccl.examples.bench.HostCostBenchmark). Prints a summary table and
 # keeps the full logs. Run from anywhere; it works in the repository root.
 #
-#   scripts/gpu-bench.sh [--host] [JMH arguments...]
+#   scripts/gpu/gpu-bench.sh [--host] [JMH arguments...]
 #
 # Default (GPU machine, no JDK or Maven needed): real NCCL and CUDA (jnccl.backend=cuda).
 #   needs  .gpu/jnccl-bundle.tar.xz (scripts/stage-gpu.sh, built elsewhere): its JMH jar and Java runtime;
@@ -20,7 +20,7 @@
 # (e.g. C_ARGS="-n 20000 -r 3"). Logs and results go to $OUT when it is set, else to a new
 # /tmp/jnccl-bench.XXXXXX: c.txt, jmh.txt, jmh.csv, host-only.csv, summary.txt, environment.txt.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 root=$(pwd)
 
 mode=gpu
@@ -42,7 +42,7 @@ log() { echo "gpu-bench.sh: $*" >&2; }
 
 # The bundle that scripts/stage-gpu.sh packed (GPU machine): its JMH jar and Java runtime.
 bundle=""
-if [ "$mode" = gpu ] && . "$root/scripts/lib/gpu-bundle.sh" && gpu_bundle_archive "$root" >/dev/null; then
+if [ "$mode" = gpu ] && . "$root/scripts/gpu/lib/gpu-bundle.sh" && gpu_bundle_archive "$root" >/dev/null; then
   bundle=$(gpu_bundle)
 fi
 
