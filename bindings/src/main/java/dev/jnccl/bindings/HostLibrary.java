@@ -63,7 +63,7 @@ final class HostLibrary {
                 throw new NativeLoadException("The host emulation " + file + " has no " + CONFIG_ERROR_FUNCTION
                         + " (a build older than this jar?)");
             }
-            MethodHandle call = Dl.linker().downcallHandle(function, FunctionDescriptor.of(ADDRESS));
+            MethodHandle call = Libc.linker().downcallHandle(function, FunctionDescriptor.of(ADDRESS));
             MemorySegment text = (MemorySegment) call.invokeExact();
             // NUL-terminated, at most 1 KiB (config.c); copied before the library is closed.
             error = text.equals(MemorySegment.NULL) ? null : text.reinterpret(4096).getString(0);
