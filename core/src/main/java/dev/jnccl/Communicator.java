@@ -610,6 +610,7 @@ public final class Communicator implements AutoCloseable {
                 nativeLock.unlock();
             }
             if (Backoff.pauseOrInterrupted(spins++)) {
+                requireUsable("await"); // an abort that came with the interrupt (a failing pack) says more
                 throw new JncclInterruptedException("await: rank " + rank + " was interrupted while waiting for "
                         + event + "; the communication enqueued before was not cancelled",
                         new InterruptedException("await interrupted"));

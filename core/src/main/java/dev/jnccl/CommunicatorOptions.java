@@ -12,11 +12,11 @@ import java.util.Objects;
  * deadline overflows or polls absurdly often later.
  *
  * @param initTimeout        how long init waits for the other ranks before aborting (default 120 s;
- *                           1 ms to 365 days)
+ *                           1 ns to 365 days)
  * @param closeTimeout       how long {@code close()} waits for pending work and ncclCommFinalize
  *                           before it aborts instead (default 30 s; same range)
  * @param watchdogTimeout    a transaction not complete after this long aborts the communicator
- *                           (default 10 min, as PyTorch's; same range); {@link Duration#ZERO}
+ *                           (default 10 min, as PyTorch's; 1 ms to 365 days); {@link Duration#ZERO}
  *                           turns the watchdog off (see {@link #withoutWatchdog()})
  * @param watchdogInterval   how often the watchdog polls (default 100 ms; 1 ms to 1 h)
  * @param flightRecorderSize how many recent transactions the flight recorder keeps (default 64;
@@ -29,6 +29,8 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
 
     /** The shortest timeout: a shorter one could not even cover one poll of the native state. */
     private static final Duration MIN_TIMEOUT = Duration.ofMillis(1);
+    /** init and close: any positive wait (1 ns: "do not wait", a test's way to make every init fail at once). */
+    private static final Duration MIN_WAIT = Duration.ofNanos(1);
     /** The longest timeout: a longer one is a mistake rather than a deadline. */
     private static final Duration MAX_TIMEOUT = Duration.ofDays(365);
     /** The shortest watchdog interval: polling more often would cost a core. */
@@ -61,8 +63,8 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
      * @throws IllegalArgumentException naming the option, its value and the allowed range
      */
     public CommunicatorOptions {
-        timeout("initTimeout", initTimeout);
-        timeout("closeTimeout", closeTimeout);
+        OptionChecks.duration(NAME, "initTimeout", initTimeout, MIN_WAIT, MAX_TIMEOUT);
+        OptionChecks.duration(NAME, "closeTimeout", closeTimeout, MIN_WAIT, MAX_TIMEOUT);
         Objects.requireNonNull(watchdogTimeout, NAME + ": watchdogTimeout is null (withoutWatchdog() turns it off)");
         if (!watchdogTimeout.isZero()) {
             timeout("watchdogTimeout", watchdogTimeout);
@@ -117,7 +119,7 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
     /**
      * These options with another init timeout.
      *
-     * @param timeout how long init waits for the other ranks (1 ms to 365 days)
+     * @param timeout how long init waits for the other ranks (1 ns to 365 days)
      * @return a copy with {@code initTimeout} replaced
      */
     public CommunicatorOptions withInitTimeout(Duration timeout) {
@@ -127,7 +129,7 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
     /**
      * These options with another close timeout.
      *
-     * @param timeout how long {@code close()} waits before it aborts instead (1 ms to 365 days)
+     * @param timeout how long {@code close()} waits before it aborts instead (1 ns to 365 days)
      * @return a copy with {@code closeTimeout} replaced
      */
     public CommunicatorOptions withCloseTimeout(Duration timeout) {

@@ -61,6 +61,22 @@ class ValidationTest {
                     expect(IllegalStateException.class,
                             "begin: transaction #1 of rank 0 is still open; execute or close it first",
                             () -> comm.begin(stream));
+                    // Memory of another device, and memory that was freed, are refused in Java.
+                    dev.jnccl.cuda.Cuda.setDevice(1);
+                    DeviceMemory elsewhere = DeviceMemory.allocate(DType.FP32, 999);
+                    dev.jnccl.cuda.Cuda.setDevice(0);
+                    try (elsewhere) {
+                        expect(IllegalArgumentException.class,
+                                "reduceScatter: tensor is on device 1 but the communicator of rank 0 is on device 0",
+                                () -> tx.reduceScatter(elsewhere.tensor(DType.FP32)));
+                    }
+                    DeviceMemory gone = DeviceMemory.allocate(DType.FP32, 999);
+                    DeviceTensor freedHere = gone.tensor(DType.FP32);
+                    gone.close();
+                    IllegalStateException refused = assertThrows(IllegalStateException.class,
+                            () -> tx.allReduce(freedHere, ReduceOp.SUM));
+                    assertTrue(refused.getMessage().startsWith("allReduce: tensor ") && refused.getMessage()
+                            .contains("was closed"), refused.getMessage());
                     assertEquals(0, tx.size(), "rejected commands must not be buffered");
                     checked.add("transaction");
                 }

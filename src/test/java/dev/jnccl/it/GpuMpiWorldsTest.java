@@ -65,6 +65,16 @@ class GpuMpiWorldsTest extends MpiWorldsChecks {
     }
 
     @Test
+    void aThrowingRankEndsTheJobWithCreateAndTryWithResources() throws Exception {
+        throwingRankWithCreate(LAUNCHER);
+    }
+
+    @Test
+    void aRankThatClosesLateStillClosesCleanly() throws Exception {
+        lateCloser(LAUNCHER);
+    }
+
+    @Test
     void aKilledRankEndsTheJob() throws Exception {
         killedRank(LAUNCHER);
     }

@@ -61,6 +61,8 @@ public final class MpiRank {
                 case "host-init" -> hostInit(seed);
                 case "ucx-signals" -> ucxSignals(seed);
                 case "throw" -> throwMidTransaction();
+                case "throw-create" -> throwMidTransactionWithCreate();
+                case "late-close" -> lateClose(seed);
                 case "killed", "watchdog" -> loopTransactions();
                 default -> throw new IllegalArgumentException("unknown scenario " + scenario);
             }
@@ -212,6 +214,62 @@ public final class MpiRank {
             System.out.println("UNEXPECTED: rank " + comm.rank() + " finished");
         });
     }
+
+    /**
+     * As {@link #throwMidTransaction} with the user's own try-with-resources instead of
+     * {@code run}: jnccl never sees the exception, only the victim's close. Its peers wait in the
+     * transaction the victim never executed; the job must still end within seconds.
+     */
+    private static void throwMidTransactionWithCreate() {
+        try (Communicator comm = MpiCommunicators.create()) {
+            int victim = comm.worldSize() > 1 ? 1 : 0;
+            try (CudaStream stream = CudaStream.create(); CudaEvent signal = CudaEvent.create();
+                 DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 840L * comm.worldSize())) {
+                memory.fill((byte) 0, stream);
+                DeviceTensor tensor = memory.tensor(DType.FP32);
+                comm.barrier();
+                System.out.println("STARTED");
+                System.out.flush();
+                try (Transaction tx = comm.begin(stream)) {
+                    tx.reduceScatter(tensor).allGather(tensor.shard(comm.rank(), comm.worldSize()), tensor);
+                    if (comm.rank() == victim) {
+                        throw new IllegalStateException("rank " + victim + " fails on purpose mid-transaction");
+                    }
+                    tx.execute(signal);
+                }
+                comm.await(signal);
+                comm.barrier();
+            }
+            System.out.println("UNEXPECTED: rank " + comm.rank() + " finished");
+        }
+    }
+
+    /**
+     * Every rank checks an all-reduce; rank 0 then reaches close 20 s after the others (well within
+     * the close timeout): a healthy late rank must close cleanly, and so must the others.
+     */
+    private static void lateClose(long seed) {
+        int rank;
+        try (Communicator comm = MpiCommunicators.create()) {
+            rank = comm.rank();
+            try (RankContext c = new RankContext(comm, seed)) {
+                Scenarios.reduceScatters(c);
+            }
+            if (rank == 0) {
+                try {
+                    Thread.sleep(LATE_CLOSE_MILLIS);
+                } catch (InterruptedException e) {
+                    throw new IllegalStateException(e);
+                }
+            }
+            verdict(comm, "late-close=" + (rank == 0 ? LATE_CLOSE_MILLIS : 0) + "ms");
+        }
+        System.out.println("CLOSED rank=" + rank);
+        System.out.flush();
+    }
+
+    /** How late rank 0 closes in {@link #lateClose}. */
+    static final long LATE_CLOSE_MILLIS = 20_000;
 
     private static void loopTransactions() {
         CommunicatorOptions options = CommunicatorOptions.defaults().withWatchdog(Duration.ofSeconds(3))

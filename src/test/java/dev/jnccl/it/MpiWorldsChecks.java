@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.time.Duration;
+import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 
 /**
@@ -44,6 +45,35 @@ abstract class MpiWorldsChecks {
             assertTrue(output.contains("ending the MPI job (MPI_Abort"), output);
             assertTrue(!output.contains("UNEXPECTED"), output);
             job.assertNoRankLeft(Duration.ofSeconds(15));
+        }
+    }
+
+    /**
+     * As {@link #throwingRank} with {@code create()} and the user's try-with-resources: the victim's
+     * close tells the others how far it got, their watchdog sees them waiting for it, and the job
+     * ends within 10 s of the start of the failing transaction (before: the close timeout, 35 s).
+     */
+    void throwingRankWithCreate(MpiJobs.Launcher launcher) throws Exception {
+        try (MpiJobs.Job job = jobs(launcher).start("throw-create", 3)) {
+            job.awaitLine("(?m)^STARTED$", JOB_TIMEOUT);
+            long started = System.nanoTime();
+            int exit = job.awaitExit(Duration.ofSeconds(30));
+            long seconds = TimeUnit.NANOSECONDS.toSeconds(System.nanoTime() - started);
+            String output = job.output();
+            assertNotEquals(0, exit, job.name + ": exit code\n" + output);
+            assertTrue(seconds < 10, job.name + ": the job took " + seconds + " s to end\n" + output);
+            assertTrue(output.contains("rank 1 closed its communicator after"), output);
+            assertTrue(output.contains("ending the MPI job (MPI_Abort"), output);
+            assertTrue(!output.contains("UNEXPECTED"), output);
+            job.assertNoRankLeft(Duration.ofSeconds(15));
+        }
+    }
+
+    /** Rank 0 of 3 reaches close 20 s after the others: every rank closes cleanly, exit code 0. */
+    void lateCloser(MpiJobs.Launcher launcher) throws Exception {
+        String output = jobs(launcher).runAndPass("late-close", 3, JOB_TIMEOUT.plusMillis(MpiRank.LATE_CLOSE_MILLIS));
+        for (int r = 0; r < 3; r++) {
+            assertTrue(output.contains("CLOSED rank=" + r), "rank " + r + " did not close\n" + output);
         }
     }
 

@@ -71,6 +71,18 @@ class MpiWorldsTest extends MpiWorldsChecks {
         throwingRank(launcher);
     }
 
+    @ParameterizedTest
+    @EnumSource(MpiJobs.Launcher.class)
+    void aThrowingRankEndsTheJobWithCreateAndTryWithResources(MpiJobs.Launcher launcher) throws Exception {
+        throwingRankWithCreate(launcher);
+    }
+
+    @ParameterizedTest
+    @EnumSource(MpiJobs.Launcher.class)
+    void aRankThatClosesLateStillClosesCleanly(MpiJobs.Launcher launcher) throws Exception {
+        lateCloser(launcher);
+    }
+
     /**
      * Rank 1 of 3 hangs in its 3rd NCCL operation (host emulation fault injection): the watchdog (3 s)
      * aborts, and MPI_Abort called from the watchdog's thread (hence MPI_THREAD_MULTIPLE) ends the job.

@@ -16,6 +16,7 @@ import dev.jnccl.it.Packs.Mode;
 import dev.jnccl.it.ThreadsFailureTest.Outcome;
 import dev.jnccl.threads.ThreadsOptions;
 import java.time.Duration;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
@@ -48,7 +49,7 @@ class ThreadsDeadlineTest {
     @RegisterExtension
     final PackMemory memory = new PackMemory();
 
-    static java.util.List<Mode> modes() {
+    static List<Mode> modes() {
         return ThreadsFailureTest.modes().toList();
     }
 
@@ -257,6 +258,96 @@ class ThreadsDeadlineTest {
             }
         }
         return false;
+    }
+
+    /**
+     * A rank waiting 3 s for a slow peer, in a collective (await) and in a barrier, uses a small
+     * fraction of a core: the waits park instead of spinning.
+     */
+    @ParameterizedTest(name = "{0}")
+    @MethodSource("modes")
+    void aRankWaitingForASlowPeerUsesLittleCpu(Mode mode) {
+        long slowMillis = 3_000;
+        Map<String, Double> share = new ConcurrentHashMap<>();
+        java.lang.management.ThreadMXBean mx = java.lang.management.ManagementFactory.getThreadMXBean();
+        dev.jnccl.threads.ThreadsCommunicators.run(2, mode.options(), comm -> {
+            DeviceTensor t = memory.fp32(N);
+            try (CudaEvent signal = CudaEvent.create()) {
+                if (comm.rank() == 1) {
+                    sleep(slowMillis);
+                }
+                long cpu = mx.getCurrentThreadCpuTime();
+                long wall = System.nanoTime();
+                try (Transaction tx = comm.begin(comm.stream())) {
+                    tx.reduceScatter(t);
+                    tx.execute(signal);
+                }
+                comm.await(signal);
+                if (comm.rank() == 0) {
+                    share.put("await", (mx.getCurrentThreadCpuTime() - cpu) / (double) (System.nanoTime() - wall));
+                } else {
+                    sleep(slowMillis);
+                }
+                cpu = mx.getCurrentThreadCpuTime();
+                wall = System.nanoTime();
+                comm.barrier();
+                if (comm.rank() == 0) {
+                    share.put("barrier", (mx.getCurrentThreadCpuTime() - cpu) / (double) (System.nanoTime() - wall));
+                }
+            }
+        });
+        for (String wait : List.of("await", "barrier")) {
+            assertNotNull(share.get(wait), wait);
+            assertTrue(share.get(wait) < 0.10, () -> wait + " used " + Math.round(share.get(wait) * 100)
+                    + " % of a core while waiting for a slow peer");
+        }
+    }
+
+    private static void sleep(long millis) {
+        try {
+            Thread.sleep(millis);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException(e);
+        }
+    }
+
+    /** An interrupted await has no effect: JncclInterruptedException, the status kept, the communicator usable. */
+    @Test
+    void anInterruptedAwaitEndsWithoutEffect() {
+        Map<String, Object> seen = new ConcurrentHashMap<>();
+        dev.jnccl.threads.ThreadsCommunicators.run(2, ThreadsOptions.defaults(), comm -> {
+            DeviceTensor t = memory.fp32(N);
+            try (CudaEvent signal = CudaEvent.create()) {
+                if (comm.rank() == 1) {
+                    sleep(1_500); // rank 0 waits for this rank's reduce-scatter meanwhile
+                } else {
+                    Thread self = Thread.currentThread();
+                    Thread.ofPlatform().daemon().start(() -> {
+                        sleep(300);
+                        self.interrupt();
+                    });
+                }
+                try (Transaction tx = comm.begin(comm.stream())) {
+                    tx.reduceScatter(t);
+                    tx.execute(signal);
+                }
+                if (comm.rank() == 0) {
+                    long start = System.nanoTime();
+                    seen.put("thrown", assertThrows(dev.jnccl.JncclInterruptedException.class, () -> comm.await(signal)));
+                    seen.put("millis", TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start));
+                    seen.put("status", Thread.interrupted()); // cleared here: the rank goes on
+                }
+                comm.await(signal); // the collective completes once rank 1 joins: no effect
+                comm.barrier();
+                seen.put("aborted-" + comm.rank(), comm.isAborted());
+            }
+        });
+        assertInstanceOf(InterruptedException.class, ((Throwable) seen.get("thrown")).getCause());
+        assertTrue((Long) seen.get("millis") < 1_000, "await ended " + seen.get("millis") + " ms after the interrupt");
+        assertEquals(Boolean.TRUE, seen.get("status"), "the interrupt status is kept");
+        assertEquals(Boolean.FALSE, seen.get("aborted-0"));
+        assertEquals(Boolean.FALSE, seen.get("aborted-1"));
     }
 
     @Test

@@ -41,8 +41,11 @@ public final class OptionChecks {
         return value;
     }
 
-    /** {@return {@code duration} in the largest whole unit among days, h, min, s, ms, else as ISO-8601} */
+    /** {@return {@code duration} in the largest whole unit among days, h, min, s, ms (or 1 ns), else as ISO-8601} */
     public static String describe(Duration duration) {
+        if (duration.equals(Duration.ofNanos(1))) {
+            return "1 ns";
+        }
         long millis = duration.toMillis();
         if (duration.toNanosPart() % 1_000_000 != 0) {
             return duration.toString();

@@ -186,13 +186,7 @@ final class PackState {
             splits = List.copyOf(children.values());
             toInterrupt = working.clone();
         }
-        // User code of the other ranks may wait for this rank outside jnccl (a queue, a latch, a
-        // sleep): the interrupt ends such waits, as Spark and executors cancel tasks.
-        for (Thread thread : toInterrupt) {
-            if (thread != null && thread != Thread.currentThread()) {
-                thread.interrupt();
-            }
-        }
+
         // The packs related by splits fail too (each only once: the first failure wins in each).
         if (parent != null && rank >= 0) {
             parent.failed(new Failure(parentRanks[rank], failed.error(), failed.who()));
@@ -209,6 +203,14 @@ final class PackState {
         }
         if (rank >= 0 && rank < toAbort.length && toAbort[rank] != null) {
             toAbort[rank].abort(reason(failed));
+        }
+        // User code of the other ranks may wait for this rank outside jnccl (a queue, a latch, a
+        // sleep): the interrupt ends such waits, as executors cancel tasks. After the aborts, so that
+        // a rank interrupted inside a jnccl wait finds its communicator aborted and says why.
+        for (Thread thread : toInterrupt) {
+            if (thread != null && thread != Thread.currentThread()) {
+                thread.interrupt();
+            }
         }
         return true;
     }
