@@ -1,5 +1,7 @@
 package dev.jnccl;
 
+import java.util.Comparator;
+
 /**
  * The version of a native library jnccl uses (NCCL, the CUDA runtime, the CUDA driver).
  *
@@ -8,6 +10,9 @@ package dev.jnccl;
  * @param patch patch level (0 for CUDA, which reports major and minor only)
  */
 public record LibraryVersion(int major, int minor, int patch) implements Comparable<LibraryVersion> {
+
+    private static final Comparator<LibraryVersion> ORDER = Comparator.comparingInt(LibraryVersion::major)
+            .thenComparingInt(LibraryVersion::minor).thenComparingInt(LibraryVersion::patch);
 
     /**
      * Checks the components.
@@ -61,15 +66,14 @@ public record LibraryVersion(int major, int minor, int patch) implements Compara
         return compareTo(new LibraryVersion(major, minor, 0)) >= 0;
     }
 
+    /** The version the native loader decoded, under the API's type (same components, same text). */
+    static LibraryVersion of(dev.jnccl.bindings.LibraryVersion loaded) {
+        return new LibraryVersion(loaded.major(), loaded.minor(), loaded.patch());
+    }
+
     @Override
     public int compareTo(LibraryVersion other) {
-        if (major != other.major) {
-            return Integer.compare(major, other.major);
-        }
-        if (minor != other.minor) {
-            return Integer.compare(minor, other.minor);
-        }
-        return Integer.compare(patch, other.patch);
+        return ORDER.compare(this, other);
     }
 
     /** "major.minor.patch", e.g. "2.28.3" or "13.0.0". */

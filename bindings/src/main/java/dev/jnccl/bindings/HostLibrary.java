@@ -39,7 +39,7 @@ final class HostLibrary {
         String resource = resourceName();
         try (InputStream in = HostLibrary.class.getResourceAsStream(resource)) {
             if (in == null) {
-                throw new NativeLoadException("The host emulation is not built for " + platform() + " (no resource "
+                throw new NativeLibraryException("The host emulation is not built for " + platform() + " (no resource "
                         + resource + " in jnccl-bindings). Build jnccl on this platform with a C compiler,"
                         + " or use -Djnccl.backend=cuda on a machine with a GPU.");
             }
@@ -48,7 +48,7 @@ final class HostLibrary {
             Files.copy(in, file, StandardCopyOption.REPLACE_EXISTING);
             return file;
         } catch (IOException e) {
-            throw new NativeLoadException("Could not extract the host emulation " + resource + " to a temporary file"
+            throw new NativeLibraryException("Could not extract the host emulation " + resource + " to a temporary file"
                     + " (java.io.tmpdir=" + System.getProperty("java.io.tmpdir") + "): " + e, e);
         }
     }

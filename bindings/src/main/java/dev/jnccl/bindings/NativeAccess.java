@@ -39,7 +39,7 @@ public final class NativeAccess {
     }
 
     /** Turns the JDK's refusal of a restricted call into an exception that says what to do. */
-    static NativeLoadException denied(IllegalCallerException e) {
-        return new NativeLoadException(message(NativeAccess.class.getModule()), e);
+    static NativeLibraryException denied(IllegalCallerException e) {
+        return new NativeLibraryException(message(NativeAccess.class.getModule()), e);
     }
 }

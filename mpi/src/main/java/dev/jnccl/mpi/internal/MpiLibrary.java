@@ -5,7 +5,6 @@ import static java.lang.foreign.ValueLayout.JAVA_BYTE;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 
 import dev.jnccl.NativeLibraryException;
-import dev.jnccl.bindings.NativeLoadException;
 import dev.jnccl.bindings.SharedLibrary;
 import dev.jnccl.mpi.MpiException;
 import java.lang.foreign.Arena;
@@ -149,7 +148,7 @@ public final class MpiLibrary {
                                     + " add its lib directory to LD_LIBRARY_PATH, or set -D" + PROPERTY
                                     + "=/path/to/libmpi.so.40 (environment: " + ENVIRONMENT + "). Use the library"
                                     + " of the mpirun that starts the job.");
-                } catch (NativeLoadException e) {
+                } catch (dev.jnccl.bindings.NativeLibraryException e) { // handed on as the API's type
                     throw new NativeLibraryException(e.getMessage(), e);
                 }
                 instance = new MpiLibrary(library);
