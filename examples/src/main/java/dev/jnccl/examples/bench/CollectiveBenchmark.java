@@ -24,8 +24,8 @@ import org.slf4j.LoggerFactory;
 /**
  * jnccl's nccl-tests compatible benchmark ({@code scripts/bench.sh OP [flags]}, {@code bin/bench}
  * in the bundle): nccl-tests' flags, output and formulas for all_reduce, reduce_scatter,
- * all_gather and sendrecv, run through jnccl's API (see {@link CollectiveOp} and its classes for
- * what each operation calls). A program, not a test.
+ * all_gather, sendrecv, alltoall and broadcast, run through jnccl's API (see {@link CollectiveOp},
+ * one row per operation, for what each calls and how it is checked). A program, not a test.
  *
  * <p>Per type, reduction and size, on every rank: out of place (when jnccl has that form), then in
  * place: random test data is written, {@code -w} operations run untimed and {@code -n} timed, back
@@ -147,8 +147,8 @@ public final class CollectiveBenchmark {
             BenchRun report = null;
             List<BenchRun.Device> devices = devices();
             if (rank == 0) {
-                report = new BenchRun(op.name(), transport, options.launcher(), comm.options().mode().name(), ranks, comm.backend().name().toLowerCase(java.util.Locale.ROOT), comm.ncclVersion(),
-                        devices, now());
+                report = new BenchRun(op.ncclTestsName(), transport, options.launcher(), comm.options().mode().name(),
+                        ranks, comm.backend().name().toLowerCase(Locale.ROOT), comm.ncclVersion(), devices, now());
                 String version = CollectiveBenchmark.class.getPackage().getImplementationVersion();
                 NcclTestsFormat.header(out, report, options, version == null ? "(development build)" : version);
             }
@@ -178,7 +178,7 @@ public final class CollectiveBenchmark {
                             CollectiveOp.Shape shape = op.shape(sizes.get(s), type, ranks);
                             if (rank == 0) {
                                 progress.show(String.format(Locale.ROOT, "bench %s [%s, %s %s]: %s (%d/%d), %.1f s",
-                                        op.name(), transport, type.ncclTestsName(), BenchOptions.opName(reduction),
+                                        op.ncclTestsName(), transport, type.ncclTestsName(), BenchOptions.opName(reduction),
                                         bytes(shape.sizeBytes(type)), ++step, steps,
                                         (System.nanoTime() - started) / 1e9));
                             }
@@ -318,8 +318,8 @@ public final class CollectiveBenchmark {
             CollectiveOp.Shape shape = call.shape();
             BenchType type = call.type();
             int size = type.size();
-            long count = op.outputCount(shape);
-            long first = op.outputOffset(shape, rank, call.inPlace());
+            long count = shape.recv();
+            long first = op.outputOffset(shape, rank);
             long perChunk = b.chunk().byteSize() / size;
             long wrong = 0;
             for (long done = 0; done < count; done += perChunk) {
@@ -329,13 +329,13 @@ public final class CollectiveBenchmark {
                 for (long k = 0; k < n; k++) {
                     long i = done + k;
                     int source = op.sourceRank(shape, rank, ranks, call.root(), i);
-                    long j = op.sourceIndex(shape, rank, ranks, i);
+                    long j = op.sourceIndex(shape, rank, i);
                     boolean ok = source == CollectiveOp.ALL_RANKS
                             ? Reference.reductionMatches(type, call.op(), seed, ranks, j, part, k)
                             : type.getBits(part, k) == type.truncateBits(BenchType.rawBits(seed, source, j));
                     if (!ok) {
                         if (wrong == 0) {
-                            LOG.warn("{} {} {}: rank {} output element {} is wrong (first of this check)", op.name(),
+                            LOG.warn("{} {} {}: rank {} output element {} is wrong (first of this check)", op.ncclTestsName(),
                                     type.ncclTestsName(), call.inPlace() ? "in place" : "out of place", rank, i);
                         }
                         wrong++;
