@@ -1,7 +1,5 @@
 package dev.jnccl;
 
-import java.util.Comparator;
-
 /**
  * The version of a native library jnccl uses (NCCL, the CUDA runtime, the CUDA driver).
  *
@@ -10,9 +8,6 @@ import java.util.Comparator;
  * @param patch patch level (0 for CUDA, which reports major and minor only)
  */
 public record LibraryVersion(int major, int minor, int patch) implements Comparable<LibraryVersion> {
-
-    private static final Comparator<LibraryVersion> ORDER = Comparator.comparingInt(LibraryVersion::major)
-            .thenComparingInt(LibraryVersion::minor).thenComparingInt(LibraryVersion::patch);
 
     /**
      * Checks the components.
@@ -71,14 +66,19 @@ public record LibraryVersion(int major, int minor, int patch) implements Compara
         return new LibraryVersion(loaded.major(), loaded.minor(), loaded.patch());
     }
 
+    /** The loader's form of this version: order and text have one implementation, shared with the loader's logs. */
+    private dev.jnccl.bindings.LibraryVersion loaded() {
+        return new dev.jnccl.bindings.LibraryVersion(major, minor, patch);
+    }
+
     @Override
     public int compareTo(LibraryVersion other) {
-        return ORDER.compare(this, other);
+        return loaded().compareTo(other.loaded());
     }
 
     /** "major.minor.patch", e.g. "2.28.3" or "13.0.0". */
     @Override
     public String toString() {
-        return major + "." + minor + "." + patch;
+        return loaded().toString();
     }
 }

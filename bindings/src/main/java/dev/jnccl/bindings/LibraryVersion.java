@@ -5,7 +5,8 @@ import java.util.Comparator;
 /**
  * The version of a native library the bindings load (NCCL, the CUDA runtime, the CUDA driver),
  * decoded from the integer the library reports. Core hands it on as the API's
- * {@code dev.jnccl.LibraryVersion}, which has the same components and text.
+ * {@code dev.jnccl.LibraryVersion}, which has the same components and text (and checks them: the
+ * decoders here refuse a code that is no version, so their parts are never negative).
  *
  * @param major major version
  * @param minor minor version
@@ -18,14 +19,6 @@ public record LibraryVersion(int major, int minor, int patch) implements Compara
 
     private static final Comparator<LibraryVersion> ORDER = Comparator.comparingInt(LibraryVersion::major)
             .thenComparingInt(LibraryVersion::minor).thenComparingInt(LibraryVersion::patch);
-
-    /** Checks the parts: none may be negative. */
-    public LibraryVersion {
-        if (major < 0 || minor < 0 || patch < 0) {
-            throw new IllegalArgumentException("LibraryVersion: negative component in " + major + "." + minor + "."
-                    + patch);
-        }
-    }
 
     /**
      * Decodes the integer of {@code ncclGetVersion}. NCCL up to 2.8 encoded X*1000 + Y*100 + Z
