@@ -2,6 +2,7 @@ package dev.jnccl.examples.bench;
 
 import dev.jnccl.CommunicatorMode;
 import dev.jnccl.ReduceOp;
+import dev.jnccl.examples.ExampleSupport;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
@@ -271,15 +272,7 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
             return defaultValue;
         }
         String t = text.trim();
-        long unit = 1;
-        if (!t.isEmpty()) {
-            switch (Character.toUpperCase(t.charAt(t.length() - 1))) {
-                case 'K' -> unit = 1L << 10;
-                case 'M' -> unit = 1L << 20;
-                case 'G' -> unit = 1L << 30;
-                default -> unit = 1;
-            }
-        }
+        long unit = ExampleSupport.binaryUnit(t);
         if (unit != 1) {
             t = t.substring(0, t.length() - 1);
         }

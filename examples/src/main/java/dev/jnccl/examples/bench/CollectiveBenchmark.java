@@ -6,6 +6,7 @@ import dev.jnccl.ReduceOp;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
+import dev.jnccl.examples.ExampleSupport;
 import java.io.IOException;
 import java.io.PrintStream;
 import java.lang.foreign.Arena;
@@ -89,11 +90,7 @@ public final class CollectiveBenchmark {
             return EXIT_USAGE;
         } catch (RuntimeException | Error e) {
             progress.clear();
-            StringBuilder text = new StringBuilder("bench: FAILED: ").append(e);
-            for (Throwable s : e.getSuppressed()) {
-                text.append("\n  also: ").append(s);
-            }
-            err.println(text);
+            err.println("bench: FAILED: " + ExampleSupport.describeFailure(e));
             LOG.debug("failure", e);
             return EXIT_ERROR;
         }
@@ -148,7 +145,7 @@ public final class CollectiveBenchmark {
             List<BenchRun.Device> devices = devices();
             if (rank == 0) {
                 report = new BenchRun(op.ncclTestsName(), transport, options.launcher(), comm.options().mode().name(),
-                        ranks, comm.backend().name().toLowerCase(Locale.ROOT), comm.ncclVersion(), devices, now());
+                        ranks, ExampleSupport.backendName(comm.backend()), comm.ncclVersion(), devices, now());
                 String version = CollectiveBenchmark.class.getPackage().getImplementationVersion();
                 NcclTestsFormat.header(out, report, options, version == null ? "(development build)" : version);
             }
@@ -179,7 +176,7 @@ public final class CollectiveBenchmark {
                             if (rank == 0) {
                                 progress.show(String.format(Locale.ROOT, "bench %s [%s, %s %s]: %s (%d/%d), %.1f s",
                                         op.ncclTestsName(), transport, type.ncclTestsName(), BenchOptions.opName(reduction),
-                                        bytes(shape.sizeBytes(type)), ++step, steps,
+                                        ExampleSupport.bytes(shape.sizeBytes(type)), ++step, steps,
                                         (System.nanoTime() - started) / 1e9));
                             }
                             long seed = 0x5EEDL + 1_000_003L * s + 7919L * type.ordinal() + 104_729L * reduction.ordinal();
@@ -353,18 +350,5 @@ public final class CollectiveBenchmark {
             String env = System.getenv("HOSTNAME");
             return env != null ? env : "localhost";
         }
-    }
-
-    /** {@code bytes} in binary units for the progress line. */
-    static String bytes(long bytes) {
-        String[] units = {"B", "KiB", "MiB", "GiB", "TiB"};
-        int unit = 0;
-        double value = bytes;
-        while (value >= 1024 && unit < units.length - 1) {
-            value /= 1024;
-            unit++;
-        }
-        return (value == Math.rint(value) ? String.valueOf((long) value) : String.format(Locale.ROOT, "%.1f", value))
-                + " " + units[unit];
     }
 }

@@ -17,6 +17,7 @@ import dev.jnccl.bindings.nccl.ncclUniqueId;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
+import dev.jnccl.examples.ExampleSupport;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.Locale;
@@ -111,7 +112,7 @@ public class HostCostBenchmark {
             compute.record(ready);
             compute.synchronize();
             queue = new QueueBound(commsStream::synchronize);
-            System.out.println("# jnccl backend " + comm.backend() + ", NCCL " + comm.ncclVersion() + ", "
+            System.out.println("# jnccl backend " + ExampleSupport.backendName(comm.backend()) + ", NCCL " + comm.ncclVersion() + ", "
                     + count + " x FP32, communicator mode " + comm.options().mode());
         }
 
