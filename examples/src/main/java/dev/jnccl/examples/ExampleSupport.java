@@ -121,8 +121,6 @@ public final class ExampleSupport {
         }
     }
 
-    private ExampleSupport() {}
-
     /**
      * The multiplier of a size's binary suffix: 2^10, 2^20 or 2^30 when {@code size} ends in K, M or
      * G (either case), else 1 (no suffix).
