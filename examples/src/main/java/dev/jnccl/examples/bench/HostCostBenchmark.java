@@ -81,9 +81,27 @@ import org.openjdk.jmh.infra.IterationParams;
 public class HostCostBenchmark {
     private static final int DEVICE = 0;
 
+    /**
+     * What both states share: the queue bound, started and read around every iteration (JMH runs the
+     * helper methods a state inherits).
+     */
+    public abstract static class Bounded {
+        QueueBound queue;
+
+        @Setup(Level.Iteration)
+        public void startIteration() {
+            queue.startIteration();
+        }
+
+        @TearDown(Level.Iteration)
+        public void endIteration(BenchmarkParams benchmark, IterationParams iteration) {
+            queue.endIteration(benchmark, iteration);
+        }
+    }
+
     /** jnccl: a world-1 communicator, a compute stream with a ready event, a signal event, one FP32 tensor. */
     @State(Scope.Thread)
-    public static class JncclState {
+    public static class JncclState extends Bounded {
         /** Elements (FP32) of the tensor. */
         @Param("1024")
         public int count;
@@ -96,7 +114,6 @@ public class HostCostBenchmark {
         DeviceMemory memory;
         DeviceTensor tensor;
         DeviceTensor shard;
-        QueueBound queue;
 
         @Setup(Level.Trial)
         public void setUp() {
@@ -116,16 +133,6 @@ public class HostCostBenchmark {
                     + count + " x FP32, communicator mode " + comm.options().mode());
         }
 
-        @Setup(Level.Iteration)
-        public void startIteration() {
-            queue.startIteration();
-        }
-
-        @TearDown(Level.Iteration)
-        public void endIteration(BenchmarkParams benchmark, IterationParams iteration) {
-            queue.endIteration(benchmark, iteration);
-        }
-
         @TearDown(Level.Trial)
         public void tearDown() {
             compute.synchronize();
@@ -139,7 +146,7 @@ public class HostCostBenchmark {
 
     /** Raw bindings: a communicator, streams, events and memory made directly with the generated bindings. */
     @State(Scope.Thread)
-    public static class RawState {
+    public static class RawState extends Bounded {
         private static final int CUDA_SUCCESS = 0;
 
         /** "nonblocking" (ncclConfig_t.blocking = 0, as jnccl's communicators) or "blocking" (NCCL's default). */
@@ -164,7 +171,6 @@ public class HostCostBenchmark {
         MemorySegment shard;
         MemorySegment asyncError;
         long shardCount;
-        QueueBound queue;
 
         @Setup(Level.Trial)
         public void setUp() {
@@ -216,16 +222,6 @@ public class HostCostBenchmark {
             queue = new QueueBound(() -> cuda(CudaRuntime.cudaStreamSynchronize(commsStream), "cudaStreamSynchronize"));
             System.out.println("# raw bindings: backend " + libraries.backend().id() + ", NCCL " + libraries.nccl()
                     + ", " + count + " x FP32, " + comm + " communicator");
-        }
-
-        @Setup(Level.Iteration)
-        public void startIteration() {
-            queue.startIteration();
-        }
-
-        @TearDown(Level.Iteration)
-        public void endIteration(BenchmarkParams benchmark, IterationParams iteration) {
-            queue.endIteration(benchmark, iteration);
         }
 
         /** A group end (or an ungrouped collective): on a non-blocking communicator, waits until it is launched. */
