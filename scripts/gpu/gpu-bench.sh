@@ -202,11 +202,11 @@ label=$([ "$mode" = gpu ] && echo "CUDA + NCCL" || echo "host emulation")
       bench = $1; sub(/.*\./, "", bench)
       score = $5; comm = $8
       if (bench == "transaction") { jn["transaction"] = score; jh["transaction"] = host[bench] }
-      else if (bench == "allReduceEnqueue") { jn["allreduce_ordered"] = score; jh["allreduce_ordered"] = host[bench] }
+      else if (bench == "allReduceEnqueue") { jn["all_reduce_ordered"] = score; jh["all_reduce_ordered"] = host[bench] }
       else if (bench == "transactionRawBindings") {
         raw["transaction/" comm] = score; rh["transaction/" comm] = host[bench "[" comm "]"]
       } else if (bench == "allReduceEnqueueRaw") {
-        raw["allreduce/" comm] = score; rh["allreduce/" comm] = host[bench "[" comm "]"]
+        raw["all_reduce/" comm] = score; rh["all_reduce/" comm] = host[bench "[" comm "]"]
       }
     }
     function v(x) { return (x == "") ? "-" : sprintf("%.3f", x) }
@@ -214,7 +214,7 @@ label=$([ "$mode" = gpu ] && echo "CUDA + NCCL" || echo "host emulation")
       fmt = "%-18s %-12s %8s %8s | %8s %8s | %8s %8s | %8s %8s\n"
       printf fmt, "", "", "C", "", "raw FFM", "", "jnccl", "", "jnccl/C", ""
       printf fmt, "case", "comm", "us/op", "host", "us/op", "host", "us/op", "host", "us/op", "host"
-      split("transaction allreduce allreduce_ordered", cases, " ")
+      split("transaction all_reduce all_reduce_ordered", cases, " ")
       split("nonblocking blocking", comms, " ")
       for (k = 1; k <= 3; k++) for (m = 1; m <= 2; m++) {
         key = cases[k] "/" comms[m]
@@ -223,17 +223,17 @@ label=$([ "$mode" = gpu ] && echo "CUDA + NCCL" || echo "host emulation")
         r2 = (ev != "" && jhv != "" && ev + 0 > 0) ? sprintf("%.2f", jhv / ev) : "-"
         printf fmt, cases[k], comms[m], v(cv), v(ev), v(raw[key]), v(rh[key]), v(jv), v(jhv), r1, r2
       }
-      if (c["allreduce/blocking"] != "" && jn["allreduce_ordered"] != "")
+      if (c["all_reduce/blocking"] != "" && jn["all_reduce_ordered"] != "")
         printf "jnccl comm.allReduce vs C ncclAllReduce alone (blocking comm): %.3f / %.3f us/op = %.2f\n",
-          jn["allreduce_ordered"], c["allreduce/blocking"], jn["allreduce_ordered"] / c["allreduce/blocking"]
+          jn["all_reduce_ordered"], c["all_reduce/blocking"], jn["all_reduce_ordered"] / c["all_reduce/blocking"]
       print ""
       print "us/op: all included (C: median of repetitions; raw FFM, jnccl: JMH average). host: the same without"
       print "  the time spent in the every-256 synchronization, i.e. the host-only cost; when it is far below us/op"
       print "  the device (or the emulation stream threads) set the pace, not the host."
-      print "transaction       = ready wait + ncclGroupStart + reduce-scatter + all-gather + ncclGroupEnd + signal"
-      print "allreduce         = ncclAllReduce alone (raw FFM: HostCostBenchmark.allReduceEnqueueRaw)"
-      print "allreduce_ordered = the calls of jnccl comm.allReduce(t, SUM, stream): event record + stream wait,"
-      print "                    ncclAllReduce in a group, event record + stream wait (jnccl: allReduceEnqueue)"
+      print "transaction        = ready wait + ncclGroupStart + reduce-scatter + all-gather + ncclGroupEnd + signal"
+      print "all_reduce         = ncclAllReduce alone (raw FFM: HostCostBenchmark.allReduceEnqueueRaw)"
+      print "all_reduce_ordered = the calls of jnccl comm.allReduce(t, SUM, stream): event record + stream wait,"
+      print "                     ncclAllReduce in a group, event record + stream wait (jnccl: allReduceEnqueue)"
       print "comm: the communicator of C and raw FFM (ncclConfig_t.blocking). jnccl always uses a non-blocking one,"
       print "  so its figures repeat on both rows and jnccl/C compares them with either."
     }

@@ -16,8 +16,8 @@
 # Environment: ITERS (default 20000), REPS (3), WARMUP (2000), COUNT (1024, divisible by W),
 #   OUT (logs; default a new /tmp/jnccl-hostcost.XXXXXX), TIMEOUT per program run (default 900 s),
 #   SKIP_C=1 (jnccl only), JAVA_CASES (MultiRankHostCost --cases; default all three:
-#   transaction,allreduce_ordered,reducescatter; scripts/gpu/gpu-torch-hostcost.sh runs the last two),
-#   C_CASES (the C program's --cases; default transaction,allreduce_ordered), JAVA_OPTS (JVM flags;
+#   transaction,all_reduce_ordered,reduce_scatter; scripts/gpu/gpu-torch-hostcost.sh runs the last two),
+#   C_CASES (the C program's --cases; default transaction,all_reduce_ordered), JAVA_OPTS (JVM flags;
 #   default -XX:CompileThresholdScaling=0.05: W processes time-slice the one GPU, so an operation takes
 #   milliseconds and the JIT's usual 10-15k calls before C2 would need minutes of warm-up; the scaling
 #   lets a warm-up of WARMUP operations reach C2 code, which is what a long training run executes).
@@ -37,7 +37,7 @@ reps=${REPS:-3}
 warmup=${WARMUP:-2000}
 count=${COUNT:-1024}
 limit=${TIMEOUT:-900}
-java_cases=${JAVA_CASES:-transaction,allreduce_ordered,reducescatter}
+java_cases=${JAVA_CASES:-transaction,all_reduce_ordered,reduce_scatter}
 log() { echo "gpu-hostcost-multi.sh: $*" >&2; }
 
 if [ -n "${OUT:-}" ]; then out=$OUT; mkdir -p "$out"; else out=$(mktemp -d /tmp/jnccl-hostcost.XXXXXX); fi
@@ -72,7 +72,7 @@ status=0
 if [ "${SKIP_C:-0}" != 1 ]; then
   log "C, W=$world ($backend): -n $iters -r $reps -w $warmup -c $count"
   launch c "$c_bin" --world "$world" --rank RANK --id-file "$work/c-id" -m all -n "$iters" -r "$reps" -w "$warmup" \
-    -c "$count" --cases "${C_CASES:-transaction,allreduce_ordered}" || status=1
+    -c "$count" --cases "${C_CASES:-transaction,all_reduce_ordered}" || status=1
 fi
 log "jnccl, W=$world ($backend): both modes, cases $java_cases"
 # shellcheck disable=SC2086 # JAVA_OPTS: one word per flag
@@ -103,7 +103,7 @@ launch jnccl "$java_bin" ${JAVA_OPTS:--XX:CompileThresholdScaling=0.05} --enable
       }
       print ""
       print "C modes: blocking / nonblocking communicator; split = non-blocking parent split into a blocking child"
-      print "  (what jnccl BLOCKING_SPLIT does). jnccl reducescatter = comm.reduceScatter(t, stream) (no C twin)."
+      print "  (what jnccl BLOCKING_SPLIT does). jnccl reduce_scatter = comm.reduceScatter(t, stream) (no C twin)."
       print "host_us leaves out the every-256 synchronization: when far below median_us, the device set the pace."
     }'
 } | tee "$out/summary.txt"

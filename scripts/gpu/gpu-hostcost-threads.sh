@@ -20,7 +20,7 @@
 #   is built with gcc against the libjnccl_host.so inside the benchmark jar. Its figures say nothing
 #   about NCCL or a GPU: on the emulation streams are host threads that compete with the ranks' threads.
 # Environment: ITERS (default 20000), REPS (3), WARMUP (2000), COUNT (1024, divisible by every W),
-#   CASES (default transaction; also allreduce_ordered), OUT (logs; default a new
+#   CASES (default transaction; also all_reduce_ordered), OUT (logs; default a new
 #   /tmp/jnccl-hostcost-threads.XXXXXX), TIMEOUT per program run (default 900 s), JAVA_OPTS (extra JVM
 #   flags), PIN_CPUS (jnccl's CPU pinning, default true as jnccl's default), MAX_LEAD (jnccl's
 #   ThreadsOptions.maxLead, default 0 = jnccl's default of 8: a rank more than that many transactions

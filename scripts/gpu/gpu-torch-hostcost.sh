@@ -2,8 +2,8 @@
 # Host cost per call of torch.distributed (NCCL backend) beside jnccl's convenience collectives, W
 # processes on the one GPU (issue 12): for each W, scripts/gpu/lib/torch_hostcost.py as W processes
 # (dist.all_reduce(t) and dist.reduce_scatter_tensor(out, t) on 1024 FP32, async_op=False), then
-# scripts/gpu/gpu-hostcost-multi.sh W with only jnccl's comm.allReduce(t, SUM, stream) ("allreduce_ordered")
-# and comm.reduceScatter(t, stream) ("reducescatter"), both CommunicatorModes. Every process is one rank
+# scripts/gpu/gpu-hostcost-multi.sh W with only jnccl's comm.allReduce(t, SUM, stream) ("all_reduce_ordered")
+# and comm.reduceScatter(t, stream) ("reduce_scatter"), both CommunicatorModes. Every process is one rank
 # on device 0 with its own NCCL_HOSTID=r<rank>, NCCL_SOCKET_IFNAME=lo, NCCL_NVLS_ENABLE=0; torch's ranks
 # meet through a TCP store on 127.0.0.1 (no network needed). Prints one table: W, op, torch us/call,
 # jnccl mode, jnccl us/call (each: the slowest rank's best repetition, all included and host only), and
@@ -83,7 +83,7 @@ status=0
 for world in "${worlds[@]}"; do
   if [ "$torch_ok" = 1 ]; then run_torch "$world" || status=1; fi
   log "jnccl, W=$world: scripts/gpu/gpu-hostcost-multi.sh $world $host (convenience operations only)"
-  SKIP_C=1 JAVA_CASES=allreduce_ordered,reducescatter ITERS=$iters REPS=$reps WARMUP=$warmup COUNT=$count \
+  SKIP_C=1 JAVA_CASES=all_reduce_ordered,reduce_scatter ITERS=$iters REPS=$reps WARMUP=$warmup COUNT=$count \
     TIMEOUT=$limit OUT=$out/jnccl-$world scripts/gpu/gpu-hostcost-multi.sh "$world" $host > "$out/jnccl-$world.log" 2>&1 \
     || { log "jnccl, W=$world failed: see $out/jnccl-$world.log"; tail -n 5 "$out/jnccl-$world.log" >&2; status=1; }
 done
@@ -98,8 +98,8 @@ done
   echo "jnccl: ${jnccl_line:-no result}"
   hostcost_slowest "$out"/torch-*/torch.*.txt "$out"/jnccl-*/jnccl.*.txt | awk "$hostcost_awk_best"'
     END {
-      op[1] = "all_reduce";     jc[1] = "allreduce_ordered"
-      op[2] = "reduce_scatter"; jc[2] = "reducescatter"
+      op[1] = "all_reduce";     jc[1] = "all_reduce_ordered"
+      op[2] = "reduce_scatter"; jc[2] = "reduce_scatter"
       jm[1] = "BLOCKING_SPLIT"; jm[2] = "NON_BLOCKING"
       fmt = "%3s  %-15s %9s %10s  %-15s %9s %10s %7s %7s\n"
       printf fmt, "W", "op", "torch us", "torch host", "jnccl mode", "jnccl us", "jnccl host", "ratio", "r.host"

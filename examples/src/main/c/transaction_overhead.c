@@ -18,13 +18,13 @@
  * the work runs on the blocking child), both (= blocking + nonblocking), all (the three).
  *
  * Cases (each with every communicator chosen):
- *   transaction        cudaStreamWaitEvent(comms, ready) + ncclGroupStart + ncclReduceScatter (in
- *                      place) + ncclAllGather (in place) + ncclGroupEnd + cudaEventRecord(signal, comms)
- *   allreduce          ncclAllReduce (in place) alone on the comms stream
- *   allreduce_ordered  the native calls of jnccl's comm.allReduce(t, SUM, compute):
- *                      cudaEventRecord(e1, compute) + cudaStreamWaitEvent(comms, e1) + ncclGroupStart
- *                      + ncclAllReduce + ncclGroupEnd + cudaEventRecord(e2, comms)
- *                      + cudaStreamWaitEvent(compute, e2)
+ *   transaction         cudaStreamWaitEvent(comms, ready) + ncclGroupStart + ncclReduceScatter (in
+ *                       place) + ncclAllGather (in place) + ncclGroupEnd + cudaEventRecord(signal, comms)
+ *   all_reduce          ncclAllReduce (in place) alone on the comms stream
+ *   all_reduce_ordered  the native calls of jnccl's comm.allReduce(t, SUM, compute):
+ *                       cudaEventRecord(e1, compute) + cudaStreamWaitEvent(comms, e1) + ncclGroupStart
+ *                       + ncclAllReduce + ncclGroupEnd + cudaEventRecord(e2, comms)
+ *                       + cudaStreamWaitEvent(compute, e2)
  * On a non-blocking communicator ncclGroupEnd / an ungrouped collective may return ncclInProgress
  * (at world size > 1 NCCL 2.28 launches the group from a thread it creates per group; at world
  * size 1 it issues the collectives at once and returns ncclSuccess); the program then busy-polls
@@ -151,8 +151,8 @@ typedef struct {
   cudaStream_t compute; /* the "training" stream the ready event was recorded on */
   cudaEvent_t ready;
   cudaEvent_t signal;
-  cudaEvent_t ready2; /* allreduce_ordered: recorded on compute, waited for by comms */
-  cudaEvent_t done;   /* allreduce_ordered: recorded on comms, waited for by compute */
+  cudaEvent_t ready2; /* all_reduce_ordered: recorded on compute, waited for by comms */
+  cudaEvent_t done;   /* all_reduce_ordered: recorded on comms, waited for by compute */
   float *buffer;
   float *shard; /* this rank's shard of buffer: all of it at world size 1 */
   size_t count;
@@ -239,13 +239,13 @@ static void transaction(bench_t *b) {
   bound(b);
 }
 
-static void allreduce(bench_t *b) {
+static void all_reduce(bench_t *b) {
   ended(b, ncclAllReduce(b->buffer, b->buffer, b->count, ncclFloat32, ncclSum, b->comm, b->comms), "ncclAllReduce");
   bound(b);
 }
 
 /* jnccl's comm.allReduce(tensor, SUM, compute): the same native calls, ordering included. */
-static void allreduce_ordered(bench_t *b) {
+static void all_reduce_ordered(bench_t *b) {
   CUDA_CHECK(cudaEventRecord(b->ready2, b->compute));
   CUDA_CHECK(cudaStreamWaitEvent(b->comms, b->ready2, 0));
   NCCL_CHECK(ncclGroupStart());
@@ -437,7 +437,7 @@ static void measure(rank_t *self, const char *name, op_fn op, const plan_t *plan
 static void usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s [-n ITERS] [-r REPS] [-w WARMUP] [-t MAX_SECONDS_PER_REP] [-c COUNT]"
-          " [-m both|all|blocking|nonblocking|split] [-d DEVICE] [--cases transaction,allreduce,allreduce_ordered]"
+          " [-m both|all|blocking|nonblocking|split] [-d DEVICE] [--cases transaction,all_reduce,all_reduce_ordered]"
           " [--world W --rank R --id-file FILE | --threads W]\n",
           argv0);
   exit(2);
@@ -449,9 +449,9 @@ static void run_plan(rank_t *self, const plan_t *plan) {
   size_t n = strlen(cases);
   for (int m = 0; m < plan->nmodes; m++) {
     if (strstr(cases, "transaction")) measure(self, "transaction", transaction, plan, plan->modes[m]);
-    if (strstr(cases, "allreduce,") || (n >= 9 && strcmp(cases + n - 9, "allreduce") == 0))
-      measure(self, "allreduce", allreduce, plan, plan->modes[m]);
-    if (strstr(cases, "allreduce_ordered")) measure(self, "allreduce_ordered", allreduce_ordered, plan, plan->modes[m]);
+    if (strstr(cases, "all_reduce,") || (n >= 10 && strcmp(cases + n - 10, "all_reduce") == 0))
+      measure(self, "all_reduce", all_reduce, plan, plan->modes[m]);
+    if (strstr(cases, "all_reduce_ordered")) measure(self, "all_reduce_ordered", all_reduce_ordered, plan, plan->modes[m]);
   }
 }
 
@@ -494,7 +494,7 @@ static void run_threads(int world, const plan_t *plan) {
 
 int main(int argc, char **argv) {
   plan_t plan = {.iterations = 100000, .warmup = 20000, .reps = 5, .device = 0, .count = 1024, .maxSeconds = 2.0,
-                 .cases = "transaction,allreduce,allreduce_ordered", .nmodes = 0};
+                 .cases = "transaction,all_reduce,all_reduce_ordered", .nmodes = 0};
   rank_t self = {.world = 1, .rank = 0, .id_file = NULL, .comm_seq = 0, .shared = NULL};
   int threads = 0;
   const char *mode = "both";

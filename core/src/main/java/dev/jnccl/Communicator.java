@@ -743,6 +743,11 @@ public final class Communicator implements AutoCloseable {
             childComm = comm.split(color, key, childRank, members.size(), options.initTimeout(), host::cancellation,
                     childLock);
         } catch (RuntimeException e) {
+            if (state == State.ABORTED && !(e instanceof IllegalArgumentException)) {
+                // Aborted by another thread (a failed peer of the pack, the watchdog) while NCCL split:
+                // say why, as every other call after an abort does.
+                throw abortedDuring("split (color " + color + ", key " + key + ")", e);
+            }
             abortHoldingLock("split (color " + color + ", key " + key + ") failed: " + e.getMessage());
             throw e;
         } finally {
@@ -857,7 +862,7 @@ public final class Communicator implements AutoCloseable {
         }
         // A thread held inside NCCL (blocking mode, a peer gone) is ended by an abort.
         if (!comm.lockForClose(options.closeTimeout(), () -> abort("close: another thread of rank " + rank
-                + " did not leave NCCL within " + Deadlines.toMillis(options.closeTimeout())
+                + " was still inside a call of this communicator after " + Deadlines.toMillis(options.closeTimeout())
                 + " ms (CommunicatorOptions.closeTimeout)"))) {
             synchronized (lifecycle) {
                 state = State.CLOSED;

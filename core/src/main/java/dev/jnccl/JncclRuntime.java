@@ -57,11 +57,8 @@ public record JncclRuntime(Backend backend, LibraryVersion nccl, LibraryVersion 
      */
     public static JncclRuntime query() {
         LoadedLibraries libraries = Native.libraries();
-        LibraryVersion nccl = new LibraryVersion(libraries.nccl().major(), libraries.nccl().minor(),
-                libraries.nccl().patch());
-        LibraryVersion runtime = new LibraryVersion(libraries.cudaRuntime().major(), libraries.cudaRuntime().minor(), 0);
-        LibraryVersion driver = new LibraryVersion(libraries.cudaDriver().major(), libraries.cudaDriver().minor(), 0);
-        return new JncclRuntime(backendOf(libraries), nccl, runtime, driver, visibleDevices());
+        return new JncclRuntime(backendOf(libraries), LibraryVersion.of(libraries.nccl()),
+                LibraryVersion.of(libraries.cudaRuntime()), LibraryVersion.of(libraries.cudaDriver()), visibleDevices());
     }
 
     /**
@@ -78,7 +75,7 @@ public record JncclRuntime(Backend backend, LibraryVersion nccl, LibraryVersion 
         return feature == null || nccl.atLeast(feature.since().major(), feature.since().minor());
     }
 
-    /** The public backend of what the loader resolved (never AUTO: the loader has decided by then). */
+    /** The backend the loader's {@code jnccl.backend} setting resolved to (never AUTO: the loader has decided by then). */
     static Backend backendOf(LoadedLibraries libraries) {
         return switch (libraries.backend()) {
             case CUDA -> Backend.CUDA;

@@ -61,20 +61,24 @@ public record LibraryVersion(int major, int minor, int patch) implements Compara
         return compareTo(new LibraryVersion(major, minor, 0)) >= 0;
     }
 
+    /** The version the native loader decoded, under the API's type (same components, same text). */
+    static LibraryVersion of(dev.jnccl.bindings.LibraryVersion loaded) {
+        return new LibraryVersion(loaded.major(), loaded.minor(), loaded.patch());
+    }
+
+    /** The loader's form of this version: order and text have one implementation, shared with the loader's logs. */
+    private dev.jnccl.bindings.LibraryVersion loaded() {
+        return new dev.jnccl.bindings.LibraryVersion(major, minor, patch);
+    }
+
     @Override
     public int compareTo(LibraryVersion other) {
-        if (major != other.major) {
-            return Integer.compare(major, other.major);
-        }
-        if (minor != other.minor) {
-            return Integer.compare(minor, other.minor);
-        }
-        return Integer.compare(patch, other.patch);
+        return loaded().compareTo(other.loaded());
     }
 
     /** "major.minor.patch", e.g. "2.28.3" or "13.0.0". */
     @Override
     public String toString() {
-        return major + "." + minor + "." + patch;
+        return loaded().toString();
     }
 }

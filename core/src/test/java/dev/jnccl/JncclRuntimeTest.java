@@ -52,6 +52,10 @@ class JncclRuntimeTest {
             case AUTO -> throw new AssertionError("loader left AUTO");
         };
         assertEquals(expected, runtime.backend());
+        // The loader's log line and the API write a library's version alike: one text per version.
+        assertEquals(Native.libraries().nccl().toString(), runtime.nccl().toString());
+        assertEquals(Native.libraries().cudaRuntime().toString(), runtime.cudaRuntime().toString());
+        assertEquals(Native.libraries().cudaDriver().toString(), runtime.cudaDriver().toString());
         try (Communicator comm = Communicator.single(0)) {
             assertEquals(runtime.backend(), comm.backend());
             assertEquals(runtime.nccl().toString(), comm.ncclVersion());

@@ -47,35 +47,35 @@ final class HostLibrary {
      * emulation's text names each bad variable, its value and the accepted range.
      *
      * @param file the extracted emulation
-     * @throws NativeLoadException naming every bad variable
+     * @throws NativeLibraryException naming every bad variable
      */
     static void checkConfiguration(Path file) {
         Dl.Handle handle;
         try {
             handle = Dl.open(file.toAbsolutePath().toString());
         } catch (Dl.DlException e) {
-            throw new NativeLoadException("Could not load the host emulation from " + file + ": " + e.getMessage(), e);
+            throw new NativeLibraryException("Could not load the host emulation from " + file + ": " + e.getMessage(), e);
         }
         String error;
         try {
             MemorySegment function = Dl.symbol(handle, CONFIG_ERROR_FUNCTION);
             if (function.equals(MemorySegment.NULL)) {
-                throw new NativeLoadException("The host emulation " + file + " has no " + CONFIG_ERROR_FUNCTION
+                throw new NativeLibraryException("The host emulation " + file + " has no " + CONFIG_ERROR_FUNCTION
                         + " (a build older than this jar?)");
             }
             MethodHandle call = Libc.linker().downcallHandle(function, FunctionDescriptor.of(ADDRESS));
             MemorySegment text = (MemorySegment) call.invokeExact();
             // NUL-terminated, at most 1 KiB (config.c); copied before the library is closed.
             error = text.equals(MemorySegment.NULL) ? null : text.reinterpret(4096).getString(0);
-        } catch (NativeLoadException e) {
+        } catch (NativeLibraryException e) {
             throw e;
         } catch (Throwable t) {
-            throw new NativeLoadException("The host emulation's " + CONFIG_ERROR_FUNCTION + " failed: " + t, t);
+            throw new NativeLibraryException("The host emulation's " + CONFIG_ERROR_FUNCTION + " failed: " + t, t);
         } finally {
             Dl.close(handle);
         }
         if (error != null) {
-            throw new NativeLoadException("The host emulation refuses its environment: " + error
+            throw new NativeLibraryException("The host emulation refuses its environment: " + error
                     + ". Fix or unset the variable (bindings/src/main/c/README.md lists them).");
         }
     }
@@ -88,7 +88,7 @@ final class HostLibrary {
         String resource = resourceName();
         try (InputStream in = HostLibrary.class.getResourceAsStream(resource)) {
             if (in == null) {
-                throw new NativeLoadException("The host emulation is not built for " + platform() + " (no resource "
+                throw new NativeLibraryException("The host emulation is not built for " + platform() + " (no resource "
                         + resource + " in jnccl-bindings). Build jnccl on this platform with a C compiler,"
                         + " or use -Djnccl.backend=cuda on a machine with a GPU.");
             }
@@ -97,7 +97,7 @@ final class HostLibrary {
             Files.copy(in, file, StandardCopyOption.REPLACE_EXISTING);
             return file;
         } catch (IOException e) {
-            throw new NativeLoadException("Could not extract the host emulation " + resource + " to a temporary file"
+            throw new NativeLibraryException("Could not extract the host emulation " + resource + " to a temporary file"
                     + " (java.io.tmpdir=" + System.getProperty("java.io.tmpdir") + "): " + e, e);
         }
     }

@@ -21,7 +21,7 @@ public final class Libc {
      * @param name       the C function, e.g. {@code setenv}
      * @param descriptor its signature
      * @return the handle
-     * @throws NativeLoadException when the JDK refuses native access to jnccl
+     * @throws NativeLibraryException when the JDK refuses native access to jnccl
      * @throws java.util.NoSuchElementException when libc has no such function
      */
     public static MethodHandle function(String name, FunctionDescriptor descriptor) {

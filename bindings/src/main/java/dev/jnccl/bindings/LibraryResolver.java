@@ -54,7 +54,7 @@ final class LibraryResolver {
             try {
                 return new Resolved(Dl.open(explicit), explicitSource);
             } catch (Dl.DlException e) {
-                throw new NativeLoadException("Could not load " + request.displayName() + " from " + explicitSource
+                throw new NativeLibraryException("Could not load " + request.displayName() + " from " + explicitSource
                         + "=" + explicit + ": " + e.getMessage() + "\n" + request.hint());
             }
         }
@@ -91,7 +91,7 @@ final class LibraryResolver {
             message.append("\n  - ").append(t);
         }
         message.append('\n').append(request.hint());
-        throw new NativeLoadException(message.toString());
+        throw new NativeLibraryException(message.toString());
     }
 
     /** site-packages / dist-packages directories of the Python environments this machine shows. */

@@ -5,15 +5,16 @@ import java.nio.file.Path;
 /**
  * The native libraries that back the bindings in this JVM, with their versions.
  *
- * @param backend        {@link Backend#CUDA} or {@link Backend#HOST} (never AUTO: that was resolved)
+ * @param backend        what the {@link BackendSetting} resolved to: {@link BackendSetting#CUDA} or
+ *                       {@link BackendSetting#HOST}, never AUTO
  * @param ncclPath       the file that provides the NCCL functions
  * @param cudartPath     the file that provides the CUDA runtime functions (the same file on the host backend)
  * @param nccl           ncclGetVersion, decoded
  * @param cudaRuntime    cudaRuntimeGetVersion, decoded
- * @param cudaDriver     cudaDriverGetVersion, decoded (0.0 when no driver is installed)
+ * @param cudaDriver     cudaDriverGetVersion, decoded (0.0.0 when no driver is installed)
  */
-public record LoadedLibraries(Backend backend, Path ncclPath, Path cudartPath, NcclVersion nccl,
-                              CudaVersion cudaRuntime, CudaVersion cudaDriver) {
+public record LoadedLibraries(BackendSetting backend, Path ncclPath, Path cudartPath, LibraryVersion nccl,
+                              LibraryVersion cudaRuntime, LibraryVersion cudaDriver) {
 
     /**
      * Whether the loaded NCCL has {@code feature}.

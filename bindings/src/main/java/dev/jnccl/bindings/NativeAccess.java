@@ -68,12 +68,12 @@ public final class NativeAccess {
 
     /**
      * Checks native access before jnccl's first restricted call: nothing when it is enabled; the
-     * message as a {@link NativeLoadException} under {@code --illegal-native-access=deny} (every
+     * message as a {@link NativeLibraryException} under {@code --illegal-native-access=deny} (every
      * time, so that each attempt says why); else (the JDK's default: warn and go on) the message
      * logged once. Every jnccl path to a restricted call passes here first ({@link NativeLibraries},
      * {@link Libc}).
      *
-     * @throws NativeLoadException when the JDK refuses native access to jnccl
+     * @throws NativeLibraryException when the JDK refuses native access to jnccl
      */
     static void check() {
         if (allowed) {
@@ -101,7 +101,7 @@ public final class NativeAccess {
     }
 
     /** Turns the JDK's refusal of a restricted call into an exception that says what to do. */
-    static NativeLoadException denied(IllegalCallerException e) {
-        return new NativeLoadException(message(NativeAccess.class.getModule()), e);
+    static NativeLibraryException denied(IllegalCallerException e) {
+        return new NativeLibraryException(message(NativeAccess.class.getModule()), e);
     }
 }

@@ -25,7 +25,7 @@ import org.slf4j.LoggerFactory;
  * {@value #NCCL_PROPERTY}) or environment variable ({@value #CUDART_ENVIRONMENT},
  * {@value #NCCL_ENVIRONMENT}) naming a file; else the dynamic linker's names ({@code libcudart.so.13},
  * {@code libcudart.so.12}, {@code libnccl.so.2}); else the NVIDIA wheels of a Python environment. A
- * failure is one {@link NativeLoadException} that lists every place tried with the loader's error.
+ * failure is one {@link NativeLibraryException} that lists every place tried with the loader's error.
  */
 public final class NativeLibraries {
     /** The system property naming the libnccl file to load: {@value}. */
@@ -45,17 +45,17 @@ public final class NativeLibraries {
             List.of("nvidia/cu13/lib", "nvidia/cuda_runtime/lib"),
             List.of("libcudart.so.13", "libcudart.so.12"),
             "Install the CUDA runtime (CUDA 12 or 13), add its lib directory to LD_LIBRARY_PATH, or set -D"
-                    + CUDART_PROPERTY + "=/path/to/libcudart.so.13. Without a GPU, use -D" + Backend.PROPERTY
+                    + CUDART_PROPERTY + "=/path/to/libcudart.so.13. Without a GPU, use -D" + BackendSetting.PROPERTY
                     + "=host (the host emulation).");
     static final LibraryResolver.Request NCCL = new LibraryResolver.Request(
             "NCCL (libnccl)", NCCL_PROPERTY, NCCL_ENVIRONMENT,
             List.of("libnccl.so.2"),
             List.of("nvidia/nccl/lib"),
             List.of("libnccl.so.2"),
-            "Install NCCL " + NcclVersion.MINIMUM.major() + "." + NcclVersion.MINIMUM.minor()
+            "Install NCCL " + LibraryVersion.NCCL_MINIMUM.major() + "." + LibraryVersion.NCCL_MINIMUM.minor()
                     + " or newer (e.g. the libnccl2 package or pip's nvidia-nccl-cu13), add its lib directory to"
                     + " LD_LIBRARY_PATH, or set -D" + NCCL_PROPERTY + "=/path/to/libnccl.so.2. Without a GPU, use -D"
-                    + Backend.PROPERTY + "=host (the host emulation).");
+                    + BackendSetting.PROPERTY + "=host (the host emulation).");
 
     /** The one cache of the loaded libraries in the JVM (core reads it through here, keeps no copy). */
     private static volatile LoadedLibraries loaded;
@@ -63,11 +63,11 @@ public final class NativeLibraries {
     private NativeLibraries() {}
 
     /**
-     * Loads the libraries of the configured {@link Backend} (once; later calls return the same
+     * Loads the libraries of the configured {@link BackendSetting} (once; later calls return the same
      * result) and checks their versions.
      *
      * @return the loaded libraries, their versions and the backend
-     * @throws NativeLoadException when they cannot be found, loaded, or are too old
+     * @throws NativeLibraryException when they cannot be found, loaded, or are too old
      */
     public static LoadedLibraries load() {
         LoadedLibraries result = loaded;
@@ -79,7 +79,7 @@ public final class NativeLibraries {
             return loaded;
         }
         NativeAccess.check(); // first: before this JVM makes any restricted call for jnccl
-        Backend requested = Backend.configured();
+        BackendSetting requested = BackendSetting.configured();
         LoadedLibraries result = switch (requested) {
             case CUDA -> loadCuda(resolve(CUDART));
             case HOST -> loadHost();
@@ -108,9 +108,9 @@ public final class NativeLibraries {
         LibraryResolver.Resolved cudart;
         try {
             cudart = resolve(CUDART);
-        } catch (NativeLoadException e) {
+        } catch (NativeLibraryException e) {
             LOG.warn("{}=auto: no CUDA runtime found, so jnccl runs on the HOST EMULATION (no GPU). Set {}=cuda to"
-                    + " require a GPU. What was tried: {}", Backend.PROPERTY, Backend.PROPERTY, e.getMessage());
+                    + " require a GPU. What was tried: {}", BackendSetting.PROPERTY, BackendSetting.PROPERTY, e.getMessage());
             return loadHost();
         }
         String noDevice = noDeviceReason(cudart.handle());
@@ -119,7 +119,7 @@ public final class NativeLibraries {
         }
         Dl.close(cudart.handle());
         LOG.warn("{}=auto: no CUDA device visible ({}, CUDA runtime {}), so jnccl runs on the HOST EMULATION (no GPU)."
-                + " Set {}=cuda to require a GPU.", Backend.PROPERTY, noDevice, cudart.path(), Backend.PROPERTY);
+                + " Set {}=cuda to require a GPU.", BackendSetting.PROPERTY, noDevice, cudart.path(), BackendSetting.PROPERTY);
         return loadHost();
     }
 
@@ -147,12 +147,12 @@ public final class NativeLibraries {
         LibraryResolver.Resolved nccl = resolve(NCCL);
         systemLoad(cudart.path(), "the CUDA runtime");
         systemLoad(nccl.path(), "NCCL");
-        NcclVersion ncclVersion = ncclVersion();
-        if (ncclVersion.compareTo(NcclVersion.MINIMUM) < 0) {
-            throw new NativeLoadException("NCCL " + ncclVersion + " found at " + nccl.path() + " (" + nccl.origin()
-                    + ") is too old: jnccl needs NCCL " + NcclVersion.MINIMUM + " or newer. " + NCCL.hint());
+        LibraryVersion ncclVersion = ncclVersion();
+        if (ncclVersion.compareTo(LibraryVersion.NCCL_MINIMUM) < 0) {
+            throw new NativeLibraryException("NCCL " + ncclVersion + " found at " + nccl.path() + " (" + nccl.origin()
+                    + ") is too old: jnccl needs NCCL " + LibraryVersion.NCCL_MINIMUM + " or newer. " + NCCL.hint());
         }
-        return new LoadedLibraries(Backend.CUDA, nccl.path(), cudart.path(), ncclVersion, runtimeVersion(),
+        return new LoadedLibraries(BackendSetting.CUDA, nccl.path(), cudart.path(), ncclVersion, runtimeVersion(),
                 driverVersion());
     }
 
@@ -169,7 +169,7 @@ public final class NativeLibraries {
             }
         }
         Path shown = Path.of("jar:" + HostLibrary.resourceName());
-        return new LoadedLibraries(Backend.HOST, shown, shown, ncclVersion(), runtimeVersion(), driverVersion());
+        return new LoadedLibraries(BackendSetting.HOST, shown, shown, ncclVersion(), runtimeVersion(), driverVersion());
     }
 
     private static void systemLoad(Path file, String what) {
@@ -178,35 +178,35 @@ public final class NativeLibraries {
         } catch (IllegalCallerException e) {
             throw NativeAccess.denied(e);
         } catch (UnsatisfiedLinkError e) {
-            throw new NativeLoadException("Could not load " + what + " from " + file + ": " + e.getMessage(), e);
+            throw new NativeLibraryException("Could not load " + what + " from " + file + ": " + e.getMessage(), e);
         }
     }
 
-    private static NcclVersion ncclVersion() {
+    private static LibraryVersion ncclVersion() {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment code = arena.allocate(JAVA_INT);
             int result = Nccl.ncclGetVersion(code);
             if (result != Nccl.ncclSuccess()) {
-                throw new NativeLoadException("ncclGetVersion failed with NCCL result " + result);
+                throw new NativeLibraryException("ncclGetVersion failed with NCCL result " + result);
             }
-            return NcclVersion.decode(code.get(JAVA_INT, 0));
+            return LibraryVersion.decodeNccl(code.get(JAVA_INT, 0));
         }
     }
 
-    private static CudaVersion runtimeVersion() {
+    private static LibraryVersion runtimeVersion() {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment code = arena.allocate(JAVA_INT);
             int result = CudaRuntime.cudaRuntimeGetVersion(code);
-            return result == CudaRuntime.cudaSuccess() ? CudaVersion.decode(code.get(JAVA_INT, 0)) : new CudaVersion(0, 0);
+            return result == CudaRuntime.cudaSuccess() ? LibraryVersion.decodeCuda(code.get(JAVA_INT, 0)) : new LibraryVersion(0, 0, 0);
         }
     }
 
-    private static CudaVersion driverVersion() {
+    private static LibraryVersion driverVersion() {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment code = arena.allocate(JAVA_INT);
             int result = CudaRuntime.cudaDriverGetVersion(code);
             // 0 means no driver is installed; that is not an error for the runtime.
-            return result == CudaRuntime.cudaSuccess() ? CudaVersion.decode(code.get(JAVA_INT, 0)) : new CudaVersion(0, 0);
+            return result == CudaRuntime.cudaSuccess() ? LibraryVersion.decodeCuda(code.get(JAVA_INT, 0)) : new LibraryVersion(0, 0, 0);
         }
     }
 }

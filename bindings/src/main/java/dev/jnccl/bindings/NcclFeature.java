@@ -21,7 +21,7 @@ public enum NcclFeature {
     /** ncclAlltoAll (a library that reports 2.28 or newer but lacks the symbol does not have it). */
     ALL_TO_ALL(2, 28, "ncclAlltoAll");
 
-    private final NcclVersion since;
+    private final LibraryVersion since;
     /** The function that must be in the loaded library, or null when the version alone decides. */
     private final String symbol;
     /** Whether {@link #symbol} was found; looked up once, after the libraries were loaded. */
@@ -32,12 +32,12 @@ public enum NcclFeature {
     }
 
     NcclFeature(int major, int minor, String symbol) {
-        this.since = new NcclVersion(major, minor, 0);
+        this.since = new LibraryVersion(major, minor, 0);
         this.symbol = symbol;
     }
 
     /** {@return the first NCCL version with this feature} */
-    public NcclVersion since() {
+    public LibraryVersion since() {
         return since;
     }
 
@@ -47,7 +47,7 @@ public enum NcclFeature {
      * @param version an NCCL version
      * @return whether {@code version} is at least {@link #since()}
      */
-    public boolean isSupportedBy(NcclVersion version) {
+    public boolean isSupportedBy(LibraryVersion version) {
         return version.compareTo(since) >= 0;
     }
 

@@ -42,7 +42,7 @@ public record SharedLibrary(Path path, String origin, SymbolLookup symbols) {
      * @param linkerNames names handed to the dynamic linker, in order
      * @param hint        what the user can do when nothing is found (ends the error message)
      * @return the loaded library
-     * @throws NativeLoadException when no candidate could be loaded (the message lists them all)
+     * @throws NativeLibraryException when no candidate could be loaded (the message lists them all)
      */
     public static SharedLibrary load(String displayName, String property, String environment,
                                      List<String> linkerNames, String hint) {
@@ -54,7 +54,7 @@ public record SharedLibrary(Path path, String origin, SymbolLookup symbols) {
         try {
             handle = Dl.open(resolved.handle().path(), true);
         } catch (Dl.DlException e) {
-            throw new NativeLoadException("Could not load " + displayName + " from " + resolved.path() + " ("
+            throw new NativeLibraryException("Could not load " + displayName + " from " + resolved.path() + " ("
                     + resolved.origin() + ") with RTLD_GLOBAL: " + e.getMessage() + "\n" + hint);
         }
         SymbolLookup symbols = name -> {

@@ -12,7 +12,7 @@ import org.junit.jupiter.api.Test;
 /**
  * The host emulation's environment variables (JNCCL_HOST_*) are validated when it is loaded: a
  * malformed or out-of-range value makes {@link NativeLibraries#load()} throw a
- * {@link NativeLoadException} that names the variable, the value and the accepted range, and the
+ * {@link NativeLibraryException} that names the variable, the value and the accepted range, and the
  * next attempt judges the environment afresh; valid values at the edges of each range are accepted.
  * The cases run in a child JVM ({@link EmulationConfigProbe}), which sets each case's variables in
  * its C environment before it loads.
@@ -50,7 +50,7 @@ class EmulationConfigTest {
     }
 
     private static String refused(String name, String value, String range) {
-        return "FAILED " + NativeLoadException.class.getName() + ": The host emulation refuses its environment: "
+        return "FAILED " + NativeLibraryException.class.getName() + ": The host emulation refuses its environment: "
                 + name + "=" + value + " is not valid: expected " + range + ".";
     }
 
@@ -77,7 +77,7 @@ class EmulationConfigTest {
                 refused("JNCCL_HOST_DELAY_DEVICE", "2", "an integer in [0, 1]")));
         // Several bad variables: each is named.
         cases.add(new Case(spec("JNCCL_HOST_FAULT_AT", "0", "JNCCL_HOST_CHUNK_BYTES", "1k"), "FAILED "
-                + NativeLoadException.class.getName() + ": The host emulation refuses its environment: "
+                + NativeLibraryException.class.getName() + ": The host emulation refuses its environment: "
                 + "JNCCL_HOST_CHUNK_BYTES=1k is not valid: expected an integer in [4096, 268435456]; "
                 + "JNCCL_HOST_FAULT_AT=0 is not valid: expected an integer in [1, 2147483647]."));
         // After all those refusals, a valid environment loads (nothing of the refused copies stayed).

@@ -39,7 +39,7 @@ public final class EmulationRankProcess {
             int rank = Integer.parseInt(args[2]);
             long seed = Long.parseLong(args[3]);
             LoadedLibraries libraries = NativeLibraries.load();
-            if (libraries.backend() != Backend.HOST) {
+            if (libraries.backend() != BackendSetting.HOST) {
                 System.out.println("rank " + rank + ": backend is " + libraries.backend().id() + ", not host");
                 System.exit(2);
             }

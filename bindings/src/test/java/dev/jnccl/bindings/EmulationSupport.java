@@ -49,12 +49,12 @@ final class EmulationSupport {
     }
 
     static boolean isHost() {
-        return libraries().backend() == Backend.HOST;
+        return libraries().backend() == BackendSetting.HOST;
     }
 
     static void assumeHost() {
         LoadedLibraries libraries = libraries();
-        assumeTrue(libraries.backend() == Backend.HOST, "this test drives the host emulation (fault injection,"
+        assumeTrue(libraries.backend() == BackendSetting.HOST, "this test drives the host emulation (fault injection,"
                 + " virtual devices, host-visible memory); the backend here is " + libraries.backend().id());
     }
 

@@ -72,7 +72,7 @@ class EmulationWorldOneConformanceTest {
         List<String> problems = new ArrayList<>();
         int run = 0;
         for (Case c : cases) {
-            if (type.isFp8() && c.op() == Op.AVG && libraries.backend() == Backend.CUDA) {
+            if (type.isFp8() && c.op() == Op.AVG && libraries.backend() == BackendSetting.CUDA) {
                 // Real NCCL (seen with 2.28.9 on an H200) answers ncclInvalidArgument here: on one rank
                 // ncclAvg becomes a pre-multiplied sum run by ncclLaunchOneRank, whose host-side switch
                 // only has the fp8 kernels under "__CUDA_ARCH__ >= 900", which is never true in host
@@ -105,7 +105,7 @@ class EmulationWorldOneConformanceTest {
             assertNotEquals(-1L, id.mismatch(other), "two ncclGetUniqueId calls gave the same id");
             MemorySegment version = arena.allocate(JAVA_INT);
             nccl(Nccl.ncclGetVersion(version), "ncclGetVersion");
-            assertEquals(libraries.nccl(), NcclVersion.decode(version.get(JAVA_INT, 0)));
+            assertEquals(libraries.nccl(), LibraryVersion.decodeNccl(version.get(JAVA_INT, 0)));
         }
         // The emulation reports 2.28 and has ncclAlltoAll: the feature is both versioned and linked.
         assertTrue(NcclFeature.ALL_TO_ALL.isLinked(), "ncclAlltoAll not found in the loaded library");

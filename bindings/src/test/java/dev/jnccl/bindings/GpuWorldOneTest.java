@@ -29,11 +29,11 @@ class GpuWorldOneTest {
         LoadedLibraries libraries;
         try {
             libraries = NativeLibraries.load();
-        } catch (NativeLoadException e) {
+        } catch (NativeLibraryException e) {
             assumeTrue(false, "no usable CUDA libraries on this machine: " + e.getMessage().lines().findFirst().orElse(""));
             return;
         }
-        assumeTrue(libraries.backend() == Backend.CUDA, "backend resolved to " + libraries.backend().id()
+        assumeTrue(libraries.backend() == BackendSetting.CUDA, "backend resolved to " + libraries.backend().id()
                 + " (no CUDA device visible); this test needs a GPU and -Djnccl.backend=cuda or auto");
         System.out.println("GPU test libraries: " + libraries.describe());
 

@@ -41,7 +41,7 @@ class LibraryResolverTest {
         Files.writeString(wheelLib, "not an ELF file");
         Path emptySite = Files.createDirectories(temp.resolve("empty-site"));
 
-        NativeLoadException e = assertThrows(NativeLoadException.class, () -> LibraryResolver.resolve(
+        NativeLibraryException e = assertThrows(NativeLibraryException.class, () -> LibraryResolver.resolve(
                 request(List.of("libjnccl-no-such-1.so.2", "libjnccl-no-such-2.so.2")), NOTHING, NOTHING,
                 List.of(site, emptySite)));
         String message = e.getMessage();
@@ -85,7 +85,7 @@ class LibraryResolverTest {
     @Test
     void aBrokenExplicitSettingFailsInsteadOfFallingBack() {
         Path missing = temp.resolve("nowhere/libnccl.so.2");
-        NativeLoadException e = assertThrows(NativeLoadException.class, () -> LibraryResolver.resolve(
+        NativeLibraryException e = assertThrows(NativeLibraryException.class, () -> LibraryResolver.resolve(
                 request(List.of("libc.so.6")), Map.of("test.library", missing.toString())::get, NOTHING, List.of()));
         assertTrue(e.getMessage().contains("system property test.library=" + missing), e.getMessage());
         assertTrue(e.getMessage().contains("cannot open shared object file: No such file or directory"), e.getMessage());

@@ -93,7 +93,7 @@ class NativeAccessTest {
     void deniedNativeAccessSaysWhichFlagIsMissing() throws Exception {
         ChildJvm.Result result = ChildJvm.run(List.of("--illegal-native-access=deny", "-Djnccl.backend=cuda"),
                 Map.of(), NativeAccessProbe.class);
-        String expected = "FAILED " + NativeLoadException.class.getName() + ": "
+        String expected = "FAILED " + NativeLibraryException.class.getName() + ": "
                 + NativeAccess.message(NativeAccessTest.class.getModule());
         assertEquals(2, result.output().lines().filter(expected::equals).count(), result.output());
     }
@@ -114,7 +114,7 @@ class NativeAccessTest {
         assertEquals(2, failures.size(), result.output());
         for (String line : failures) {
             // Never ExceptionInInitializerError / NoClassDefFoundError, the second time included.
-            assertTrue(line.startsWith("FAILED " + NativeLoadException.class.getName() + ": Could not load " + what
+            assertTrue(line.startsWith("FAILED " + NativeLibraryException.class.getName() + ": Could not load " + what
                     + ". Tried:"), line);
         }
         String output = result.output();

@@ -6,7 +6,6 @@ import dev.jnccl.NativeLibraryException;
 import dev.jnccl.NcclException;
 import dev.jnccl.bindings.LoadedLibraries;
 import dev.jnccl.bindings.NativeLibraries;
-import dev.jnccl.bindings.NativeLoadException;
 import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.bindings.nccl.Nccl;
 import dev.jnccl.cuda.CudaException;
@@ -31,7 +30,7 @@ public final class Native {
     public static LoadedLibraries libraries() {
         try {
             return NativeLibraries.load();
-        } catch (NativeLoadException e) {
+        } catch (dev.jnccl.bindings.NativeLibraryException e) { // the same failure, handed on as the API's type
             throw new NativeLibraryException(e.getMessage(), e);
         }
     }

@@ -440,7 +440,10 @@ public final class NcclComm {
                     return "close: the comms stream still had work after " + Deadlines.toMillis(timeout)
                             + " ms (CommunicatorOptions.closeTimeout)";
                 }
-                Backoff.pause(spins++);
+                if (Backoff.pauseOrInterrupted(spins++)) {
+                    // An interrupted close ends promptly: the caller aborts instead of waiting on.
+                    return "close: interrupted while the comms stream still had work";
+                }
             }
             return finalizeAndDestroyIdle(deadlineNanos, timeout);
         } catch (CudaException | NcclException e) {
@@ -474,6 +477,9 @@ public final class NcclComm {
                 return "close: ncclCommFinalize did not finish within " + Deadlines.toMillis(timeout)
                         + " ms (CommunicatorOptions.closeTimeout)";
             }
+            if (Thread.currentThread().isInterrupted()) {
+                return "close: interrupted while ncclCommFinalize was in progress";
+            }
             Backoff.park(POLL_NANOS);
             result = asyncError(handle);
         }
@@ -496,7 +502,17 @@ public final class NcclComm {
      * (raised first by ncclCommAbort) ends, so the handles are aborted without the lock.
      */
     public void abort() {
-        boolean locked = tryLockUninterruptibly(System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ABORT_LOCK_GRACE_MILLIS));
+        // Free lock: taken at once, interrupt or not (an interrupted rank aborting its own
+        // communicator). Held: wait the grace, unless this thread is interrupted (a watchdog being
+        // stopped), then abort under the holder at once.
+        boolean locked = lock.tryLock();
+        if (!locked && !Thread.currentThread().isInterrupted()) {
+            try {
+                locked = lock.tryLock(ABORT_LOCK_GRACE_MILLIS, TimeUnit.MILLISECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
         try {
             if (!locked) {
                 LOG.warn("rank {}: a thread is still inside NCCL after {} ms; aborting the communicator under it",

@@ -10,8 +10,11 @@ import java.util.Set;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
-/** What the example programs share: command-line options and the default number of GPUs. */
-final class ExampleSupport {
+/**
+ * What the example programs and the benchmarks ({@code dev.jnccl.examples.bench}) share: command-line
+ * options and sizes, the default number of GPUs, and the texts of sizes, backends and failures.
+ */
+public final class ExampleSupport {
     private static final Logger LOG = LoggerFactory.getLogger(ExampleSupport.class);
     /** Exit status for a bad command line. */
     static final int EXIT_USAGE = 2;
@@ -105,25 +108,47 @@ final class ExampleSupport {
         /** A number with an optional binary suffix: 4096, 64K, 1M, 1G (KiB, MiB, GiB). */
         private static long parseSize(String text) {
             String t = text.trim().toUpperCase(java.util.Locale.ROOT);
-            long unit = 1;
             if (t.endsWith("IB")) {
                 t = t.substring(0, t.length() - 2);
             } else if (t.endsWith("B") && t.length() > 1 && Character.isLetter(t.charAt(t.length() - 2))) {
                 t = t.substring(0, t.length() - 1);
             }
-            if (!t.isEmpty()) {
-                switch (t.charAt(t.length() - 1)) {
-                    case 'K' -> unit = 1L << 10;
-                    case 'M' -> unit = 1L << 20;
-                    case 'G' -> unit = 1L << 30;
-                    default -> unit = 1;
-                }
-                if (unit != 1) {
-                    t = t.substring(0, t.length() - 1);
-                }
+            long unit = binaryUnit(t);
+            if (unit != 1) {
+                t = t.substring(0, t.length() - 1);
             }
             return Math.multiplyExact(Long.parseLong(t), unit);
         }
+    }
+
+    /**
+     * The multiplier of a size's binary suffix: 2^10, 2^20 or 2^30 when {@code size} ends in K, M or
+     * G (either case), else 1 (no suffix).
+     *
+     * @param size a size as written on a command line, e.g. 64K
+     * @return the multiplier its last character stands for
+     */
+    public static long binaryUnit(String size) {
+        if (size.isEmpty()) {
+            return 1;
+        }
+        return switch (Character.toUpperCase(size.charAt(size.length() - 1))) {
+            case 'K' -> 1L << 10;
+            case 'M' -> 1L << 20;
+            case 'G' -> 1L << 30;
+            default -> 1;
+        };
+    }
+
+    /**
+     * The backend as the programs print it: {@code cuda} or {@code host}, as the {@code jnccl.backend}
+     * setting and jnccl's log lines spell it.
+     *
+     * @param backend the backend
+     * @return its lower-case name
+     */
+    public static String backendName(Backend backend) {
+        return backend.name().toLowerCase(java.util.Locale.ROOT);
     }
 
     /** "host emulation" or "cuda", for the programs' header lines. */
@@ -159,8 +184,13 @@ final class ExampleSupport {
         return requested;
     }
 
-    /** {@code bytes} in binary units: 12 B, 11.7 KiB, 1 MiB, 1 GiB. */
-    static String bytes(long bytes) {
+    /**
+     * A size in binary units: 12 B, 11.7 KiB, 1 MiB, 1 GiB.
+     *
+     * @param bytes the size in bytes
+     * @return the size with its unit
+     */
+    public static String bytes(long bytes) {
         if (bytes < 1024) {
             return bytes + " B";
         }
@@ -171,8 +201,13 @@ final class ExampleSupport {
         return number + " " + List.of("B", "KiB", "MiB", "GiB", "TiB").get(unit);
     }
 
-    /** The failure and the failures attached to it (other ranks'), one per line. */
-    static String describeFailure(Throwable t) {
+    /**
+     * The failure and the failures attached to it (other ranks'), one per line.
+     *
+     * @param t the failure
+     * @return its text, then one {@code also:} line per suppressed failure
+     */
+    public static String describeFailure(Throwable t) {
         StringBuilder text = new StringBuilder(t.toString());
         for (Throwable s : t.getSuppressed()) {
             text.append("\n  also: ").append(s);

@@ -159,7 +159,11 @@ final class PackState {
         return failed == null ? null : reason(failed);
     }
 
+    /** "rank 2 failed: ..."; a failure that is no rank's (the pack closed or its join interrupted) is its message. */
     static String reason(Failure failed) {
+        if (failed.who() == null) {
+            return String.valueOf(failed.error().getMessage());
+        }
         return failed.who() + " failed: " + failed.error();
     }
 
@@ -408,6 +412,9 @@ final class PackState {
 
     /** How reasons name {@code rank}: as the whole pack knows it too. */
     private String who(int rank) {
+        if (rank < 0) {
+            return null; // the pack's owner (ThreadsPack.close, an interrupted join), not a rank
+        }
         return parent == null ? "rank " + rank : "rank " + parentRanks[rank] + " (rank " + rank + " of a split)";
     }
 

@@ -2,6 +2,7 @@ package dev.jnccl.examples.bench;
 
 import dev.jnccl.CommunicatorMode;
 import dev.jnccl.ReduceOp;
+import dev.jnccl.examples.ExampleSupport;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
@@ -79,7 +80,7 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
 
     static String usage() {
         return """
-                usage: bench.sh OP [flags]      OP: all_reduce reduce_scatter all_gather sendrecv alltoall broadcast
+                usage: bench.sh OP [flags]      OP: %s
                   nccl-tests' flags (same defaults except -a):
                   -b,--minbytes N      smallest size in bytes (suffixes K M G; default 32M)
                   -e,--maxbytes N      largest size (default 32M)
@@ -101,7 +102,8 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
                   --transport T        nccl (default), memcpy (threads mode's copy-engine all-gather,
                                        send/recv and all-to-all), or nccl,memcpy (one run each)
                   --json F             results as JSON (nccl-tests' -J layout; several runs: an array)
-                  --svg F              bus bandwidth against size, one line per run, transport and placement""";
+                  --svg F              bus bandwidth against size, one line per run, transport and placement"""
+                .formatted(String.join(" ", CollectiveOp.names()));
     }
 
     static BenchOptions parse(String... argv) {
@@ -159,7 +161,7 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
         }
         CollectiveOp op;
         try {
-            op = CollectiveOps.byName(opName);
+            op = CollectiveOp.byName(opName);
         } catch (IllegalArgumentException e) {
             throw new UsageException(e.getMessage());
         }
@@ -195,9 +197,9 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
         List<String> transports = new ArrayList<>();
         for (String t : values.getOrDefault("transport", "nccl").split(",")) {
             if (!op.transports().contains(t)) {
-                throw new UsageException("--transport '" + t + "': " + op.name() + " runs on "
+                throw new UsageException("--transport '" + t + "': " + op.ncclTestsName() + " runs on "
                         + String.join(" or ", op.transports().stream().sorted().toList())
-                        + (t.equals("memcpy") ? " (threads mode's memcpy paths are all-gather and send/recv)" : ""));
+                        + (t.equals("memcpy") ? " (threads mode's memcpy paths are all-gather, send/recv and all-to-all)" : ""));
             }
             if (!launcher.equals("threads") && t.equals("memcpy")) {
                 throw new UsageException("--transport memcpy needs --launcher threads (it copies between the devices of "
@@ -270,15 +272,7 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
             return defaultValue;
         }
         String t = text.trim();
-        long unit = 1;
-        if (!t.isEmpty()) {
-            switch (Character.toUpperCase(t.charAt(t.length() - 1))) {
-                case 'K' -> unit = 1L << 10;
-                case 'M' -> unit = 1L << 20;
-                case 'G' -> unit = 1L << 30;
-                default -> unit = 1;
-            }
-        }
+        long unit = ExampleSupport.binaryUnit(t);
         if (unit != 1) {
             t = t.substring(0, t.length() - 1);
         }

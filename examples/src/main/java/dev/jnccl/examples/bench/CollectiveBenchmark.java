@@ -6,6 +6,7 @@ import dev.jnccl.ReduceOp;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
+import dev.jnccl.examples.ExampleSupport;
 import java.io.IOException;
 import java.io.PrintStream;
 import java.lang.foreign.Arena;
@@ -24,8 +25,8 @@ import org.slf4j.LoggerFactory;
 /**
  * jnccl's nccl-tests compatible benchmark ({@code scripts/bench.sh OP [flags]}, {@code bin/bench}
  * in the bundle): nccl-tests' flags, output and formulas for all_reduce, reduce_scatter,
- * all_gather and sendrecv, run through jnccl's API (see {@link CollectiveOp} and its classes for
- * what each operation calls). A program, not a test.
+ * all_gather, sendrecv, alltoall and broadcast, run through jnccl's API (see {@link CollectiveOp},
+ * one row per operation, for what each calls and how it is checked). A program, not a test.
  *
  * <p>Per type, reduction and size, on every rank: out of place (when jnccl has that form), then in
  * place: random test data is written, {@code -w} operations run untimed and {@code -n} timed, back
@@ -94,11 +95,7 @@ public final class CollectiveBenchmark {
             return EXIT_USAGE;
         } catch (RuntimeException | Error e) {
             progress.clear();
-            StringBuilder text = new StringBuilder("bench: FAILED: ").append(e);
-            for (Throwable s : e.getSuppressed()) {
-                text.append("\n  also: ").append(s);
-            }
-            err.println(text);
+            err.println("bench: FAILED: " + ExampleSupport.describeFailure(e));
             LOG.debug("failure", e);
             return EXIT_ERROR;
         }
@@ -152,8 +149,8 @@ public final class CollectiveBenchmark {
             BenchRun report = null;
             List<BenchRun.Device> devices = devices();
             if (rank == 0) {
-                report = new BenchRun(op.name(), transport, options.launcher(), comm.options().mode().name(), ranks, comm.backend().name().toLowerCase(java.util.Locale.ROOT), comm.ncclVersion(),
-                        devices, now());
+                report = new BenchRun(op.ncclTestsName(), transport, options.launcher(), comm.options().mode().name(),
+                        ranks, ExampleSupport.backendName(comm.backend()), comm.ncclVersion(), devices, now());
                 String version = CollectiveBenchmark.class.getPackage().getImplementationVersion();
                 NcclTestsFormat.header(out, report, options, version == null ? "(development build)" : version);
             }
@@ -183,8 +180,8 @@ public final class CollectiveBenchmark {
                             CollectiveOp.Shape shape = op.shape(sizes.get(s), type, ranks);
                             if (rank == 0) {
                                 progress.show(String.format(Locale.ROOT, "bench %s [%s, %s %s]: %s (%d/%d), %.1f s",
-                                        op.name(), transport, type.ncclTestsName(), BenchOptions.opName(reduction),
-                                        bytes(shape.sizeBytes(type)), ++step, steps,
+                                        op.ncclTestsName(), transport, type.ncclTestsName(), BenchOptions.opName(reduction),
+                                        ExampleSupport.bytes(shape.sizeBytes(type)), ++step, steps,
                                         (System.nanoTime() - started) / 1e9));
                             }
                             long seed = 0x5EEDL + 1_000_003L * s + 7919L * type.ordinal() + 104_729L * reduction.ordinal();
@@ -323,8 +320,8 @@ public final class CollectiveBenchmark {
             CollectiveOp.Shape shape = call.shape();
             BenchType type = call.type();
             int size = type.size();
-            long count = op.outputCount(shape);
-            long first = op.outputOffset(shape, rank, call.inPlace());
+            long count = shape.recv();
+            long first = op.outputOffset(shape, rank);
             long perChunk = b.chunk().byteSize() / size;
             long wrong = 0;
             for (long done = 0; done < count; done += perChunk) {
@@ -334,13 +331,13 @@ public final class CollectiveBenchmark {
                 for (long k = 0; k < n; k++) {
                     long i = done + k;
                     int source = op.sourceRank(shape, rank, ranks, call.root(), i);
-                    long j = op.sourceIndex(shape, rank, ranks, i);
+                    long j = op.sourceIndex(shape, rank, i);
                     boolean ok = source == CollectiveOp.ALL_RANKS
                             ? Reference.reductionMatches(type, call.op(), seed, ranks, j, part, k)
                             : type.getBits(part, k) == type.truncateBits(BenchType.rawBits(seed, source, j));
                     if (!ok) {
                         if (wrong == 0) {
-                            LOG.warn("{} {} {}: rank {} output element {} is wrong (first of this check)", op.name(),
+                            LOG.warn("{} {} {}: rank {} output element {} is wrong (first of this check)", op.ncclTestsName(),
                                     type.ncclTestsName(), call.inPlace() ? "in place" : "out of place", rank, i);
                         }
                         wrong++;
@@ -358,18 +355,5 @@ public final class CollectiveBenchmark {
             String env = System.getenv("HOSTNAME");
             return env != null ? env : "localhost";
         }
-    }
-
-    /** {@code bytes} in binary units for the progress line. */
-    static String bytes(long bytes) {
-        String[] units = {"B", "KiB", "MiB", "GiB", "TiB"};
-        int unit = 0;
-        double value = bytes;
-        while (value >= 1024 && unit < units.length - 1) {
-            value /= 1024;
-            unit++;
-        }
-        return (value == Math.rint(value) ? String.valueOf((long) value) : String.format(Locale.ROOT, "%.1f", value))
-                + " " + units[unit];
     }
 }

@@ -17,6 +17,7 @@ import dev.jnccl.bindings.nccl.ncclUniqueId;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
+import dev.jnccl.examples.ExampleSupport;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.Locale;
@@ -84,12 +85,27 @@ public class HostCostBenchmark {
 
     private static final int DEVICE = 0;
 
+    /**
+     * What both states share: the queue bound, started and read around every iteration (JMH runs the
+     * helper methods a state inherits).
+     */
+    public abstract static class Bounded {
+        QueueBound queue;
+
+        @Setup(Level.Iteration)
+        public void startIteration() {
+            queue.startIteration();
+        }
+
+        @TearDown(Level.Iteration)
+        public void endIteration(BenchmarkParams benchmark, IterationParams iteration) {
+            queue.endIteration(benchmark, iteration);
+        }
+    }
+
     /** jnccl: a world-1 communicator, a compute stream with a ready event, a signal event, one FP32 tensor. */
     @State(Scope.Thread)
-    public static class JncclState {
-        /** Created by JMH. */
-        public JncclState() {}
-
+    public static class JncclState extends Bounded {
         /** Elements (FP32) of the tensor. */
         @Param("1024")
         public int count;
@@ -102,7 +118,6 @@ public class HostCostBenchmark {
         DeviceMemory memory;
         DeviceTensor tensor;
         DeviceTensor shard;
-        QueueBound queue;
 
         /** Creates the communicator, streams, events and tensor. */
         @Setup(Level.Trial)
@@ -119,28 +134,10 @@ public class HostCostBenchmark {
             compute.record(ready);
             compute.synchronize();
             queue = new QueueBound(commsStream::synchronize);
-            System.out.println("# jnccl backend " + comm.backend() + ", NCCL " + comm.ncclVersion() + ", "
+            System.out.println("# jnccl backend " + ExampleSupport.backendName(comm.backend()) + ", NCCL " + comm.ncclVersion() + ", "
                     + count + " x FP32, communicator mode " + comm.options().mode());
         }
 
-        /** Starts the host-only clock of an iteration. */
-        @Setup(Level.Iteration)
-        public void startIteration() {
-            queue.startIteration();
-        }
-
-        /**
-         * Prints the host-only time of the iteration (the synchronizations left out).
-         *
-         * @param benchmark the benchmark's parameters
-         * @param iteration the iteration's parameters
-         */
-        @TearDown(Level.Iteration)
-        public void endIteration(BenchmarkParams benchmark, IterationParams iteration) {
-            queue.endIteration(benchmark, iteration);
-        }
-
-        /** Closes what setUp made. */
         @TearDown(Level.Trial)
         public void tearDown() {
             compute.synchronize();
@@ -154,7 +151,7 @@ public class HostCostBenchmark {
 
     /** Raw bindings: a communicator, streams, events and memory made directly with the generated bindings. */
     @State(Scope.Thread)
-    public static class RawState {
+    public static class RawState extends Bounded {
         private static final int CUDA_SUCCESS = 0;
 
         /** Created by JMH. */
@@ -182,7 +179,6 @@ public class HostCostBenchmark {
         MemorySegment shard;
         MemorySegment asyncError;
         long shardCount;
-        QueueBound queue;
 
         /** Creates the communicator, streams, events and memory through the bindings. */
         @Setup(Level.Trial)
@@ -235,23 +231,6 @@ public class HostCostBenchmark {
             queue = new QueueBound(() -> cuda(CudaRuntime.cudaStreamSynchronize(commsStream), "cudaStreamSynchronize"));
             System.out.println("# raw bindings: backend " + libraries.backend().id() + ", NCCL " + libraries.nccl()
                     + ", " + count + " x FP32, " + comm + " communicator");
-        }
-
-        /** Starts the host-only clock of an iteration. */
-        @Setup(Level.Iteration)
-        public void startIteration() {
-            queue.startIteration();
-        }
-
-        /**
-         * Prints the host-only time of the iteration (the synchronizations left out).
-         *
-         * @param benchmark the benchmark's parameters
-         * @param iteration the iteration's parameters
-         */
-        @TearDown(Level.Iteration)
-        public void endIteration(BenchmarkParams benchmark, IterationParams iteration) {
-            queue.endIteration(benchmark, iteration);
         }
 
         /** A group end (or an ungrouped collective): on a non-blocking communicator, waits until it is launched. */

@@ -22,8 +22,8 @@ import java.util.List;
  * <ul>
  *   <li>{@code transaction}: {@code comm.begin(ready).reduceScatter(t).allGather(shard, t).execute(signal)}
  *       (the C program's "transaction" case),</li>
- *   <li>{@code allreduce_ordered}: {@code comm.allReduce(t, SUM, compute)} (C: "allreduce_ordered"),</li>
- *   <li>{@code reducescatter}: {@code comm.reduceScatter(t, compute)}, the convenience operation.</li>
+ *   <li>{@code all_reduce_ordered}: {@code comm.allReduce(t, SUM, compute)} (C: "all_reduce_ordered"),</li>
+ *   <li>{@code reduce_scatter}: {@code comm.reduceScatter(t, compute)}, the convenience operation.</li>
  * </ul>
  * As in the C program the comms stream is synchronized after every 256th operation inside the timed
  * loop, and the median and the best of the repetitions are printed, one parseable line per case
@@ -34,7 +34,7 @@ import java.util.List;
  * java --enable-native-access=ALL-UNNAMED -cp jnccl-benchmarks.jar dev.jnccl.examples.bench.MultiRankHostCost \
  *     --world 2 --rank 0 --id-file /tmp/id [--mode BLOCKING_SPLIT|NON_BLOCKING|both] [--iters 20000]
  *     [--reps 3] [--warmup 2000] [--count 1024] [--device 0]
- *     [--cases transaction,allreduce_ordered,reducescatter]
+ *     [--cases transaction,all_reduce_ordered,reduce_scatter]
  * </pre>
  * Every rank must be given the same --iters, --warmup, --reps and --count (their collectives must match).
  */

@@ -8,6 +8,7 @@ import dev.jnccl.ReduceOp;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
+import dev.jnccl.examples.ExampleSupport;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -28,7 +29,7 @@ import java.util.Locale;
 final class RankHostCost {
     private static final int SYNC_EVERY = QueueBound.SYNC_EVERY;
     /** Every case, in the order they run. */
-    static final List<String> CASES = List.of("transaction", "allreduce_ordered", "reducescatter");
+    static final List<String> CASES = List.of("transaction", "all_reduce_ordered", "reduce_scatter");
 
     private RankHostCost() {}
 
@@ -124,14 +125,14 @@ final class RankHostCost {
             DeviceTensor tensor = memory.tensor(DType.FP32);
             DeviceTensor shard = tensor.shard(comm.rank(), comm.worldSize());
             System.out.println("# jnccl rank " + comm.rank() + " of " + comm.worldSize() + " (" + launch
-                    + "), device " + comm.device() + ", backend " + comm.backend() + ", NCCL " + comm.ncclVersion()
+                    + "), device " + comm.device() + ", backend " + ExampleSupport.backendName(comm.backend()) + ", NCCL " + comm.ncclVersion()
                     + ", mode " + mode + ", " + count + " x FP32");
             for (String name : settings.cases()) {
                 Runnable op = switch (name) {
                     case "transaction" -> () -> comm.begin(ready).reduceScatter(tensor).allGather(shard, tensor)
                             .execute(signal);
-                    case "allreduce_ordered" -> () -> comm.allReduce(tensor, ReduceOp.SUM, compute);
-                    case "reducescatter" -> () -> comm.reduceScatter(tensor, compute);
+                    case "all_reduce_ordered" -> () -> comm.allReduce(tensor, ReduceOp.SUM, compute);
+                    case "reduce_scatter" -> () -> comm.reduceScatter(tensor, compute);
                     default -> throw new IllegalArgumentException("unknown case " + name);
                 };
                 measure(name, comm, mode, settings, launch, barrier, op);

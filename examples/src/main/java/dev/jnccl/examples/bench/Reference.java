@@ -15,27 +15,13 @@ final class Reference {
 
     static boolean reductionMatches(BenchType type, ReduceOp op, long seed, int ranks, long index, MemorySegment result,
                                     long element) {
-        if (type.isInteger()) {
-            long acc = type.reductionValue(seed, 0, index, op, ranks);
-            for (int q = 1; q < ranks; q++) {
-                long v = type.reductionValue(seed, q, index, op, ranks);
-                acc = switch (op) {
-                    case SUM, AVG -> acc + v;
-                    case PROD -> acc * v;
-                    case MAX -> Math.max(acc, v);
-                    case MIN -> Math.min(acc, v);
-                };
-            }
-            if (op == ReduceOp.AVG) {
-                acc = acc / ranks; // NCCL: sum, then divide (truncating)
-            }
-            return type.getInteger(result, element) == type.wrap(acc);
-        }
-        double acc = type.reductionValue(seed, 0, index, op, ranks);
-        double magnitude = Math.abs(acc);
+        // Combined in long arithmetic for every type: integers wrap like NCCL's, and the floating types'
+        // test values keep every partial result far inside long's range (and exact in the type).
+        long acc = type.reductionValue(seed, 0, index, op, ranks);
+        double magnitude = Math.abs((double) acc);
         for (int q = 1; q < ranks; q++) {
-            double v = type.reductionValue(seed, q, index, op, ranks);
-            magnitude += Math.abs(v);
+            long v = type.reductionValue(seed, q, index, op, ranks);
+            magnitude += Math.abs((double) v);
             acc = switch (op) {
                 case SUM, AVG -> acc + v;
                 case PROD -> acc * v;
@@ -43,11 +29,15 @@ final class Reference {
                 case MIN -> Math.min(acc, v);
             };
         }
+        if (type.isInteger()) {
+            long expected = op == ReduceOp.AVG ? acc / ranks : acc; // NCCL's integer avg: sum, then divide (truncating)
+            return type.getInteger(result, element) == type.wrap(expected);
+        }
         double got = type.getFloating(result, element);
         if (op != ReduceOp.AVG) {
             return got == acc;
         }
-        double expected = acc / ranks;
+        double expected = (double) acc / ranks;
         // each pre-multiplied term and each partial sum rounds once in the type
         double tolerance = 2 * type.epsilon() * (ranks + 1) * magnitude / ranks;
         return Math.abs(got - expected) <= tolerance;

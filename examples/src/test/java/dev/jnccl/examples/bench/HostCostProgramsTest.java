@@ -98,7 +98,7 @@ class HostCostProgramsTest {
     @Test
     void threadsModeReportsEveryRankModeAndCaseWithRanksSharingOneDevice() throws Exception {
         assumeHost();
-        List<String> cases = List.of("transaction", "allreduce_ordered");
+        List<String> cases = List.of("transaction", "all_reduce_ordered");
         try (NativeEnv env = NativeEnv.set("NCCL_MULTI_RANK_GPU_ENABLE", "1")) {
             List<Map<String, String>> lines = results(() -> ThreadsHostCost.main(new String[] {"--world", "2",
                     "--iters", ITERS, "--warmup", "256", "--reps", String.valueOf(REPS), "--cases",
@@ -125,7 +125,7 @@ class HostCostProgramsTest {
                         () -> RankHostCost.Settings.parse(new String[] {"--max-lead", "2"}, false, "MultiRankHostCost"))
                         .getMessage());
         assertEquals("ThreadsHostCost: unknown case allgather in --cases transaction,allgather (known: transaction,"
-                        + "allreduce_ordered,reducescatter)",
+                        + "all_reduce_ordered,reduce_scatter)",
                 assertThrows(IllegalArgumentException.class, () -> RankHostCost.Settings.parse(
                         new String[] {"--cases", "transaction,allgather"}, true, "ThreadsHostCost")).getMessage());
         assertEquals("ThreadsHostCost: --world needs a value",

@@ -7,7 +7,6 @@ import static java.lang.foreign.ValueLayout.JAVA_LONG;
 
 import dev.jnccl.CommunicatorAbortedException;
 import dev.jnccl.NativeLibraryException;
-import dev.jnccl.bindings.NativeLoadException;
 import dev.jnccl.bindings.SharedLibrary;
 import dev.jnccl.mpi.MpiException;
 import java.lang.foreign.Arena;
@@ -62,6 +61,8 @@ public final class MpiLibrary {
     private static final int ERROR_STRING_BYTES = 1024;
     /** Room for an MPI_Status of either ABI (Open MPI 24 bytes, MPICH 20): read by nobody. */
     private static final int STATUS_BYTES = 64;
+    /** How long an operation may still complete after {@link Wait#cancel()} first gave a reason. */
+    private static final long CANCEL_GRACE_NANOS = TimeUnit.SECONDS.toNanos(2);
     /** Buffers of operations abandoned at a deadline or interrupt: MPI may write them until the job ends. */
     private static final List<Arena> ABANDONED = new ArrayList<>();
     /** MPI_MAX_LIBRARY_VERSION_STRING of MPICH (Open MPI: 256). */
@@ -158,7 +159,7 @@ public final class MpiLibrary {
                                     + " add its lib directory to LD_LIBRARY_PATH, or set -D" + PROPERTY
                                     + "=/path/to/libmpi.so.40 (environment: " + ENVIRONMENT + "). Use the library"
                                     + " of the mpirun that starts the job.");
-                } catch (NativeLoadException e) {
+                } catch (dev.jnccl.bindings.NativeLibraryException e) { // handed on as the API's type
                     throw new NativeLibraryException(e.getMessage(), e);
                 }
                 instance = new MpiLibrary(library);
@@ -482,6 +483,7 @@ public final class MpiLibrary {
         MemorySegment flag = buffers.allocate(JAVA_INT);
         MemorySegment status = buffers.allocate(STATUS_BYTES);
         long polls = 0;
+        long cancelledAt = 0;
         while (true) {
             call("MPI_Test", "PPP", request, flag, status);
             if (flag.get(JAVA_INT, 0) != 0) {
@@ -489,12 +491,18 @@ public final class MpiLibrary {
             }
             String reason = null;
             InterruptedException interrupt = null;
-            long waited = System.nanoTime() - start;
+            long now = System.nanoTime();
+            long waited = now - start;
             String cancelled = wait.cancel().get();
+            if (cancelled != null && cancelledAt == 0) {
+                cancelledAt = now | 1; // never 0
+            }
             if (Thread.currentThread().isInterrupted()) {
                 interrupt = new InterruptedException();
                 reason = "was interrupted (the interrupt status is kept)";
-            } else if (cancelled != null) {
+            } else if (cancelled != null && now - cancelledAt > CANCEL_GRACE_NANOS) {
+                // The rank that ended may have joined this operation before it did: MPI then
+                // completes it soon, so only an operation still pending after the grace is hopeless.
                 reason = "ended: " + cancelled;
             } else if (waited >= wait.timeoutNanos()) {
                 reason = "did not complete within " + TimeUnit.NANOSECONDS.toMillis(wait.timeoutNanos())

@@ -2,9 +2,11 @@ package dev.jnccl.bindings;
 
 /**
  * The native libraries could not be loaded or are unusable (missing, too old, native access
- * denied). The message is meant for the user: it lists what was tried and what to do.
+ * denied). The message is meant for the user: it lists what was tried and what to do. Core hands
+ * it on as the API's {@code dev.jnccl.NativeLibraryException} with the same message; it has the
+ * same name because it is the same failure, raised in the layer that cannot see the API.
  */
-public final class NativeLoadException extends RuntimeException {
+public final class NativeLibraryException extends RuntimeException {
     private static final long serialVersionUID = 1L;
 
     /**
@@ -12,7 +14,7 @@ public final class NativeLoadException extends RuntimeException {
      *
      * @param message what failed, with every place tried
      */
-    public NativeLoadException(String message) {
+    public NativeLibraryException(String message) {
         super(message);
     }
 
@@ -22,7 +24,7 @@ public final class NativeLoadException extends RuntimeException {
      * @param message what failed, with every place tried
      * @param cause the underlying error
      */
-    public NativeLoadException(String message, Throwable cause) {
+    public NativeLibraryException(String message, Throwable cause) {
         super(message, cause);
     }
 }

@@ -3,10 +3,13 @@ package dev.jnccl.bindings;
 import java.util.Locale;
 
 /**
- * Which implementation of the CUDA runtime + NCCL ABI backs the bindings, chosen once per JVM by
- * the {@code jnccl.backend} system property (or the {@code JNCCL_BACKEND} environment variable).
+ * The value of the {@code jnccl.backend} setting: which implementation of the CUDA runtime + NCCL
+ * ABI the loader puts behind the bindings, chosen once per JVM by the system property (or the
+ * {@code JNCCL_BACKEND} environment variable). It differs from the API's {@code dev.jnccl.Backend},
+ * the backend that runs, by {@link #AUTO}: a request the loader resolves to {@link #CUDA} or
+ * {@link #HOST} ({@link LoadedLibraries#backend()} is never AUTO).
  */
-public enum Backend {
+public enum BackendSetting {
     /** The real libcudart and libnccl. The library's default: production never runs on the emulation by accident. */
     CUDA,
     /** jnccl's host emulation of the same ABI, on host memory (no GPU needed). */
@@ -19,8 +22,8 @@ public enum Backend {
     /** The environment variable read when the system property is not set: {@value}. */
     public static final String ENVIRONMENT = "JNCCL_BACKEND";
 
-    /** {@return the configured backend: the system property, else the environment variable, else {@link #CUDA}} */
-    public static Backend configured() {
+    /** {@return the configured setting: the system property, else the environment variable, else {@link #CUDA}} */
+    public static BackendSetting configured() {
         String value = System.getProperty(PROPERTY);
         String source = "system property " + PROPERTY;
         if (value == null || value.isBlank()) {
@@ -33,7 +36,7 @@ public enum Backend {
         return parse(value, source);
     }
 
-    static Backend parse(String value, String source) {
+    static BackendSetting parse(String value, String source) {
         try {
             return valueOf(value.trim().toUpperCase(Locale.ROOT));
         } catch (IllegalArgumentException e) {
