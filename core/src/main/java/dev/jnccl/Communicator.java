@@ -364,13 +364,25 @@ public final class Communicator implements AutoCloseable {
         event.begin();
         CommandBuffer buffer = transaction.buffer();
         List<Command> executed = buffer.snapshot();
+        try {
+            requireUsable("execute");
+            // Outside the lock: the launcher may wait here for slower ranks, and an abort from
+            // another thread (a failing pack, the watchdog) must not wait for this one meanwhile.
+            onHost(() -> {
+                host.pace(hostTimeoutNanos);
+                return null;
+            });
+        } catch (RuntimeException e) {
+            transactionEnded(transaction);
+            buffer.clear();
+            throw e;
+        }
         nativeLock.lock();
         try {
             if (openTransaction == transaction) {
                 openTransaction = null;
             }
             requireUsable("execute");
-            host.pace(hostTimeoutNanos);
             enqueue(transaction, signal, buffer, executed);
         } finally {
             nativeLock.unlock();

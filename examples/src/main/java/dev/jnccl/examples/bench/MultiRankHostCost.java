@@ -37,8 +37,15 @@ import java.util.List;
  *     [--cases transaction,all_reduce_ordered,reduce_scatter]
  * </pre>
  * Every rank must be given the same --iters, --warmup, --reps and --count (their collectives must match).
+ * The watchdog is on, as by default for users; {@code -Djnccl.bench.watchdog=off} turns it off.
  */
 public final class MultiRankHostCost {
+    /**
+     * {@code -Djnccl.bench.watchdog=off} measures without the watchdog (on by default, as for users):
+     * the two runs side by side give the watchdog's share of the host cost.
+     */
+    private static final boolean WATCHDOG = !"off".equals(System.getProperty("jnccl.bench.watchdog", "on"));
+
     private MultiRankHostCost() {}
 
     /** Rank 0 publishes {@code id} as {@code file} atomically; the others wait up to {@code seconds} for it. */
@@ -88,6 +95,9 @@ public final class MultiRankHostCost {
             sequence++;
             Cuda.setDevice(settings.device());
             CommunicatorOptions options = CommunicatorOptions.defaults().withMode(mode);
+            if (!WATCHDOG) {
+                options = options.withoutWatchdog();
+            }
             try (Communicator comm = Communicator.initRank(id, rank, settings.world(), settings.device(), options)) {
                 if (published != null && rank == 0) {
                     Files.deleteIfExists(published); // every rank has joined: the id was read

@@ -126,7 +126,8 @@ final class RankHostCost {
             DeviceTensor shard = tensor.shard(comm.rank(), comm.worldSize());
             System.out.println("# jnccl rank " + comm.rank() + " of " + comm.worldSize() + " (" + launch
                     + "), device " + comm.device() + ", backend " + ExampleSupport.backendName(comm.backend()) + ", NCCL " + comm.ncclVersion()
-                    + ", mode " + mode + ", " + count + " x FP32");
+                    + ", mode " + mode + ", watchdog " + (comm.options().watchdogEnabled() ? "on" : "off") + ", "
+                    + count + " x FP32");
             for (String name : settings.cases()) {
                 Runnable op = switch (name) {
                     case "transaction" -> () -> comm.begin(ready).reduceScatter(tensor).allGather(shard, tensor)
