@@ -71,9 +71,18 @@ public final class Watchdog {
     /** Stops the thread and waits (bounded) for it; returns whether it has ended. */
     public boolean stop() {
         thread.interrupt();
-        try {
-            thread.join(Deadlines.toMillis(interval) * 2 + 2000); // toMillis is clamped: no overflow
-        } catch (InterruptedException e) {
+        // Waited for even on an interrupted thread (a rank released by a failing pack closes with its
+        // interrupt status set): a watchdog left running could still touch the communicator.
+        long deadline = Deadlines.deadline(interval.multipliedBy(2).plusSeconds(2));
+        boolean interrupted = false;
+        while (thread.isAlive() && !Deadlines.passed(deadline)) {
+            try {
+                thread.join(Math.max(1, Deadlines.remainingNanos(deadline) / 1_000_000));
+            } catch (InterruptedException e) {
+                interrupted = true;
+            }
+        }
+        if (interrupted) {
             Thread.currentThread().interrupt();
         }
         if (thread.isAlive()) {
