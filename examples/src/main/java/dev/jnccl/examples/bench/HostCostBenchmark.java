@@ -92,11 +92,21 @@ public class HostCostBenchmark {
     public abstract static class Bounded {
         QueueBound queue;
 
+        /** Only the states of this class extend it. */
+        Bounded() {}
+
+        /** Starts the queue bound's count for this iteration. */
         @Setup(Level.Iteration)
         public void startIteration() {
             queue.startIteration();
         }
 
+        /**
+         * Reads the queue bound's count of this iteration.
+         *
+         * @param benchmark the benchmark's parameters (JMH)
+         * @param iteration the iteration's parameters (JMH)
+         */
         @TearDown(Level.Iteration)
         public void endIteration(BenchmarkParams benchmark, IterationParams iteration) {
             queue.endIteration(benchmark, iteration);
@@ -106,6 +116,9 @@ public class HostCostBenchmark {
     /** jnccl: a world-1 communicator, a compute stream with a ready event, a signal event, one FP32 tensor. */
     @State(Scope.Thread)
     public static class JncclState extends Bounded {
+        /** Made by JMH. */
+        public JncclState() {}
+
         /** Elements (FP32) of the tensor. */
         @Param("1024")
         public int count;
@@ -138,6 +151,7 @@ public class HostCostBenchmark {
                     + count + " x FP32, communicator mode " + comm.options().mode());
         }
 
+        /** Closes the communicator, streams, events and memory. */
         @TearDown(Level.Trial)
         public void tearDown() {
             compute.synchronize();
