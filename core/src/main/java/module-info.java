@@ -11,6 +11,6 @@ module dev.jnccl.core {
     exports dev.jnccl.cuda;
     // The seam between Communicator and the launchers: only the launcher modules implement it.
     exports dev.jnccl.spi to dev.jnccl.threads, dev.jnccl.mpi;
-    // Deadlines and back-off for the launchers' own waits.
+    // The bottom layer (no API types): deadlines, back-off and option checks for the launchers' own code.
     exports dev.jnccl.internal to dev.jnccl.threads, dev.jnccl.mpi;
 }

@@ -4,8 +4,6 @@ import dev.jnccl.bindings.LoadedLibraries;
 import dev.jnccl.bindings.NcclFeature;
 import dev.jnccl.cuda.Cuda;
 import dev.jnccl.cuda.CudaStream;
-import dev.jnccl.internal.Native;
-import dev.jnccl.internal.NcclTypes;
 import java.util.Objects;
 
 /**
@@ -29,7 +27,7 @@ final class Checks {
         if (rank < 0 || rank >= worldSize) {
             throw new IllegalArgumentException("Communicator: rank " + rank + " out of range [0, " + worldSize + ")");
         }
-        this.libraries = Native.libraries();
+        this.libraries = NcclCalls.libraries();
         int devices = Cuda.deviceCount();
         if (device < 0 || device >= devices) {
             throw new IllegalArgumentException("Communicator: device " + device + " out of range [0, " + devices

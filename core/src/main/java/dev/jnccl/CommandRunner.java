@@ -3,8 +3,6 @@ package dev.jnccl;
 import dev.jnccl.bindings.LoadedLibraries;
 import dev.jnccl.bindings.NcclFeature;
 import dev.jnccl.cuda.CudaStream;
-import dev.jnccl.internal.NcclComm;
-import dev.jnccl.internal.NcclTypes;
 import dev.jnccl.spi.Command;
 import dev.jnccl.spi.Transport;
 import java.util.List;

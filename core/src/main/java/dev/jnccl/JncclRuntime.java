@@ -1,14 +1,10 @@
 package dev.jnccl;
 
-import static java.lang.foreign.ValueLayout.JAVA_INT;
-
 import dev.jnccl.bindings.LoadedLibraries;
 import dev.jnccl.bindings.NcclFeature;
 import dev.jnccl.bindings.cuda.CudaRuntime;
-import dev.jnccl.internal.Native;
-import dev.jnccl.internal.NcclTypes;
-import java.lang.foreign.Arena;
-import java.lang.foreign.MemorySegment;
+import dev.jnccl.cuda.Cuda;
+import dev.jnccl.cuda.CudaException;
 import java.util.Objects;
 
 /**
@@ -56,7 +52,7 @@ public record JncclRuntime(Backend backend, LibraryVersion nccl, LibraryVersion 
      * @throws NativeLibraryException when the libraries cannot be loaded (the message says what was tried)
      */
     public static JncclRuntime query() {
-        LoadedLibraries libraries = Native.libraries();
+        LoadedLibraries libraries = NcclCalls.libraries();
         return new JncclRuntime(backendOf(libraries), LibraryVersion.of(libraries.nccl()),
                 LibraryVersion.of(libraries.cudaRuntime()), LibraryVersion.of(libraries.cudaDriver()), visibleDevices());
     }
@@ -84,17 +80,16 @@ public record JncclRuntime(Backend backend, LibraryVersion nccl, LibraryVersion 
         };
     }
 
-    /** cudaGetDeviceCount, where "no device" is the answer 0 rather than an error. */
+    /** cudaGetDeviceCount ({@link Cuda#deviceCount()}), where "no device" is the answer 0 rather than an error. */
     private static int visibleDevices() {
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment count = arena.allocate(JAVA_INT);
-            int code = CudaRuntime.cudaGetDeviceCount(count);
-            if (code == CudaRuntime.cudaErrorNoDevice()) {
-                CudaRuntime.cudaGetLastError(); // the runtime also keeps it as the thread's last error
-                return 0;
+        try {
+            return Cuda.deviceCount();
+        } catch (CudaException e) {
+            if (e.code() != CudaRuntime.cudaErrorNoDevice()) {
+                throw e;
             }
-            Native.checkCuda(code, "cudaGetDeviceCount", -1);
-            return count.get(JAVA_INT, 0);
+            CudaRuntime.cudaGetLastError(); // the runtime also keeps it as the thread's last error
+            return 0;
         }
     }
 }

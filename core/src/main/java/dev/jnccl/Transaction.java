@@ -1,7 +1,6 @@
 package dev.jnccl;
 
 import dev.jnccl.cuda.CudaEvent;
-import dev.jnccl.internal.Tensors;
 import dev.jnccl.spi.Command;
 import java.util.Objects;
 

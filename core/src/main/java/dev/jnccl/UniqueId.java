@@ -2,7 +2,6 @@ package dev.jnccl;
 
 import dev.jnccl.bindings.nccl.Nccl;
 import dev.jnccl.bindings.nccl.ncclUniqueId;
-import dev.jnccl.internal.Native;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -27,10 +26,10 @@ public final class UniqueId {
 
     /** {@return a new id from ncclGetUniqueId} */
     public static UniqueId generate() {
-        Native.libraries();
+        NcclCalls.libraries();
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment id = ncclUniqueId.allocate(arena);
-            Native.checkNccl(Nccl.ncclGetUniqueId(id), "ncclGetUniqueId", null, -1, -1);
+            NcclCalls.checkNccl(Nccl.ncclGetUniqueId(id), "ncclGetUniqueId", null, -1, -1);
             return new UniqueId(id.toArray(ValueLayout.JAVA_BYTE));
         }
     }

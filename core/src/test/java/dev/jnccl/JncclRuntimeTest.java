@@ -9,7 +9,7 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.bindings.nccl.Nccl;
-import dev.jnccl.internal.Native;
+import dev.jnccl.bindings.NativeLibraries;
 import dev.jnccl.testsupport.ChildJvm;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -46,16 +46,16 @@ class JncclRuntimeTest {
     @Test
     void backendIsTheOneTheLoaderResolvedAndCommunicatorsAgree() {
         JncclRuntime runtime = JncclRuntime.query();
-        Backend expected = switch (Native.libraries().backend()) {
+        Backend expected = switch (NativeLibraries.load().backend()) {
             case CUDA -> Backend.CUDA;
             case HOST -> Backend.HOST;
             case AUTO -> throw new AssertionError("loader left AUTO");
         };
         assertEquals(expected, runtime.backend());
         // The loader's log line and the API write a library's version alike: one text per version.
-        assertEquals(Native.libraries().nccl().toString(), runtime.nccl().toString());
-        assertEquals(Native.libraries().cudaRuntime().toString(), runtime.cudaRuntime().toString());
-        assertEquals(Native.libraries().cudaDriver().toString(), runtime.cudaDriver().toString());
+        assertEquals(NativeLibraries.load().nccl().toString(), runtime.nccl().toString());
+        assertEquals(NativeLibraries.load().cudaRuntime().toString(), runtime.cudaRuntime().toString());
+        assertEquals(NativeLibraries.load().cudaDriver().toString(), runtime.cudaDriver().toString());
         try (Communicator comm = Communicator.single(0)) {
             assertEquals(runtime.backend(), comm.backend());
             assertEquals(runtime.nccl().toString(), comm.ncclVersion());

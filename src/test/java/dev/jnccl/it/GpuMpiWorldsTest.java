@@ -2,7 +2,7 @@ package dev.jnccl.it;
 
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
-import dev.jnccl.internal.Native;
+import dev.jnccl.bindings.NativeLibraries;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.BeforeEach;
@@ -35,7 +35,7 @@ class GpuMpiWorldsTest extends MpiWorldsChecks {
         String wanted = System.getProperty("jnccl.it.mpi.backend", "cuda");
         String backend;
         try {
-            backend = Native.libraries().backend().id();
+            backend = NativeLibraries.load().backend().id();
         } catch (RuntimeException e) {
             backend = "unavailable (" + e.getMessage() + ")";
         }

@@ -2,7 +2,7 @@ package dev.jnccl.it;
 
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
-import dev.jnccl.internal.Native;
+import dev.jnccl.bindings.NativeLibraries;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.BeforeEach;
@@ -24,7 +24,7 @@ class GpuMultiProcessLifecycleTest extends MultiProcessLifecycleChecks {
     void requireCuda() {
         String backend;
         try {
-            backend = Native.libraries().backend().id();
+            backend = NativeLibraries.load().backend().id();
         } catch (RuntimeException e) {
             backend = "unavailable (" + e.getMessage() + ")";
         }

@@ -3,7 +3,6 @@ package dev.jnccl.cuda;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 
 import dev.jnccl.bindings.cuda.CudaRuntime;
-import dev.jnccl.internal.Native;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 
@@ -13,17 +12,22 @@ public final class Cuda {
 
     /** {@return the number of CUDA devices visible to this process (virtual devices on the host emulation)} */
     public static int deviceCount() {
-        Native.libraries();
+        CudaCalls.libraries();
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment count = arena.allocate(JAVA_INT);
-            Native.checkCuda(CudaRuntime.cudaGetDeviceCount(count), "cudaGetDeviceCount", -1);
+            CudaCalls.check(CudaRuntime.cudaGetDeviceCount(count), "cudaGetDeviceCount", -1);
             return count.get(JAVA_INT, 0);
         }
     }
 
     /** {@return the calling thread's current device} */
     public static int currentDevice() {
-        return Native.currentDevice();
+        CudaCalls.libraries();
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment device = arena.allocate(JAVA_INT);
+            CudaCalls.check(CudaRuntime.cudaGetDevice(device), "cudaGetDevice", -1);
+            return device.get(JAVA_INT, 0);
+        }
     }
 
     /**
@@ -36,13 +40,13 @@ public final class Cuda {
         if (device < 0 || device >= count) {
             throw new IllegalArgumentException("setDevice: device " + device + " out of range [0, " + count + ")");
         }
-        Native.checkCuda(CudaRuntime.cudaSetDevice(device), "cudaSetDevice", device);
+        CudaCalls.check(CudaRuntime.cudaSetDevice(device), "cudaSetDevice", device);
     }
 
     /** Waits until all work on the current device is done. */
     public static void synchronize() {
-        Native.libraries();
-        Native.checkCuda(CudaRuntime.cudaDeviceSynchronize(), "cudaDeviceSynchronize", currentDevice());
+        CudaCalls.libraries();
+        CudaCalls.check(CudaRuntime.cudaDeviceSynchronize(), "cudaDeviceSynchronize", currentDevice());
     }
 
     /**
@@ -52,10 +56,10 @@ public final class Cuda {
      * @param peer the device whose memory is accessed
      */
     public static boolean canAccessPeer(int device, int peer) {
-        Native.libraries();
+        CudaCalls.libraries();
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment can = arena.allocate(JAVA_INT);
-            Native.checkCuda(CudaRuntime.cudaDeviceCanAccessPeer(can, device, peer), "cudaDeviceCanAccessPeer",
+            CudaCalls.check(CudaRuntime.cudaDeviceCanAccessPeer(can, device, peer), "cudaDeviceCanAccessPeer",
                     device);
             return can.get(JAVA_INT, 0) != 0;
         }
@@ -69,13 +73,13 @@ public final class Cuda {
      * @return true when access was enabled now, false when it already was
      */
     public static boolean enablePeerAccess(int peer) {
-        Native.libraries();
+        CudaCalls.libraries();
         int code = CudaRuntime.cudaDeviceEnablePeerAccess(peer, 0);
         if (code == CudaRuntime.cudaErrorPeerAccessAlreadyEnabled()) {
             CudaRuntime.cudaGetLastError(); // the runtime also records it as the thread's last error
             return false;
         }
-        Native.checkCuda(code, "cudaDeviceEnablePeerAccess", currentDevice());
+        CudaCalls.check(code, "cudaDeviceEnablePeerAccess", currentDevice());
         return true;
     }
 }

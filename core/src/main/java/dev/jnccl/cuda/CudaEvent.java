@@ -3,7 +3,6 @@ package dev.jnccl.cuda;
 import static java.lang.foreign.ValueLayout.JAVA_FLOAT;
 
 import dev.jnccl.bindings.cuda.CudaRuntime;
-import dev.jnccl.internal.Native;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.Objects;
@@ -134,7 +133,7 @@ public final class CudaEvent implements AutoCloseable {
         }
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment ms = arena.allocate(JAVA_FLOAT);
-            Native.checkCuda(CudaRuntime.cudaEventElapsedTime(ms, start.handle(), handle.segment()),
+            CudaCalls.check(CudaRuntime.cudaEventElapsedTime(ms, start.handle(), handle.segment()),
                     "cudaEventElapsedTime", handle.device());
             return ms.get(JAVA_FLOAT, 0);
         }

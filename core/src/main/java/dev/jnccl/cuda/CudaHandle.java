@@ -3,7 +3,6 @@ package dev.jnccl.cuda;
 import dev.jnccl.JncclInterruptedException;
 import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.internal.Backoff;
-import dev.jnccl.internal.Native;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -46,11 +45,11 @@ final class CudaHandle {
      */
     static CudaHandle create(String kind, String function, ToIntFunction<MemorySegment> create,
                              ToIntFunction<MemorySegment> destroy, String destroyName) {
-        Native.libraries();
-        int device = Native.currentDevice();
+        CudaCalls.libraries();
+        int device = Cuda.currentDevice();
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment out = arena.allocate(ValueLayout.ADDRESS);
-            Native.checkCuda(create.applyAsInt(out), function, device);
+            CudaCalls.check(create.applyAsInt(out), function, device);
             return new CudaHandle(kind, MemorySegment.ofAddress(out.get(ValueLayout.ADDRESS, 0).address()), device,
                     true, destroy, destroyName);
         }
@@ -74,7 +73,7 @@ final class CudaHandle {
         if (device < 0) {
             throw new IllegalArgumentException("wrap: device " + device + " is negative");
         }
-        Native.libraries();
+        CudaCalls.libraries();
         return new CudaHandle(kind, MemorySegment.ofAddress(handle.address()), device, false, null, null);
     }
 
@@ -112,7 +111,7 @@ final class CudaHandle {
         if (code == CudaRuntime.cudaErrorNotReady()) {
             return false;
         }
-        Native.checkCuda(code, function, device);
+        CudaCalls.check(code, function, device);
         return true;
     }
 
@@ -137,7 +136,7 @@ final class CudaHandle {
     /** Marks the handle closed and destroys it if owned; only the first call does anything. */
     void close() {
         if (closed.compareAndSet(false, true) && owned) {
-            Native.checkCuda(destroy.applyAsInt(segment), destroyName, device);
+            CudaCalls.check(destroy.applyAsInt(segment), destroyName, device);
         }
     }
 

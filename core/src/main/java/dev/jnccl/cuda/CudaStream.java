@@ -2,8 +2,6 @@ package dev.jnccl.cuda;
 
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.bindings.cuda.CudaRuntime;
-import dev.jnccl.internal.Native;
-import dev.jnccl.internal.Tensors;
 import java.lang.foreign.MemorySegment;
 import java.util.Objects;
 
@@ -118,7 +116,7 @@ public final class CudaStream implements AutoCloseable {
     public void waitFor(CudaEvent event) {
         handle.requireOpen("waitFor", this);
         Objects.requireNonNull(event, "waitFor: event is null");
-        Native.checkCuda(CudaRuntime.cudaStreamWaitEvent(handle.segment(), event.handle(), 0), "cudaStreamWaitEvent",
+        CudaCalls.check(CudaRuntime.cudaStreamWaitEvent(handle.segment(), event.handle(), 0), "cudaStreamWaitEvent",
                 handle.device());
     }
 
@@ -130,7 +128,7 @@ public final class CudaStream implements AutoCloseable {
     public void record(CudaEvent event) {
         handle.requireOpen("record", this);
         Objects.requireNonNull(event, "record: event is null");
-        Native.checkCuda(CudaRuntime.cudaEventRecord(event.handle(), handle.segment()), "cudaEventRecord",
+        CudaCalls.check(CudaRuntime.cudaEventRecord(event.handle(), handle.segment()), "cudaEventRecord",
                 handle.device());
     }
 
@@ -149,8 +147,8 @@ public final class CudaStream implements AutoCloseable {
      * @throws CudaException            when CUDA refuses the copy
      */
     public void copyAsync(DeviceTensor from, DeviceTensor to) {
-        Tensors.requireOpen("copyAsync", "from", from);
-        Tensors.requireOpen("copyAsync", "to", to);
+        requireOpen("from", from);
+        requireOpen("to", to);
         long bytes = from.bytes();
         if (bytes != to.bytes()) {
             throw new IllegalArgumentException("copyAsync: from has " + bytes + " bytes (" + from.dtype() + " x "
@@ -165,9 +163,26 @@ public final class CudaStream implements AutoCloseable {
         if (bytes == 0) {
             return;
         }
-        Native.checkCuda(CudaRuntime.cudaMemcpyAsync(MemorySegment.ofAddress(to.address()),
+        CudaCalls.check(CudaRuntime.cudaMemcpyAsync(MemorySegment.ofAddress(to.address()),
                 MemorySegment.ofAddress(from.address()), bytes, CudaRuntime.cudaMemcpyDefault(), handle.segment()),
                 "cudaMemcpyAsync", handle.device());
+    }
+
+    /**
+     * Checks that a tensor of {@link #copyAsync} is given and its memory, when known, is open, so a
+     * freed buffer gives an exception naming the argument instead of a CUDA error. The
+     * communicator's argument checks in {@code dev.jnccl} say the same in the same words.
+     */
+    private static void requireOpen(String argument, DeviceTensor tensor) {
+        if (tensor == null) {
+            throw new NullPointerException("copyAsync: " + argument + " is null");
+        }
+        DeviceMemory memory = tensor.memory();
+        if (memory != null && memory.isClosed()) {
+            throw new IllegalStateException("copyAsync: " + argument + " " + tensor + " views " + memory
+                    + (memory.isOwned() ? ", which was closed: its memory was freed"
+                            : ", which was closed: jnccl no longer uses the wrapped pointer"));
+        }
     }
 
     /** Destroys an owned stream (pending work still completes, as in CUDA); idempotent. */

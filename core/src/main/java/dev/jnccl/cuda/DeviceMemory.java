@@ -3,7 +3,6 @@ package dev.jnccl.cuda;
 import dev.jnccl.DType;
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.bindings.cuda.CudaRuntime;
-import dev.jnccl.internal.Native;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.Objects;
@@ -37,8 +36,8 @@ public final class DeviceMemory implements AutoCloseable {
             throw new IllegalArgumentException("allocate: bytes " + bytes + " is negative");
         }
         if (bytes == 0) {
-            Native.libraries();
-            return new DeviceMemory(CudaHandle.empty("device memory", Native.currentDevice()), 0);
+            CudaCalls.libraries();
+            return new DeviceMemory(CudaHandle.empty("device memory", Cuda.currentDevice()), 0);
         }
         return new DeviceMemory(CudaHandle.create("device memory", "cudaMalloc(" + bytes + " bytes)",
                 out -> CudaRuntime.cudaMalloc(out, bytes), CudaRuntime::cudaFree, "cudaFree"), bytes);
@@ -219,7 +218,7 @@ public final class DeviceMemory implements AutoCloseable {
         if (bytes == 0) {
             return;
         }
-        Native.checkCuda(CudaRuntime.cudaMemsetAsync(handle.segment(), value, bytes, streamHandle), "cudaMemsetAsync",
+        CudaCalls.check(CudaRuntime.cudaMemsetAsync(handle.segment(), value, bytes, streamHandle), "cudaMemsetAsync",
                 handle.device());
     }
 
@@ -228,7 +227,7 @@ public final class DeviceMemory implements AutoCloseable {
     }
 
     private void memcpy(MemorySegment dst, MemorySegment src, long count, int kind) {
-        Native.checkCuda(CudaRuntime.cudaMemcpy(dst, src, count, kind), "cudaMemcpy", handle.device());
+        CudaCalls.check(CudaRuntime.cudaMemcpy(dst, src, count, kind), "cudaMemcpy", handle.device());
     }
 
     private void checkRange(String operation, long offset, long length) {

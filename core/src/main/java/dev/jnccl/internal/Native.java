@@ -1,77 +1,36 @@
 package dev.jnccl.internal;
 
-import static java.lang.foreign.ValueLayout.JAVA_INT;
-
-import dev.jnccl.NativeLibraryException;
-import dev.jnccl.NcclException;
 import dev.jnccl.bindings.LoadedLibraries;
 import dev.jnccl.bindings.NativeLibraries;
 import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.bindings.nccl.Nccl;
-import dev.jnccl.cuda.CudaException;
-import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.util.function.BiFunction;
 
 /**
- * The one place where core turns native results into exceptions, and where it makes sure the
- * libraries are loaded before the first generated binding class is touched. Not API.
+ * The native plumbing every package of core shares: loading the libraries before the first
+ * generated binding class is touched, and the texts CUDA and NCCL give for a result. It works on
+ * raw result codes and handles only; turning a result into an exception is the job of the package
+ * that owns the exception type ({@code dev.jnccl} for NCCL, {@code dev.jnccl.cuda} for CUDA), so
+ * this package needs nothing above it. Not API.
  */
 public final class Native {
-    private static final int NCCL_SUCCESS = 0;
-    /** ncclInProgress (7 since NCCL 2.14; the generated constant is not read so that no binding class loads early). */
-    private static final int NCCL_IN_PROGRESS = 7;
-
     private Native() {}
 
     /**
      * The loaded native libraries: {@link NativeLibraries#load()} loads them once per JVM and caches
-     * the result (this class keeps no second copy); a load failure becomes a {@link NativeLibraryException}.
+     * the result (this class keeps no second copy).
+     *
+     * @param failure makes the caller's exception from the loader's message and its exception
+     *                (the API's {@code NativeLibraryException::new})
+     * @return the loaded libraries
      */
-    public static LoadedLibraries libraries() {
+    public static LoadedLibraries libraries(BiFunction<String, Throwable, ? extends RuntimeException> failure) {
         try {
             return NativeLibraries.load();
-        } catch (dev.jnccl.bindings.NativeLibraryException e) { // the same failure, handed on as the API's type
-            throw new NativeLibraryException(e.getMessage(), e);
+        } catch (dev.jnccl.bindings.NativeLibraryException e) { // the same failure, handed on as the caller's type
+            throw failure.apply(e.getMessage(), e);
         }
-    }
-
-    /** Throws {@link CudaException} for a failed CUDA call made outside any communicator. */
-    public static void checkCuda(int code, String function, int device) {
-        if (code != 0) {
-            throw new CudaException(function, code, cudaErrorText(code), -1, device);
-        }
-    }
-
-    /** Throws {@link CudaException} for a failed CUDA call made for the communicator of {@code rank}. */
-    public static void checkCudaOnRank(int code, String function, int rank, int device) {
-        if (code != 0) {
-            throw new CudaException(function, code, cudaErrorText(code), rank, device);
-        }
-    }
-
-    /**
-     * The one rule for NCCL results: {@code ncclSuccess} and {@code ncclInProgress} pass (the latter
-     * means a non-blocking communicator accepted the call; its completion is polled separately),
-     * anything else throws {@link NcclException} with NCCL's texts.
-     */
-    public static void checkNccl(int result, String function, MemorySegment comm, int rank, int device) {
-        if (result != NCCL_SUCCESS && result != NCCL_IN_PROGRESS) {
-            throw ncclFailure(result, function, comm, rank, device);
-        }
-    }
-
-    /**
-     * The exception for a failed NCCL call, with NCCL's texts.
-     *
-     * @param result the ncclResult_t value
-     * @param function the NCCL function called
-     * @param comm the communicator of the call, for ncclGetLastError (may be null)
-     * @param rank the rank of the communicator, -1 when none
-     * @param device the device of the communicator, -1 when unknown
-     * @return the exception, to be thrown by the caller
-     */
-    public static NcclException ncclFailure(int result, String function, MemorySegment comm, int rank, int device) {
-        return new NcclException(function, result, ncclErrorText(result), ncclLastError(comm), rank, device);
     }
 
     /**
@@ -102,16 +61,6 @@ public final class Native {
      */
     public static String ncclLastError(MemorySegment comm) {
         return string(Nccl.ncclGetLastError(comm == null ? MemorySegment.NULL : comm));
-    }
-
-    /** {@return the calling thread's current CUDA device} */
-    public static int currentDevice() {
-        libraries();
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment device = arena.allocate(JAVA_INT);
-            checkCuda(CudaRuntime.cudaGetDevice(device), "cudaGetDevice", -1);
-            return device.get(JAVA_INT, 0);
-        }
     }
 
     /**

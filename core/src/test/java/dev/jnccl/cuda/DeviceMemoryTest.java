@@ -10,7 +10,6 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import dev.jnccl.DType;
 import dev.jnccl.DeviceTensor;
-import dev.jnccl.internal.Tensors;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -90,29 +89,6 @@ class DeviceMemoryTest {
                     + memory, assertThrows(IllegalArgumentException.class,
                     () -> new DeviceTensor(memory.address() + 4, DType.INT32, 12, memory)).getMessage());
         }
-    }
-
-    @Test
-    void usableChecksRefuseAnotherDeviceAndClosedMemory() {
-        assumeTrue(Cuda.deviceCount() > 1, "needs two devices");
-        Cuda.setDevice(1);
-        DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 8);
-        DeviceTensor shard = memory.tensor(DType.FP32).shard(0, 2);
-        Tensors.requireUsable("allGather", "shard", shard, 3, 1);
-        assertEquals("allGather: shard is on device 1 but the communicator of rank 0 is on device 0",
-                assertThrows(IllegalArgumentException.class,
-                        () -> Tensors.requireUsable("allGather", "shard", shard, 0, 0)).getMessage());
-        Tensors.requireUsable("allGather", "shard", new DeviceTensor(shard.address(), DType.FP32, 4), 0, 0);
-        assertEquals("allGather: shard is null", assertThrows(NullPointerException.class,
-                () -> Tensors.requireUsable("allGather", "shard", null, 0, 0)).getMessage());
-        memory.close();
-        IllegalStateException e = assertThrows(IllegalStateException.class,
-                () -> Tensors.requireUsable("allGather", "shard", shard, 0, 1));
-        assertEquals("allGather: shard " + shard + " views " + memory + ", which was closed: its memory was freed",
-                e.getMessage());
-        assertTrue(shard.toString().endsWith(", device 1, memory closed]"), shard.toString());
-        assertEquals("DeviceTensor: " + memory + " is closed: a view of it would use freed memory",
-                assertThrows(IllegalStateException.class, () -> shard.shard(0, 2)).getMessage());
     }
 
     @Test

@@ -1,4 +1,4 @@
-package dev.jnccl.internal;
+package dev.jnccl;
 
 import dev.jnccl.spi.Command;
 import dev.jnccl.cuda.CudaEvent;
@@ -12,10 +12,10 @@ import java.util.List;
  * commands (sizes, peers), age and, when the watchdog tracks it, whether the GPU finished it.
  * Thread-safe: the owner thread adds, the watchdog polls and dumps.
  */
-public final class FlightRecorder {
+final class FlightRecorder {
 
     /** One executed transaction. {@code done} is tracked only when {@code completion} is set. */
-    public static final class Entry {
+    static final class Entry {
         final long sequence;
         final List<Command> commands;
         final long executedNanos;
@@ -34,7 +34,7 @@ public final class FlightRecorder {
          *
          * @return the sequence number
          */
-        public long sequence() {
+        long sequence() {
             return sequence;
         }
 
@@ -44,7 +44,7 @@ public final class FlightRecorder {
          * @param now the current {@link System#nanoTime()}
          * @return nanoseconds since the execute
          */
-        public long ageNanos(long now) {
+        long ageNanos(long now) {
             return now - executedNanos;
         }
 
@@ -53,7 +53,7 @@ public final class FlightRecorder {
          *
          * @return whether its completion event fired (false when not tracked)
          */
-        public boolean isCompleted() {
+        boolean isCompleted() {
             return completedNanos != 0;
         }
 
@@ -105,7 +105,7 @@ public final class FlightRecorder {
      *
      * @param capacity how many transactions it keeps (at least 1)
      */
-    public FlightRecorder(int capacity) {
+    FlightRecorder(int capacity) {
         this.capacity = capacity;
         this.entries = new ArrayDeque<>(capacity);
     }
@@ -118,7 +118,7 @@ public final class FlightRecorder {
      * @param commands the executed commands
      * @param completion the completion event, or null
      */
-    public synchronized void add(long sequence, List<Command> commands, CudaEvent completion) {
+    synchronized void add(long sequence, List<Command> commands, CudaEvent completion) {
         if (entries.size() == capacity) {
             Entry dropped = entries.removeFirst();
             if (dropped.completion != null) {
@@ -138,7 +138,7 @@ public final class FlightRecorder {
      *
      * @return a free event, or null
      */
-    public synchronized CudaEvent takeFreeEvent() {
+    synchronized CudaEvent takeFreeEvent() {
         return freeEvents.pollFirst();
     }
 
@@ -148,7 +148,7 @@ public final class FlightRecorder {
      *
      * @return the oldest pending entry, or null
      */
-    public synchronized Entry pollOldestPending() {
+    synchronized Entry pollOldestPending() {
         Entry oldest = null;
         long now = System.nanoTime();
         for (Entry entry : entries) {
@@ -166,7 +166,7 @@ public final class FlightRecorder {
     }
 
     /** {@return a multi-line dump of the recorded transactions, oldest first} */
-    public synchronized String dump() {
+    synchronized String dump() {
         long now = System.nanoTime();
         StringBuilder sb = new StringBuilder();
         sb.append("last ").append(entries.size()).append(" transaction(s), oldest first:");
@@ -177,7 +177,7 @@ public final class FlightRecorder {
     }
 
     /** Destroys every event this recorder holds. Call only when the comms stream is done or aborted. */
-    public synchronized void closeEvents() {
+    synchronized void closeEvents() {
         for (Entry entry : entries) {
             if (entry.completion != null) {
                 closeQuietly(entry.completion);

@@ -1,4 +1,4 @@
-package dev.jnccl.internal;
+package dev.jnccl;
 
 import dev.jnccl.spi.Command;
 import java.util.List;
@@ -14,7 +14,7 @@ import jdk.jfr.StackTrace;
  * JFR events of jnccl. When JFR is off (or the event disabled), {@code new}/{@code begin}/
  * {@code commit} are optimised away by the JIT, so they cost nothing on the hot path.
  */
-public final class Events {
+final class Events {
     private Events() {}
 
     /** Communicator init: the JFR event {@code jnccl.CommInit}. */

@@ -1,6 +1,5 @@
-package dev.jnccl.internal;
+package dev.jnccl;
 
-import dev.jnccl.DeviceTensor;
 import dev.jnccl.cuda.DeviceMemory;
 import java.util.Objects;
 
@@ -9,11 +8,12 @@ import java.util.Objects;
  * makes possible: the memory was not closed, and it is on the expected device. Made before any
  * native call, so a freed buffer or one of another GPU gives an exception naming the operation and
  * the argument instead of a CUDA error or corrupted memory. A tensor of a raw address (no memory)
- * passes both. Allocates nothing unless it throws. Not API.
+ * passes both. Allocates nothing unless it throws. ({@code CudaStream.copyAsync} makes the
+ * open-memory check of its own tensors in the same words: it lives in {@code dev.jnccl.cuda}.)
  */
-public final class Tensors {
+final class Tensors {
     /** {@code expectedDevice} of {@link #requireOpen}-only checks: any device will do. */
-    public static final int ANY_DEVICE = -1;
+    static final int ANY_DEVICE = -1;
 
     private Tensors() {}
 
@@ -25,7 +25,7 @@ public final class Tensors {
      * @throws NullPointerException  when {@code tensor} is null
      * @throws IllegalStateException when its memory was closed
      */
-    public static void requireOpen(String operation, String argument, DeviceTensor tensor) {
+    static void requireOpen(String operation, String argument, DeviceTensor tensor) {
         if (tensor == null) {
             throw new NullPointerException(operation + ": " + argument + " is null");
         }
@@ -49,7 +49,7 @@ public final class Tensors {
      * @throws IllegalStateException    when its memory was closed
      * @throws IllegalArgumentException when its memory is on another device
      */
-    public static void requireUsable(String operation, String argument, DeviceTensor tensor, int rank, int device) {
+    static void requireUsable(String operation, String argument, DeviceTensor tensor, int rank, int device) {
         requireOpen(operation, argument, tensor);
         int actual = tensor.device();
         if (actual != ANY_DEVICE && actual != device) {

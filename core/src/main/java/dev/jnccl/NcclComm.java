@@ -1,18 +1,16 @@
-package dev.jnccl.internal;
+package dev.jnccl;
 
 import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 
-import dev.jnccl.CommunicatorAbortedException;
-import dev.jnccl.CommunicatorMode;
-import dev.jnccl.DeviceTensor;
-import dev.jnccl.NcclException;
-import dev.jnccl.UniqueId;
 import dev.jnccl.bindings.NcclConfigs;
 import dev.jnccl.bindings.nccl.Nccl;
 import dev.jnccl.bindings.nccl.ncclConfig_t;
 import dev.jnccl.cuda.CudaException;
 import dev.jnccl.cuda.CudaStream;
+import dev.jnccl.internal.Backoff;
+import dev.jnccl.internal.Deadlines;
+import dev.jnccl.internal.Native;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
@@ -24,9 +22,9 @@ import org.slf4j.LoggerFactory;
 
 /**
  * One rank's NCCL communicator handle(s) and every call made on them: init and its bounded wait,
- * groups, collectives, send/recv, asynchronous-error polling, abort, finalize and destroy. Not API;
- * {@code dev.jnccl.Communicator} holds the policy (state machine, validation) and calls this, as its
- * package-private {@code CommandRunner} does for a transaction's commands.
+ * groups, collectives, send/recv, asynchronous-error polling, abort, finalize and destroy.
+ * {@link Communicator} holds the policy (state machine, validation) and calls this, as
+ * {@link CommandRunner} does for a transaction's commands.
  *
  * <p><b>Modes</b> ({@link CommunicatorMode}). {@code NON_BLOCKING}: one non-blocking communicator
  * does everything. {@code BLOCKING_SPLIT}: a non-blocking <i>parent</i> is created (so init is
@@ -43,7 +41,7 @@ import org.slf4j.LoggerFactory;
  * a thread can be held inside a blocking NCCL call (waiting for a dead peer), and only
  * {@code ncclCommAbort}, which first raises NCCL's abort flag, lets it return.
  */
-public final class NcclComm {
+final class NcclComm {
     private static final Logger LOG = LoggerFactory.getLogger(NcclComm.class);
     private static final int SUCCESS = Nccl.ncclSuccess();
     private static final int IN_PROGRESS = Nccl.ncclInProgress();
@@ -87,7 +85,7 @@ public final class NcclComm {
      * @throws NcclException                when NCCL refuses
      * @throws CommunicatorAbortedException at the deadline or on cancellation
      */
-    public static NcclComm init(UniqueId id, int rank, int worldSize, int device, CommunicatorMode mode,
+    static NcclComm init(UniqueId id, int rank, int worldSize, int device, CommunicatorMode mode,
                                 Duration timeout, Supplier<String> cancellation, ReentrantLock lock) {
         NcclComm comm = new NcclComm(rank, worldSize, device, mode, lock);
         try {
@@ -166,7 +164,7 @@ public final class NcclComm {
      * @throws NcclException                when NCCL refuses
      * @throws CommunicatorAbortedException at the deadline, on cancellation, or when this one is aborted
      */
-    public NcclComm split(int color, int key, int childRank, int childSize, Duration timeout,
+    NcclComm split(int color, int key, int childRank, int childSize, Duration timeout,
                           Supplier<String> cancellation, ReentrantLock childLock) {
         long deadline = Deadlines.deadline(timeout);
         NcclComm result = new NcclComm(childRank, childSize, device, mode, childLock);
@@ -281,21 +279,21 @@ public final class NcclComm {
     }
 
     /** The lock that serializes calls on this communicator (shared with its owner). */
-    public ReentrantLock lock() {
+    ReentrantLock lock() {
         return lock;
     }
 
-    public CommunicatorMode mode() {
+    CommunicatorMode mode() {
         return mode;
     }
 
     /** Whether the handles are gone (aborted or destroyed). */
-    public boolean isReleased() {
+    boolean isReleased() {
         return parent == null && child == null;
     }
 
     /** Nanos since the enqueue now inside NCCL began, or -1 when none is (for the watchdog). */
-    public long enqueueAgeNanos(long now) {
+    long enqueueAgeNanos(long now) {
         long started = callStartedNanos;
         return started == 0 ? -1 : now - started;
     }
@@ -307,7 +305,7 @@ public final class NcclComm {
      * and ncclGroupEnd. The group is closed whatever happens; on a non-blocking communicator the
      * in-progress end is awaited.
      */
-    public void group(Runnable body) {
+    void group(Runnable body) {
         MemorySegment work = work("ncclGroupStart");
         check(Nccl.ncclGroupStart(), "ncclGroupStart", work);
         boolean open = true;
@@ -330,28 +328,28 @@ public final class NcclComm {
     }
 
     /** ncclAllGather of {@code shard} into {@code full} on {@code stream}. */
-    public void allGather(DeviceTensor shard, DeviceTensor full, CudaStream stream) {
+    void allGather(DeviceTensor shard, DeviceTensor full, CudaStream stream) {
         MemorySegment work = work("ncclAllGather");
         check(Nccl.ncclAllGather(segment(shard.address()), segment(full.address()), shard.count(),
                 NcclTypes.of(shard.dtype()), work, stream.handle()), "ncclAllGather", work);
     }
 
     /** ncclReduceScatter of {@code tensor} into {@code shard} (this rank's shard for in place). */
-    public void reduceScatter(DeviceTensor tensor, DeviceTensor shard, int ncclOp, CudaStream stream) {
+    void reduceScatter(DeviceTensor tensor, DeviceTensor shard, int ncclOp, CudaStream stream) {
         MemorySegment work = work("ncclReduceScatter");
         check(Nccl.ncclReduceScatter(segment(tensor.address()), segment(shard.address()), shard.count(),
                 NcclTypes.of(tensor.dtype()), ncclOp, work, stream.handle()), "ncclReduceScatter", work);
     }
 
     /** In-place ncclAllReduce of {@code tensor}. */
-    public void allReduce(DeviceTensor tensor, int ncclOp, CudaStream stream) {
+    void allReduce(DeviceTensor tensor, int ncclOp, CudaStream stream) {
         MemorySegment work = work("ncclAllReduce");
         check(Nccl.ncclAllReduce(segment(tensor.address()), segment(tensor.address()), tensor.count(),
                 NcclTypes.of(tensor.dtype()), ncclOp, work, stream.handle()), "ncclAllReduce", work);
     }
 
     /** In-place ncclBroadcast of {@code tensor} from {@code root}. */
-    public void broadcast(DeviceTensor tensor, int root, CudaStream stream) {
+    void broadcast(DeviceTensor tensor, int root, CudaStream stream) {
         MemorySegment work = work("ncclBroadcast");
         check(Nccl.ncclBroadcast(segment(tensor.address()), segment(tensor.address()), tensor.count(),
                 NcclTypes.of(tensor.dtype()), root, work, stream.handle()), "ncclBroadcast", work);
@@ -361,19 +359,19 @@ public final class NcclComm {
      * ncclAlltoAll from {@code send} into {@code recv} ({@code count} elements per peer). Only when
      * the loaded NCCL has it ({@code NcclFeature.ALL_TO_ALL}): the generated binding links lazily.
      */
-    public void allToAll(DeviceTensor send, DeviceTensor recv, long count, CudaStream stream) {
+    void allToAll(DeviceTensor send, DeviceTensor recv, long count, CudaStream stream) {
         MemorySegment work = work("ncclAlltoAll");
         check(Nccl.ncclAlltoAll(segment(send.address()), segment(recv.address()), count,
                 NcclTypes.of(send.dtype()), work, stream.handle()), "ncclAlltoAll", work);
     }
 
-    public void send(DeviceTensor tensor, int peer, CudaStream stream) {
+    void send(DeviceTensor tensor, int peer, CudaStream stream) {
         MemorySegment work = work("ncclSend");
         check(Nccl.ncclSend(segment(tensor.address()), tensor.count(), NcclTypes.of(tensor.dtype()), peer, work,
                 stream.handle()), "ncclSend", work);
     }
 
-    public void recv(DeviceTensor tensor, int peer, CudaStream stream) {
+    void recv(DeviceTensor tensor, int peer, CudaStream stream) {
         MemorySegment work = work("ncclRecv");
         check(Nccl.ncclRecv(segment(tensor.address()), tensor.count(), NcclTypes.of(tensor.dtype()), peer, work,
                 stream.handle()), "ncclRecv", work);
@@ -383,7 +381,7 @@ public final class NcclComm {
      * The asynchronous error of the communicator that runs the work, as a reason for an abort, or
      * null when there is none (still in progress counts as none). Caller holds the lock.
      */
-    public String asyncFailure() {
+    String asyncFailure() {
         MemorySegment work = child != null ? child : parent;
         if (work == null) {
             return null;
@@ -432,7 +430,7 @@ public final class NcclComm {
      * resources. Neither waits for a peer, so a dead or slow peer cannot hold close(). A child with
      * an asynchronous error is not finalized (its work may be stuck): the caller aborts.
      */
-    public String finalizeAndDestroy(CudaStream stream, long deadlineNanos, Duration timeout) {
+    String finalizeAndDestroy(CudaStream stream, long deadlineNanos, Duration timeout) {
         long spins = 0;
         try {
             while (!stream.isIdle()) {
@@ -501,7 +499,7 @@ public final class NcclComm {
      * lock; a thread that still holds it then is inside a blocking NCCL call, which NCCL's abort flag
      * (raised first by ncclCommAbort) ends, so the handles are aborted without the lock.
      */
-    public void abort() {
+    void abort() {
         // Free lock: taken at once, interrupt or not (an interrupted rank aborting its own
         // communicator). Held: wait the grace, unless this thread is interrupted (a watchdog being
         // stopped), then abort under the holder at once.
@@ -534,7 +532,7 @@ public final class NcclComm {
      * a blocking NCCL call), runs {@code abort} (which ends that call) and tries once more. Returns
      * whether the caller now holds the lock; false: it gave up, and logged what is left behind.
      */
-    public boolean lockForClose(Duration timeout, Runnable abort) {
+    boolean lockForClose(Duration timeout, Runnable abort) {
         if (tryLock(timeout)) {
             return true;
         }
@@ -573,7 +571,7 @@ public final class NcclComm {
     }
 
     /** Closes the native memory once the handles are gone (after an abort that had to skip it). Caller holds the lock. */
-    public void closeArena() {
+    void closeArena() {
         if (isReleased() && arena.scope().isAlive()) {
             arena.close();
         }
@@ -623,11 +621,11 @@ public final class NcclComm {
     }
 
     private void check(int result, String function, MemorySegment handle) {
-        Native.checkNccl(result, function, handle, rank, device);
+        NcclCalls.checkNccl(result, function, handle, rank, device);
     }
 
     private NcclException failure(int result, String function, MemorySegment handle) {
-        return Native.ncclFailure(result, function, handle, rank, device);
+        return NcclCalls.ncclFailure(result, function, handle, rank, device);
     }
 
     private static MemorySegment nullToNull(MemorySegment handle) {

@@ -1,8 +1,9 @@
-package dev.jnccl.internal;
+package dev.jnccl;
 
 import dev.jnccl.spi.Command;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
+import dev.jnccl.internal.Deadlines;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
@@ -19,9 +20,9 @@ import org.slf4j.LoggerFactory;
  * timeout, and for an enqueue held inside NCCL for longer than the timeout; on any of them it
  * calls the abort callback (which logs the flight recorder and aborts). It also does the
  * completion tracking: {@link #track} records an event after each transaction on the comms
- * stream. Not API.
+ * stream.
  */
-public final class Watchdog {
+final class Watchdog {
     private static final Logger LOG = LoggerFactory.getLogger(Watchdog.class);
 
     private final int rank;
@@ -41,7 +42,7 @@ public final class Watchdog {
      * @param open  whether the communicator is still open (the thread ends when it is not)
      * @param abort aborts the communicator with a reason; must not need the comm lock
      */
-    public Watchdog(int rank, NcclComm comm, FlightRecorder recorder, Duration timeout, Duration interval,
+    Watchdog(int rank, NcclComm comm, FlightRecorder recorder, Duration timeout, Duration interval,
                     BooleanSupplier open, Consumer<String> abort, LongFunction<String> peers) {
         this.rank = rank;
         this.comm = comm;
@@ -59,7 +60,7 @@ public final class Watchdog {
      * Records a completion event after the transaction just enqueued on {@code stream} and adds it
      * to the flight recorder. Caller holds the comm lock.
      */
-    public void track(long sequence, List<Command> commands, CudaStream stream) {
+    void track(long sequence, List<Command> commands, CudaStream stream) {
         CudaEvent completion = recorder.takeFreeEvent();
         if (completion == null) {
             completion = CudaEvent.create();
@@ -69,7 +70,7 @@ public final class Watchdog {
     }
 
     /** Stops the thread and waits (bounded) for it; returns whether it has ended. */
-    public boolean stop() {
+    boolean stop() {
         thread.interrupt();
         // Waited for even on an interrupted thread (a rank released by a failing pack closes with its
         // interrupt status set): a watchdog left running could still touch the communicator.

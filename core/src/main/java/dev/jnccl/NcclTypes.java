@@ -1,8 +1,5 @@
-package dev.jnccl.internal;
+package dev.jnccl;
 
-import dev.jnccl.DType;
-import dev.jnccl.ReduceOp;
-import dev.jnccl.UniqueId;
 import dev.jnccl.bindings.NcclFeature;
 import dev.jnccl.bindings.nccl.Nccl;
 import dev.jnccl.bindings.nccl.ncclUniqueId;
@@ -13,9 +10,9 @@ import java.lang.foreign.ValueLayout;
 /**
  * How jnccl's public value types look to NCCL: ncclDataType_t, ncclRedOp_t, the ncclUniqueId
  * struct, and the NCCL feature a data type needs. Kept here so that the public enums carry no
- * binding types. Not API.
+ * binding types.
  */
-public final class NcclTypes {
+final class NcclTypes {
     private NcclTypes() {}
 
     /**
@@ -23,7 +20,7 @@ public final class NcclTypes {
      *
      * @param dtype the type
      */
-    public static int of(DType dtype) {
+    static int of(DType dtype) {
         return switch (dtype) {
             case FP32 -> Nccl.ncclFloat32();
             case FP64 -> Nccl.ncclFloat64();
@@ -45,7 +42,7 @@ public final class NcclTypes {
      *
      * @param op the operation
      */
-    public static int of(ReduceOp op) {
+    static int of(ReduceOp op) {
         return switch (op) {
             case SUM -> Nccl.ncclSum();
             case PROD -> Nccl.ncclProd();
@@ -60,7 +57,7 @@ public final class NcclTypes {
      *
      * @param dtype the type
      */
-    public static NcclFeature requiredFeature(DType dtype) {
+    static NcclFeature requiredFeature(DType dtype) {
         return switch (dtype) {
             case BF16 -> NcclFeature.BFLOAT16_AND_AVG;
             case FP8_E4M3, FP8_E5M2 -> NcclFeature.FP8;
@@ -74,7 +71,7 @@ public final class NcclTypes {
      * @param id    the unique id
      * @param arena where the struct is allocated
      */
-    public static MemorySegment segment(UniqueId id, Arena arena) {
+    static MemorySegment segment(UniqueId id, Arena arena) {
         MemorySegment segment = ncclUniqueId.allocate(arena);
         MemorySegment.copy(id.bytes(), 0, segment, ValueLayout.JAVA_BYTE, 0, UniqueId.BYTES);
         return segment;
