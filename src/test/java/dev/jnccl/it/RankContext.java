@@ -12,6 +12,7 @@ import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Deque;
 import java.util.List;
+import java.util.function.Consumer;
 
 /**
  * What one rank's work needs in a test: its communicator, the run's seed, device memory, events
@@ -28,6 +29,8 @@ final class RankContext implements AutoCloseable {
     private final Deque<AutoCloseable> owned = new ArrayDeque<>();
     private final List<CudaStream> streams = new ArrayList<>();
     private CudaStream compute;
+    /** Where resources go that cannot be freed now (see {@link #leftoversTo}); null: they are leaked. */
+    private Consumer<AutoCloseable> leftovers;
 
     RankContext(Communicator comm, long seed) {
         this.comm = comm;
@@ -69,6 +72,34 @@ final class RankContext implements AutoCloseable {
             all.add(Data.int32(seed(r, tag), count));
         }
         return all;
+    }
+
+    /**
+     * Makes {@link #close()} after an abort, and {@link #abandon()}, hand this rank's resources to
+     * {@code sink} instead of leaking them, so that a test running many failing packs can free them
+     * once the pack has ended (no peer's stream can use them any more then).
+     */
+    RankContext leftoversTo(Consumer<AutoCloseable> sink) {
+        this.leftovers = sink;
+        return this;
+    }
+
+    /**
+     * For a rank whose work failed: gives up its resources without waiting for its streams (a
+     * peer that never comes may keep them busy until the pack is aborted).
+     */
+    void abandon() {
+        dropOwned();
+    }
+
+    /** Hands everything owned to {@link #leftovers}, newest first, or forgets it. */
+    private void dropOwned() {
+        while (!owned.isEmpty()) {
+            AutoCloseable resource = owned.pop();
+            if (leftovers != null) {
+                leftovers.accept(resource);
+            }
+        }
     }
 
     // ------------------------------------------------------------------ resources
@@ -185,12 +216,13 @@ final class RankContext implements AutoCloseable {
 
     /**
      * Waits for the comms and own streams, then frees what this rank owns. After an abort the
-     * memory is left alone (leaked): work that a failed peer left behind may still reference it.
+     * memory is left alone (leaked, or handed to {@link #leftoversTo}'s sink): work that a failed
+     * peer left behind may still reference it.
      */
     @Override
     public void close() {
         if (comm.isAborted() || comm.isClosed()) {
-            owned.clear();
+            dropOwned();
             return;
         }
         RuntimeException failure = null;
@@ -200,7 +232,7 @@ final class RankContext implements AutoCloseable {
                 stream.synchronize();
             }
         } catch (RuntimeException e) {
-            owned.clear();
+            dropOwned();
             throw e;
         }
         while (!owned.isEmpty()) {
