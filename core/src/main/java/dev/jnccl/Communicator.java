@@ -143,7 +143,7 @@ public final class Communicator implements AutoCloseable {
                 libraries.nccl(), libraries.cudaRuntime(), libraries.cudaDriver(), initMillis);
         initEvent.commit(rank, worldSize, device, libraries.backend().id(), libraries.nccl().toString());
         watchdog = options.watchdogEnabled()
-                ? new Watchdog(rank, comm, recorder, options.watchdogTimeout(), options.watchdogInterval(),
+                ? new Watchdog(rank, comm, stream, recorder, options.watchdogTimeout(), options.watchdogInterval(),
                         () -> state == State.OPEN, this::abort, pendingNanos -> host.poll(executed, pendingNanos))
                 : null;
     }
@@ -417,11 +417,7 @@ public final class Communicator implements AutoCloseable {
             buffer.clear();
         }
         this.executed++; // only this thread, holding the lock, writes it
-        if (watchdog != null) {
-            watchdog.track(transaction.number(), executed, stream);
-        } else {
-            recorder.add(transaction.number(), executed, null);
-        }
+        recorder.add(transaction.number(), executed); // the watchdog probes completion off this path
     }
 
     // ---------------------------------------------------------------- convenience operations

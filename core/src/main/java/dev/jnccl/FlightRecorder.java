@@ -2,31 +2,36 @@ package dev.jnccl;
 
 import dev.jnccl.spi.Command;
 import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.cuda.CudaStream;
 import java.time.Duration;
 import java.util.ArrayDeque;
-import java.util.ArrayList;
 import java.util.List;
 
 /**
  * The last N executed transactions of one communicator, for hang diagnosis: sequence number,
- * commands (sizes, peers), age and, when the watchdog tracks it, whether the GPU finished it.
- * Thread-safe: the owner thread adds, the watchdog polls and dumps.
+ * commands (sizes, peers), age and, when the watchdog tracks completion, whether the GPU finished it.
+ * Thread-safe: the owner thread adds, the watchdog probes, polls and dumps.
+ *
+ * <p>Completion is tracked by probes, not by an event per transaction: the watchdog records one
+ * event on the comms stream each interval when transactions were executed since its last probe
+ * ({@link #probe}); the stream runs in order, so a completed probe means every transaction before
+ * it is done, and a probe still pending after the timeout names the oldest transaction before it
+ * that is not. The executing thread then pays for no CUDA call at all (an event record per
+ * transaction cost about as much as the rest of jnccl's own work).
  */
 final class FlightRecorder {
 
-    /** One executed transaction. {@code done} is tracked only when {@code completion} is set. */
+    /** One executed transaction; {@code completedNanos} is set once a probe after it has completed. */
     static final class Entry {
         final long sequence;
         final List<Command> commands;
         final long executedNanos;
-        CudaEvent completion;
         volatile long completedNanos;
 
-        Entry(long sequence, List<Command> commands, long executedNanos, CudaEvent completion) {
+        Entry(long sequence, List<Command> commands, long executedNanos) {
             this.sequence = sequence;
             this.commands = commands;
             this.executedNanos = executedNanos;
-            this.completion = completion;
         }
 
         /**
@@ -51,21 +56,23 @@ final class FlightRecorder {
         /**
          * Whether the transaction is known to be complete.
          *
-         * @return whether its completion event fired (false when not tracked)
+         * @return whether a probe recorded after it has completed
          */
         boolean isCompleted() {
             return completedNanos != 0;
         }
 
-        String describe(long now) {
+        String describe(long now, boolean tracked, boolean probed) {
             StringBuilder sb = new StringBuilder("#").append(sequence).append(" age ")
                     .append(Duration.ofNanos(now - executedNanos).toMillis()).append(" ms, ");
-            if (completion == null && completedNanos == 0) {
+            if (completedNanos != 0) {
+                sb.append("completed within ").append((completedNanos - executedNanos) / 1000).append(" us");
+            } else if (!tracked) {
                 sb.append("completion not tracked");
-            } else if (completedNanos != 0) {
-                sb.append("completed after ").append((completedNanos - executedNanos) / 1000).append(" us");
-            } else {
+            } else if (probed) {
                 sb.append("NOT COMPLETED");
+            } else {
+                sb.append("completion not checked yet");
             }
             sb.append(", ").append(commands.size()).append(" command(s)");
             for (Command command : commands) {
@@ -96,9 +103,19 @@ final class FlightRecorder {
         }
     }
 
+    /** A probe: an event recorded on the comms stream after transaction {@code covers}. */
+    private record Probe(CudaEvent event, long covers, long recordedNanos) {}
+
     private final int capacity;
     private final ArrayDeque<Entry> entries;
+    private final ArrayDeque<Probe> probes = new ArrayDeque<>();
     private final ArrayDeque<CudaEvent> freeEvents = new ArrayDeque<>();
+    /** Whether a watchdog probes completion (else the dump says "not tracked"). */
+    private volatile boolean tracked;
+    /** The newest transaction a probe was recorded after. */
+    private long probedThrough;
+    /** The newest transaction known complete. */
+    private long completedThrough;
 
     /**
      * A recorder of the last {@code capacity} transactions.
@@ -111,58 +128,87 @@ final class FlightRecorder {
     }
 
     /**
-     * Adds an executed transaction; {@code commands} must be immutable; {@code completion} (nullable)
-     * was recorded after it on the comms stream.
+     * Adds an executed transaction; {@code commands} must be immutable. Called with the comms lock
+     * held, right after the transaction was enqueued.
      *
      * @param sequence the transaction's number
      * @param commands the executed commands
-     * @param completion the completion event, or null
      */
-    synchronized void add(long sequence, List<Command> commands, CudaEvent completion) {
+    synchronized void add(long sequence, List<Command> commands) {
         if (entries.size() == capacity) {
-            Entry dropped = entries.removeFirst();
-            if (dropped.completion != null) {
-                // Still pending when pushed out: keep tracking is pointless, but the event must not
-                // be reused while the GPU may still record it; leak-free because close() frees it.
-                retired.add(dropped.completion);
-                dropped.completion = null;
-            }
+            entries.removeFirst();
         }
-        entries.addLast(new Entry(sequence, commands, System.nanoTime(), completion));
+        entries.addLast(new Entry(sequence, commands, System.nanoTime()));
     }
 
-    private final List<CudaEvent> retired = new ArrayList<>();
-
     /**
-     * An event for tracking completion, reused from completed entries (created by the caller when null).
+     * Records a probe on {@code stream} when transactions were added since the last one. The caller
+     * holds the comms lock (so that nothing is enqueued between the newest entry and the probe).
      *
-     * @return a free event, or null
+     * @param stream the comms stream
      */
-    synchronized CudaEvent takeFreeEvent() {
-        return freeEvents.pollFirst();
+    synchronized void probe(CudaStream stream) {
+        tracked = true;
+        Entry newest = entries.peekLast();
+        if (newest == null || newest.sequence <= probedThrough) {
+            return;
+        }
+        CudaEvent event = freeEvents.pollFirst();
+        if (event == null) {
+            event = CudaEvent.create();
+        }
+        try {
+            stream.record(event);
+        } catch (RuntimeException e) {
+            freeEvents.addLast(event);
+            throw e;
+        }
+        probes.addLast(new Probe(event, newest.sequence, System.nanoTime()));
+        probedThrough = newest.sequence;
     }
 
     /**
-     * Marks entries whose completion event fired; returns the oldest entry still pending, or null.
-     * Called by the watchdog only.
+     * Marks the entries before every completed probe as complete; returns the oldest entry that a
+     * probe still pending was recorded after (it is not done), or null. Called by the watchdog only.
      *
-     * @return the oldest pending entry, or null
+     * @return the oldest entry known pending, or null
      */
     synchronized Entry pollOldestPending() {
-        Entry oldest = null;
         long now = System.nanoTime();
+        while (!probes.isEmpty() && probes.peekFirst().event().isComplete()) {
+            Probe done = probes.removeFirst();
+            completedThrough = done.covers();
+            freeEvents.addLast(done.event());
+        }
         for (Entry entry : entries) {
-            if (entry.completion != null && entry.completedNanos == 0) {
-                if (entry.completion.isComplete()) {
-                    entry.completedNanos = now;
-                    freeEvents.addLast(entry.completion);
-                    entry.completion = null;
-                } else if (oldest == null) {
-                    oldest = entry;
-                }
+            if (entry.completedNanos == 0 && entry.sequence <= completedThrough) {
+                entry.completedNanos = now;
             }
         }
-        return oldest;
+        if (probes.isEmpty()) {
+            return null;
+        }
+        for (Entry entry : entries) {
+            if (entry.completedNanos == 0 && entry.sequence <= probes.peekFirst().covers()) {
+                return entry;
+            }
+        }
+        return null;
+    }
+
+    /**
+     * How long the oldest transaction not known to be complete has been waiting (probed or not).
+     *
+     * @param now the current {@link System#nanoTime()}
+     * @return its age in nanoseconds, -1 when every transaction is known complete
+     */
+    synchronized long oldestUnfinishedAgeNanos(long now) {
+        for (Entry entry : entries) {
+            if (entry.completedNanos == 0) {
+                return entry.ageNanos(now);
+            }
+        }
+        return -1;
     }
 
     /** {@return a multi-line dump of the recorded transactions, oldest first} */
@@ -171,23 +217,19 @@ final class FlightRecorder {
         StringBuilder sb = new StringBuilder();
         sb.append("last ").append(entries.size()).append(" transaction(s), oldest first:");
         for (Entry entry : entries) {
-            sb.append("\n    ").append(entry.describe(now));
+            sb.append("\n    ").append(entry.describe(now, tracked, entry.sequence <= probedThrough));
         }
         return sb.toString();
     }
 
     /** Destroys every event this recorder holds. Call only when the comms stream is done or aborted. */
     synchronized void closeEvents() {
-        for (Entry entry : entries) {
-            if (entry.completion != null) {
-                closeQuietly(entry.completion);
-                entry.completion = null;
-            }
+        for (Probe probe : probes) {
+            closeQuietly(probe.event());
         }
+        probes.clear();
         freeEvents.forEach(FlightRecorder::closeQuietly);
         freeEvents.clear();
-        retired.forEach(FlightRecorder::closeQuietly);
-        retired.clear();
     }
 
     private static void closeQuietly(CudaEvent event) {

@@ -1,11 +1,8 @@
 package dev.jnccl;
 
-import dev.jnccl.spi.Command;
-import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.internal.Deadlines;
 import java.time.Duration;
-import java.util.List;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.BooleanSupplier;
@@ -19,14 +16,16 @@ import org.slf4j.LoggerFactory;
  * NCCL asynchronous error, for a transaction whose completion event has not fired within the
  * timeout, and for an enqueue held inside NCCL for longer than the timeout; on any of them it
  * calls the abort callback (which logs the flight recorder and aborts). It also does the
- * completion tracking: {@link #track} records an event after each transaction on the comms
- * stream.
+ * completion tracking: each interval it records a probe event on the comms stream after the
+ * transactions executed since the last one (see {@link FlightRecorder}).
  */
 final class Watchdog {
     private static final Logger LOG = LoggerFactory.getLogger(Watchdog.class);
 
     private final int rank;
     private final NcclComm comm;
+    /** The comms stream, where the watchdog records its completion probes (holding the comm lock). */
+    private final CudaStream stream;
     private final FlightRecorder recorder;
     private final Duration timeout;
     private final Duration interval;
@@ -42,10 +41,11 @@ final class Watchdog {
      * @param open  whether the communicator is still open (the thread ends when it is not)
      * @param abort aborts the communicator with a reason; must not need the comm lock
      */
-    Watchdog(int rank, NcclComm comm, FlightRecorder recorder, Duration timeout, Duration interval,
+    Watchdog(int rank, NcclComm comm, CudaStream stream, FlightRecorder recorder, Duration timeout, Duration interval,
                     BooleanSupplier open, Consumer<String> abort, LongFunction<String> peers) {
         this.rank = rank;
         this.comm = comm;
+        this.stream = stream;
         this.recorder = recorder;
         this.timeout = timeout;
         this.interval = interval;
@@ -54,19 +54,6 @@ final class Watchdog {
         this.peers = peers;
         this.thread = Thread.ofPlatform().daemon().name("jnccl-watchdog-rank-" + rank).unstarted(this::watch);
         thread.start();
-    }
-
-    /**
-     * Records a completion event after the transaction just enqueued on {@code stream} and adds it
-     * to the flight recorder. Caller holds the comm lock.
-     */
-    void track(long sequence, List<Command> commands, CudaStream stream) {
-        CudaEvent completion = recorder.takeFreeEvent();
-        if (completion == null) {
-            completion = CudaEvent.create();
-        }
-        stream.record(completion);
-        recorder.add(sequence, commands, completion);
     }
 
     /** Stops the thread and waits (bounded) for it; returns whether it has ended. */
@@ -133,6 +120,8 @@ final class Watchdog {
                 if (failure != null) {
                     return failure;
                 }
+                // Completion is probed here, off the executing thread's path (see FlightRecorder).
+                recorder.probe(stream);
             } finally {
                 lock.unlock();
             }
@@ -149,6 +138,6 @@ final class Watchdog {
             return "transaction #" + pending.sequence() + " not complete after "
                     + TimeUnit.NANOSECONDS.toMillis(pendingAge) + " ms (timeout " + Deadlines.toMillis(timeout) + " ms)";
         }
-        return peers.apply(pendingAge);
+        return peers.apply(recorder.oldestUnfinishedAgeNanos(System.nanoTime()));
     }
 }

@@ -183,12 +183,10 @@ final class PackState {
         int rank = failed.rank();
         Communicator[] toAbort;
         List<PackState> splits;
-        Thread[] toInterrupt;
         synchronized (lock) {
             lock.notifyAll();
             toAbort = communicators.clone();
             splits = List.copyOf(children.values());
-            toInterrupt = working.clone();
         }
 
         // The packs related by splits fail too (each only once: the first failure wins in each).
@@ -211,9 +209,13 @@ final class PackState {
         // User code of the other ranks may wait for this rank outside jnccl (a queue, a latch, a
         // sleep): the interrupt ends such waits, as executors cancel tasks. After the aborts, so that
         // a rank interrupted inside a jnccl wait finds its communicator aborted and says why.
-        for (Thread thread : toInterrupt) {
-            if (thread != null && thread != Thread.currentThread()) {
-                thread.interrupt();
+        // Under the lock, and only threads still in their work: a rank that has left it (working(r,
+        // false) takes the lock too) is closing, and an interrupt there would cut its waits short.
+        synchronized (lock) {
+            for (Thread thread : working) {
+                if (thread != null && thread != Thread.currentThread()) {
+                    thread.interrupt();
+                }
             }
         }
         return true;
