@@ -42,7 +42,6 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Consumer;
 import java.util.stream.Stream;
@@ -73,8 +72,7 @@ import org.opentest4j.AssertionFailedError;
  * <p>Duration and replay: rounds run until {@code -Djnccl.soak.seconds=N} have passed (default 20);
  * {@code -Djnccl.soak.seed=S} replays a run (the seed and each round's plan are printed at the start
  * of each round, and every failure names them); {@code -Djnccl.soak.round=R} with the seed replays
- * round R alone; {@code -Djnccl.soak.strict=true} also fails on a known bug that the run otherwise
- * tolerates and counts (a watchdog thread outliving {@code join()}, see {@link #STRICT}). A long run:
+ * round R alone. A long run:
  * {@code ./mvnw -B -pl integration-tests -am verify -Dtest=ThreadsSoakTest -Djnccl.soak.seconds=600
  * -Dsurefire.failIfNoSpecifiedTests=false}.
  */
@@ -88,16 +86,6 @@ class ThreadsSoakTest {
     private static final Duration JOIN_SLACK = Duration.ofSeconds(10);
     /** The bound of a clean round (a few seconds normally). */
     private static final Duration CLEAN_BOUND = Duration.ofSeconds(120);
-    /**
-     * Known bug, reported, tolerated unless {@code -Djnccl.soak.strict=true}: in a faulty round a
-     * rank's watchdog thread may still run (inside ncclCommAbort) when {@link ThreadsPack#join()} has
-     * returned. The pack interrupts the threads of a failed pack from a list taken before it aborts
-     * the communicators; a rank that has meanwhile left its work gets the interrupt in its close,
-     * where the watchdog's stop gives up its bounded join at once. Tolerated: such threads must end
-     * within 10 s, and the run counts them.
-     */
-    private static final boolean STRICT = Boolean.getBoolean("jnccl.soak.strict");
-    private static final AtomicInteger OUTLIVED = new AtomicInteger();
     /** How long a rank held back by a fault waits on its latch before it goes on anyway. */
     private static final long LATCH_SECONDS = 60;
 
@@ -380,8 +368,7 @@ class ThreadsSoakTest {
         }
         Usage end = Usage.now();
         String where = "soak seed " + runSeed + " after " + rounds + " rounds";
-        System.out.println(where + ": " + tally + "; baseline " + baseline + ", end " + end
-                + "; rounds where watchdog threads outlived join() (known bug): " + OUTLIVED.get());
+        System.out.println(where + ": " + tally + "; baseline " + baseline + ", end " + end);
         assertTrue(end.fds() <= baseline.fds() + 8, () -> where + ": open file descriptors grew from " + baseline.fds()
                 + " to " + end.fds());
         assertTrue(end.threads() <= baseline.threads() + 8, () -> where + ": threads grew from " + baseline.threads()
@@ -411,15 +398,6 @@ class ThreadsSoakTest {
                 checkFaulty(round);
             }
             List<String> alive = Packs.packThreads();
-            if (!alive.isEmpty() && !STRICT && round.fault() != null && alive.stream().allMatch(t -> t.startsWith("jnccl-watchdog-"))) {
-                long late = awaitNoPackThreads(Duration.ofSeconds(10));
-                if (late >= 0) {
-                    OUTLIVED.incrementAndGet();
-                    System.out.println("  KNOWN BUG (-Djnccl.soak.strict=true fails on it): watchdog threads outlived"
-                            + " join() by " + late + " ms: " + alive);
-                    alive = Packs.packThreads();
-                }
-            }
             List<String> survivors = alive;
             assertTrue(survivors.isEmpty(), () -> round.where() + ": pack threads survived: "
                     + String.join("\n  ", survivors));
@@ -1020,18 +998,6 @@ class ThreadsSoakTest {
                 }
             }).count();
         }
-    }
-
-    /** Waits (bounded) until no pack thread is left; returns after how many ms, or -1 when some still are. */
-    private static long awaitNoPackThreads(Duration grace) {
-        long start = System.nanoTime();
-        while (!Packs.packThreads().isEmpty()) {
-            if (System.nanoTime() - start > grace.toNanos()) {
-                return -1;
-            }
-            sleep(50);
-        }
-        return TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
     }
 
     /** Waits (bounded) until no native thread named jnccl-* is left; returns how many are. */
