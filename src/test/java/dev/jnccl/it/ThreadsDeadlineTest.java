@@ -270,7 +270,7 @@ class ThreadsDeadlineTest {
         long slowMillis = 3_000;
         Map<String, Double> share = new ConcurrentHashMap<>();
         java.lang.management.ThreadMXBean mx = java.lang.management.ManagementFactory.getThreadMXBean();
-        dev.jnccl.threads.ThreadsCommunicators.run(2, mode.options(), comm -> {
+        dev.jnccl.threads.ThreadsCommunicators.run(2, Packs.placed(2, mode.options()), comm -> {
             DeviceTensor t = memory.fp32(N);
             try (CudaEvent signal = CudaEvent.create()) {
                 if (comm.rank() == 1) {
@@ -316,7 +316,7 @@ class ThreadsDeadlineTest {
     @Test
     void anInterruptedAwaitEndsWithoutEffect() {
         Map<String, Object> seen = new ConcurrentHashMap<>();
-        dev.jnccl.threads.ThreadsCommunicators.run(2, ThreadsOptions.defaults(), comm -> {
+        dev.jnccl.threads.ThreadsCommunicators.run(2, Packs.placed(2, ThreadsOptions.defaults()), comm -> {
             DeviceTensor t = memory.fp32(N);
             try (CudaEvent signal = CudaEvent.create()) {
                 if (comm.rank() == 1) {
