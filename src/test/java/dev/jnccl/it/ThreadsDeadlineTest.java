@@ -211,15 +211,18 @@ class ThreadsDeadlineTest {
         });
         Outcome outcome = ThreadsFailureTest.runFailing(2, options, comm -> {
             if (comm.rank() != fast) {
+                DeviceTensor t = memory.fp32(N);
+                warmUp(comm, t);
                 stayAway(new ConcurrentHashMap<>()); // never executes: rank 0 runs ahead and is throttled
                 return;
             }
             threads.put(fast, Thread.currentThread());
             dev.jnccl.cuda.DeviceMemory own = dev.jnccl.cuda.DeviceMemory.allocate(dev.jnccl.DType.FP32, N);
+            warmUp(comm, own.tensor(dev.jnccl.DType.FP32));
             try {
                 for (int i = 0; i < 100; i++) {
                     if (i == 0) {
-                        throttled.countDown(); // the third transaction waits: maxLead 2 and rank 1 at #0
+                        throttled.countDown(); // the third one waits: maxLead 2, rank 1 stays at its warm-up
                     }
                     try (Transaction tx = comm.begin(comm.stream())) {
                         tx.allReduce(own.tensor(dev.jnccl.DType.FP32), dev.jnccl.ReduceOp.SUM);
@@ -273,6 +276,7 @@ class ThreadsDeadlineTest {
         dev.jnccl.threads.ThreadsCommunicators.run(2, Packs.placed(2, mode.options()), comm -> {
             DeviceTensor t = memory.fp32(N);
             try (CudaEvent signal = CudaEvent.create()) {
+                warmUp(comm, t);
                 if (comm.rank() == 1) {
                     sleep(slowMillis);
                 }
@@ -303,6 +307,19 @@ class ThreadsDeadlineTest {
         }
     }
 
+    /**
+     * One collective on every rank first: real NCCL connects the ranks lazily, inside the first
+     * collective's enqueue, and spins there (in NCCL, not interruptible) until the peer comes; the
+     * waits under test are those of a running job, after that.
+     */
+    private static void warmUp(Communicator comm, DeviceTensor t) {
+        try (CudaEvent done = CudaEvent.create(); Transaction tx = comm.begin(comm.stream())) {
+            tx.reduceScatter(t);
+            tx.execute(done);
+            comm.await(done);
+        }
+    }
+
     private static void sleep(long millis) {
         try {
             Thread.sleep(millis);
@@ -319,6 +336,7 @@ class ThreadsDeadlineTest {
         dev.jnccl.threads.ThreadsCommunicators.run(2, Packs.placed(2, ThreadsOptions.defaults()), comm -> {
             DeviceTensor t = memory.fp32(N);
             try (CudaEvent signal = CudaEvent.create()) {
+                warmUp(comm, t);
                 if (comm.rank() == 1) {
                     sleep(1_500); // rank 0 waits for this rank's reduce-scatter meanwhile
                 } else {

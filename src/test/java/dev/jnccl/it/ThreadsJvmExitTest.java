@@ -31,7 +31,7 @@ class ThreadsJvmExitTest {
         assertTrue(seconds < 30, "the child JVM took " + seconds + " s to end\n" + result.output());
     }
 
-    /** The child: launches two ranks that wait on a latch nobody counts down, prints, returns from main. */
+    /** The child: launches a rank that waits on a latch nobody counts down, prints, returns from main. */
     public static final class Abandoning {
         private Abandoning() {}
 
@@ -42,7 +42,7 @@ class ThreadsJvmExitTest {
          */
         public static void main(String[] args) {
             CountDownLatch never = new CountDownLatch(1);
-            ThreadsPack pack = ThreadsCommunicators.launch(2, ThreadsOptions.defaults(), comm -> {
+            ThreadsPack pack = ThreadsCommunicators.launch(1, ThreadsOptions.defaults(), comm -> {
                 try {
                     never.await();
                 } catch (InterruptedException e) {
