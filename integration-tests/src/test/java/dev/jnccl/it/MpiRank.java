@@ -192,27 +192,30 @@ public final class MpiRank {
     }
 
     private static void throwMidTransaction() {
-        MpiCommunicators.run(MpiOptions.defaults(), comm -> {
-            int victim = comm.worldSize() > 1 ? 1 : 0;
-            try (CudaStream stream = CudaStream.create(); CudaEvent signal = CudaEvent.create();
-                 DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 840L * comm.worldSize())) {
-                memory.fill((byte) 0, stream);
-                DeviceTensor tensor = memory.tensor(DType.FP32);
-                comm.barrier();
-                System.out.println("STARTED");
-                System.out.flush();
-                try (Transaction tx = comm.begin(stream)) {
-                    tx.reduceScatter(tensor).allGather(tensor.shard(comm.rank(), comm.worldSize()), tensor);
-                    if (comm.rank() == victim) {
-                        throw new IllegalStateException("rank " + victim + " fails on purpose mid-transaction");
-                    }
-                    tx.execute(signal);
+        MpiCommunicators.run(MpiOptions.defaults(), MpiRank::failMidTransaction);
+    }
+
+    /** Rank 1 (or 0 alone) throws between adding a transaction's commands and executing it; the others wait in it. */
+    private static void failMidTransaction(Communicator comm) {
+        int victim = comm.worldSize() > 1 ? 1 : 0;
+        try (CudaStream stream = CudaStream.create(); CudaEvent signal = CudaEvent.create();
+             DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 840L * comm.worldSize())) {
+            memory.fill((byte) 0, stream);
+            DeviceTensor tensor = memory.tensor(DType.FP32);
+            comm.barrier();
+            System.out.println("STARTED");
+            System.out.flush();
+            try (Transaction tx = comm.begin(stream)) {
+                tx.reduceScatter(tensor).allGather(tensor.shard(comm.rank(), comm.worldSize()), tensor);
+                if (comm.rank() == victim) {
+                    throw new IllegalStateException("rank " + victim + " fails on purpose mid-transaction");
                 }
-                comm.await(signal);
-                comm.barrier(); // the victim never gets here: MPI_Abort must end this wait
+                tx.execute(signal);
             }
-            System.out.println("UNEXPECTED: rank " + comm.rank() + " finished");
-        });
+            comm.await(signal);
+            comm.barrier(); // the victim never gets here: the job must end this wait
+        }
+        System.out.println("UNEXPECTED: rank " + comm.rank() + " finished");
     }
 
     /**
@@ -222,25 +225,7 @@ public final class MpiRank {
      */
     private static void throwMidTransactionWithCreate() {
         try (Communicator comm = MpiCommunicators.create()) {
-            int victim = comm.worldSize() > 1 ? 1 : 0;
-            try (CudaStream stream = CudaStream.create(); CudaEvent signal = CudaEvent.create();
-                 DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 840L * comm.worldSize())) {
-                memory.fill((byte) 0, stream);
-                DeviceTensor tensor = memory.tensor(DType.FP32);
-                comm.barrier();
-                System.out.println("STARTED");
-                System.out.flush();
-                try (Transaction tx = comm.begin(stream)) {
-                    tx.reduceScatter(tensor).allGather(tensor.shard(comm.rank(), comm.worldSize()), tensor);
-                    if (comm.rank() == victim) {
-                        throw new IllegalStateException("rank " + victim + " fails on purpose mid-transaction");
-                    }
-                    tx.execute(signal);
-                }
-                comm.await(signal);
-                comm.barrier();
-            }
-            System.out.println("UNEXPECTED: rank " + comm.rank() + " finished");
+            failMidTransaction(comm);
         }
     }
 
