@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # jnccl's benchmark against NVIDIA's nccl-tests, one process per rank under Open MPI's mpirun,
-# right after each other, same ops, sizes and transport (issue 12). On the one-GPU machine every
+# right after each other, same ops, sizes and transport. On the one-GPU machine every
 # rank uses device 0 and gets its own NCCL_HOSTID (NCCL then talks through its socket transport:
 # the absolute figures are a socket's, the ratio is what this measures). Prints, per op, W and
 # size, the out-of-place busbw of both (the in-place one where a column is empty) and

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Host cost of a transaction and of jnccl's convenience collectives at world size W, one process
-# per rank on device 0 (issue 9), from C (examples/src/main/c/transaction_overhead.c: blocking,
+# per rank on device 0, from C (examples/src/main/c/transaction_overhead.c: blocking,
 # non-blocking and split-child communicators) and through jnccl
 # (dev.jnccl.examples.bench.MultiRankHostCost: CommunicatorMode BLOCKING_SPLIT and NON_BLOCKING).
 # Ranks meet through a unique-id file; on the GPU each process gets NCCL_HOSTID=r<rank> (NCCL then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Host cost of a transaction in threads mode (issue 15): W ranks as threads of ONE process, all on
+# Host cost of a transaction in threads mode: W ranks as threads of ONE process, all on
 # device 0, from C (examples/src/main/c/transaction_overhead.c --threads W: blocking, non-blocking and
 # split-child communicators) and through jnccl (dev.jnccl.examples.bench.ThreadsHostCost:
 # ThreadsCommunicators with ThreadsOptions.withDevices(0,...,0), CommunicatorMode BLOCKING_SPLIT and

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Host cost per call of torch.distributed (NCCL backend) beside jnccl's convenience collectives, W
-# processes on the one GPU (issue 12): for each W, scripts/gpu/lib/torch_hostcost.py as W processes
+# processes on the one GPU: for each W, scripts/gpu/lib/torch_hostcost.py as W processes
 # (dist.all_reduce(t) and dist.reduce_scatter_tensor(out, t) on 1024 FP32, async_op=False), then
 # scripts/gpu/gpu-hostcost-multi.sh W with only jnccl's comm.allReduce(t, SUM, stream) ("all_reduce_ordered")
 # and comm.reduceScatter(t, stream) ("reduce_scatter"), both CommunicatorModes. Every process is one rank

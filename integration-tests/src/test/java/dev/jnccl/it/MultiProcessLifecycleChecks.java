@@ -6,7 +6,7 @@ import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.params.provider.ValueSource;
 
 /**
- * The multi-process lifecycle checks of issue 9 (see {@link MultiProcessWorlds}) at W = 2 and 4,
+ * The multi-process lifecycle checks (see {@link MultiProcessWorlds}) at W = 2 and 4,
  * for the backend of the concrete class.
  */
 abstract class MultiProcessLifecycleChecks {

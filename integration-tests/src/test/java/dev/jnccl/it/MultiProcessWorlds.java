@@ -20,7 +20,7 @@ import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 /**
- * The multi-process lifecycle checks of issue 9, for a backend: W child JVMs ({@link ProcessRank}),
+ * The multi-process lifecycle checks (bounded init and close, watchdog, failures), for a backend: W child JVMs ({@link ProcessRank}),
  * one per rank, all on device 0, meeting through a unique-id file. The host emulation runs them in
  * CI ({@link MultiProcessLifecycleTest}); real NCCL on one GPU ({@link GpuMultiProcessLifecycleTest})
  * gives every process its own {@code NCCL_HOSTID}, so NCCL treats each as its own node.

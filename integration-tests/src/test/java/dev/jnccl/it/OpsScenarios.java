@@ -15,8 +15,8 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
- * The operations of issue 11 as rank bodies shared by threads mode ({@link ThreadsOpsTest}) and MPI
- * mode ({@link MpiRank}): broadcast from every root, send/recv to the rank itself, the
+ * The operations beyond the original four as rank bodies shared by threads mode
+ * ({@link ThreadsOpsTest}) and MPI mode ({@link MpiRank}): broadcast from every root, send/recv to the rank itself, the
  * non-destructive all-to-all of every dtype and sub-communicators. Random data from per-rank seeds,
  * compared element by element (bit for bit: the operations only move data, or reduce integers).
  */

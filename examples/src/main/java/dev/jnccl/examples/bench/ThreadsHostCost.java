@@ -8,7 +8,7 @@ import java.util.Arrays;
 
 /**
  * Host cost of jnccl operations in threads mode with every rank on one device: the Java side of
- * {@code transaction_overhead.c --threads W} (issue 15). For each {@link CommunicatorMode} chosen,
+ * {@code transaction_overhead.c --threads W}. For each {@link CommunicatorMode} chosen,
  * one threads-mode pack of W ranks, all on {@code --device} ({@link ThreadsOptions#withDevices(int...)}),
  * times the same cases as {@link MultiRankHostCost} on every rank thread, with a barrier
  * ({@code comm.barrier()}) before the warm-up and before every repetition, as the C program's threads.
