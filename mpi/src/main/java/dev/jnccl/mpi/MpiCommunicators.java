@@ -1,7 +1,9 @@
 package dev.jnccl.mpi;
 
 import dev.jnccl.Communicator;
+import dev.jnccl.CommunicatorAbortedException;
 import dev.jnccl.UniqueId;
+import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.Modes;
 import dev.jnccl.cuda.Cuda;
 import dev.jnccl.mpi.internal.JvmSignalHandlers;
@@ -111,7 +113,8 @@ public final class MpiCommunicators {
             String[] source = new String[1];
             int device = device(options, localRank, localSize, source);
             byte[] id = rank == 0 ? UniqueId.generate().bytes() : new byte[UniqueId.BYTES];
-            mpi.bcast(id, 0, comm);
+            mpi.bcast(id, 0, comm, new MpiLibrary.Wait("create: the unique id from rank 0",
+                    HostSide.timeoutNanos(options.communicator().initTimeout()), () -> null));
             LOG.info("jnccl MPI mode: {} ({}), {}, thread level MPI_THREAD_MULTIPLE, MPI {} by {}; rank {} of {},"
                             + " node-local rank {} of {}, device {} ({})", mpi.abi(), mpi.libraryVersion(), mpi.describe(),
                     owner ? "initialised" : "already initialised", owner ? "jnccl" : "the application", rank, size,
@@ -119,7 +122,8 @@ public final class MpiCommunicators {
             return Modes.communicator(UniqueId.fromBytes(id), rank, size, device, options.communicator(),
                     MpiHost.parts(mpi, comm, rank, size, owner ? options.communicator().closeTimeout() : null));
         } catch (RuntimeException | Error e) {
-            if (comm != null) {
+            // A broadcast left pending at its deadline still uses the communicator: not freed then.
+            if (comm != null && !(e instanceof CommunicatorAbortedException)) {
                 try {
                     mpi.free(comm);
                 } catch (RuntimeException suppressed) {

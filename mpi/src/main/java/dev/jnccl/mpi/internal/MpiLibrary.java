@@ -562,6 +562,26 @@ public final class MpiLibrary {
     }
 
     /**
+     * MPI_Ibcast of bytes from {@code root}, waited for as {@code wait} says (create's broadcast of
+     * the unique id: a root that never comes ends at the init deadline, and an interrupt ends it).
+     *
+     * @param bytes the root's bytes (sent) or the buffer that receives them (same length everywhere)
+     * @param root the sending rank
+     * @param comm the communicator
+     * @param wait the bound of the wait
+     * @throws CommunicatorAbortedException at the deadline, on interrupt or cancellation
+     */
+    public void bcast(byte[] bytes, int root, Handle comm, Wait wait) {
+        Arena arena = Arena.ofShared();
+        MemorySegment buffer = segmentOf(arena, bytes);
+        MemorySegment request = arena.allocate(handleLayout);
+        call("MPI_Ibcast", "PIHIHP", buffer, bytes.length, byteType, root, comm, request);
+        complete(request, arena, wait);
+        MemorySegment.copy(buffer, JAVA_BYTE, 0, bytes, 0, bytes.length);
+        arena.close();
+    }
+
+    /**
      * MPI_Bcast of bytes from {@code root}.
      *
      * @param bytes the root's bytes (sent) or the buffer that receives them (same length everywhere)
