@@ -35,6 +35,14 @@ class PackStateTest {
     private static final String SAME_CALLS = ": in threads mode every rank must make the same host-side calls"
             + " (barrier, host gathers, memcpy-mode transactions) in the same order";
 
+    /** Ranks {@code ranks} of {@code pack}, each on its own thread in one barrier. */
+    private static RankThreads inBarrier(PackState pack, long timeoutNanos, int... ranks) {
+        return RankThreads.start(pack.size(), rank -> {
+            pack.barrier("barrier", rank, timeoutNanos);
+            return null;
+        }, ranks);
+    }
+
     @Test
     void aBarrierReleasesNoRankBeforeAllHaveArrived() throws Exception {
         int size = 4;
@@ -69,10 +77,7 @@ class PackStateTest {
     void aRankThatNeverArrivesFailsTheBarrierAfterItsTimeoutNamingThatRank() throws Exception {
         PackState pack = new PackState(3, DRAIN);
         long start = System.nanoTime();
-        RankThreads ranks = RankThreads.start(3, rank -> {
-            pack.barrier("barrier", rank, SHORT_NANOS);
-            return null;
-        }, 0, 1).join();
+        RankThreads ranks = inBarrier(pack, SHORT_NANOS, 0, 1).join();
         long elapsedMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
         assertTrue(elapsedMs >= SHORT_MS, "ended after " + elapsedMs + " ms");
 
@@ -100,10 +105,7 @@ class PackStateTest {
     @Test
     void anInterruptedWaiterFailsThePackKeepsItsInterruptAndReleasesTheOthers() throws Exception {
         PackState pack = new PackState(3, DRAIN);
-        RankThreads ranks = RankThreads.start(3, rank -> {
-            pack.barrier("barrier", rank, LONG_NANOS);
-            return null;
-        }, 0, 1);
+        RankThreads ranks = inBarrier(pack, LONG_NANOS, 0, 1);
         RankThreads.awaitWaiting(ranks.thread(0));
         RankThreads.awaitWaiting(ranks.thread(1));
         ranks.thread(1).interrupt();
@@ -123,10 +125,7 @@ class PackStateTest {
     @Test
     void ranksInDifferentHostSideCallsFailWithTheMismatch() throws Exception {
         PackState pack = new PackState(2, DRAIN);
-        RankThreads waiting = RankThreads.start(2, rank -> {
-            pack.barrier("barrier", rank, LONG_NANOS);
-            return null;
-        }, 0);
+        RankThreads waiting = inBarrier(pack, LONG_NANOS, 0);
         RankThreads.awaitWaiting(waiting.thread(0));
         IllegalStateException mismatch = assertThrows(IllegalStateException.class,
                 () -> pack.barrier("execute", 1, LONG_NANOS));
@@ -230,10 +229,7 @@ class PackStateTest {
     @Test
     void aFailureOfThePacksOwnerNamesNoRank() throws Exception {
         PackState pack = new PackState(2, DRAIN);
-        RankThreads ranks = RankThreads.start(2, rank -> {
-            pack.barrier("barrier", rank, LONG_NANOS);
-            return null;
-        }, 0);
+        RankThreads ranks = inBarrier(pack, LONG_NANOS, 0);
         RankThreads.awaitWaiting(ranks.thread(0));
         assertTrue(pack.fail(-1, new IllegalStateException("the pack was closed")));
         assertFalse(pack.fail(1, new IllegalStateException("later")), "a second failure replaced the first");
