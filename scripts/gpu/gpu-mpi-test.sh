@@ -8,6 +8,8 @@
 #   error-string  an MPI error (invalid root) carries MPI_Error_string's text, function and rank
 #   host-init     MPI initialised by the application: left alone by close, still usable
 #   throw-w3      rank 1 of 3 throws mid-transaction: the job ends non-zero within 30 s, no process left
+#   throw-create-w3  the same with create() and try-with-resources: the job ends within 10 s
+#   late-close-w3 rank 0 of 3 closes 20 s after the others: every rank closes cleanly
 #   killed-w3     rank 2 of 3 is SIGKILLed: the job ends within the watchdog timeout + 30 s, no process left
 #   example-w4    mpirun -np 4 bin/run-example --launcher mpi: every element checked, last line OK
 # then `ALL PASSED` (exit 0) or `FAILED: parts...` (exit 1). Logs and JUnit reports go to $OUT when
@@ -79,6 +81,8 @@ junit suite-w2-w4 "everyOperationChecked(int)"
 junit error-string mpiErrorCarriesMpisText
 junit host-init mpiInitialisedByTheApplicationIsLeftAlone
 junit throw-w3 aThrowingRankEndsTheJob
+junit throw-create-w3 aThrowingRankEndsTheJobWithCreateAndTryWithResources
+junit late-close-w3 aRankThatClosesLateStillClosesCleanly
 junit killed-w3 aKilledRankEndsTheJob
 
 # The example: one process per rank, all on device 0, each its own NCCL "node".

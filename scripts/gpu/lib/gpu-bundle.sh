@@ -20,11 +20,16 @@ gpu_bundle() {
     echo "no .gpu/jnccl-bundle.tar.xz: run scripts/stage-gpu.sh where a JDK is, and carry .gpu" >&2
     return 1
   fi
-  if [ ! -x "$dir/bin/bench" ] || [ "$archive" -nt "$dir/.unpacked" ]; then
-    rm -rf "$dir"
-    tar xaf "$archive" -C "$(dirname "$dir")"
-    touch "$dir/.unpacked"
-  fi
+  # Under a lock: scripts run side by side (gpu-all.sh starts the MPI and world-1 parts together),
+  # and one must not read the jars while another unpacks them.
+  (
+    flock 9
+    if [ ! -x "$dir/bin/bench" ] || [ "$archive" -nt "$dir/.unpacked" ]; then
+      rm -rf "$dir"
+      tar xaf "$archive" -C "$(dirname "$dir")"
+      touch "$dir/.unpacked"
+    fi
+  ) 9>"$dir.lock"
   echo "$dir"
 }
 
