@@ -364,11 +364,12 @@ public final class Communicator implements AutoCloseable {
             requireUsable("execute");
             // Outside the lock: the launcher may wait here for slower ranks, and an abort from
             // another thread (a failing pack, the watchdog) must not wait for this one meanwhile.
-            onHost(() -> {
-                host.pace(hostTimeoutNanos);
-                return null;
-            });
+            // Called directly, not through onHost: no lambda per transaction on the hot path.
+            host.pace(hostTimeoutNanos);
         } catch (RuntimeException e) {
+            if (e instanceof CommunicatorAbortedException) {
+                abort(e.getMessage()); // as onHost does
+            }
             transactionEnded(transaction);
             buffer.clear();
             throw e;
