@@ -178,6 +178,7 @@ struct ncclComm {
   uint64_t chunk_env;
   long init_timeout_ms;
   int fault_mode, fault_at; /* JN_FAULT_* */
+  uint64_t enqueue_count; /* operations posted, for JN_FAULT_HANG_ENQUEUE (under mu) */
   long delay_us;
 };
 
@@ -303,5 +304,8 @@ void fault_configure(struct ncclComm *c, const jn_comm_env *env);
  * Returns 0 to run it, 1 if it failed (e set), 2 to skip it silently.
  */
 int op_begin(struct ncclComm *c, op_err *e);
+/* JNCCL_HOST_FAULT=hang-enqueue: holds the calling thread inside the posting call; non-zero when
+ * it did (the communicator was aborted meanwhile) */
+int enqueue_fault(const jn_op *ops, int n);
 
 #endif /* JNCCL_COMM_H */

@@ -89,8 +89,9 @@ static int env_fault(int *mode, char *err, size_t errlen) {
   if (f == NULL) return 1;
   if (strcmp(f, "fail") == 0) *mode = JN_FAULT_FAIL;
   else if (strcmp(f, "hang") == 0) *mode = JN_FAULT_HANG;
+  else if (strcmp(f, "hang-enqueue") == 0) *mode = JN_FAULT_HANG_ENQUEUE;
   else {
-    bad_value("JNCCL_HOST_FAULT", f, err, errlen, "fail or hang");
+    bad_value("JNCCL_HOST_FAULT", f, err, errlen, "fail, hang or hang-enqueue");
     return 0;
   }
   return 1;

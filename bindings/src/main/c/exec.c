@@ -109,6 +109,10 @@ static void nccl_item_free(jn_item *base) {
  * group (its launch stream); the other streams it uses get follower items (see jn_join).
  */
 ncclResult_t post_ops(jn_op *ops, int n) {
+  if (enqueue_fault(ops, n)) { /* nothing was posted: release the operations' references */
+    for (int i = 0; i < n; i++) comm_put(ops[i].comm);
+    return failf(ncclSystemError, "operation aborted by ncclCommAbort while connecting (JNCCL_HOST_FAULT=hang-enqueue)");
+  }
   ncclResult_t rc = ncclSuccess;
   /* distinct streams and communicators, in order of first appearance */
   cudaStream_t *streams = calloc((size_t)n, sizeof(*streams));

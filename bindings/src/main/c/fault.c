@@ -1,7 +1,8 @@
 /*
  * fault.c - injected faults and delays of the host emulation's NCCL operations
  * (README.md, "Environment variables"): JNCCL_HOST_FAULT / _RANK / _AT make one
- * rank's k-th operation fail or hang; JNCCL_HOST_DELAY_RANK / _US slow one
+ * rank's k-th operation fail or hang (on its stream, or inside the posting call);
+ * JNCCL_HOST_DELAY_RANK / _US slow one
  * rank's operations. Both are read (config.c) when a communicator is created.
  */
 #include "comm.h"
@@ -22,7 +23,7 @@ int op_begin(struct ncclComm *c, op_err *e) {
   if (atomic_load(&c->async_err) != ncclSuccess) return 2;
   c->op_count++;
   if (c->delay_us > 0) jn_sleep_us(c->delay_us);
-  if (c->fault_mode != JN_FAULT_NONE && c->op_count == (uint64_t)c->fault_at) {
+  if ((c->fault_mode == JN_FAULT_FAIL || c->fault_mode == JN_FAULT_HANG) && c->op_count == (uint64_t)c->fault_at) {
     if (c->fault_mode == JN_FAULT_FAIL) {
       errf(e, ncclSystemError, -1, "injected failure at operation %d of rank %d", c->fault_at, c->rank);
       return 1;
@@ -32,6 +33,23 @@ int op_begin(struct ncclComm *c, op_err *e) {
     pthread_mutex_unlock(&c->mu);
     errf(e, ncclSystemError, -1, "operation aborted by ncclCommAbort (hung by JNCCL_HOST_FAULT=hang)");
     return 1;
+  }
+  return 0;
+}
+
+/* Real NCCL connects to its peers lazily, inside the ncclGroupEnd of the first collectives that
+ * need them, and holds the calling thread there until they come: a rank stuck this way is inside
+ * an enqueue, not waiting for a stream. The k-th operation posted on the faulty rank holds the
+ * poster until its communicator is aborted, then fails like NCCL's aborted connect. */
+int enqueue_fault(const jn_op *ops, int n) {
+  for (int i = 0; i < n; i++) {
+    struct ncclComm *c = ops[i].comm;
+    if (c->fault_mode != JN_FAULT_HANG_ENQUEUE) continue;
+    pthread_mutex_lock(&c->mu);
+    int hit = ++c->enqueue_count == (uint64_t)c->fault_at;
+    while (hit && !atomic_load(&c->aborted)) jn_cond_wait_ms(&c->cv, &c->mu, 50);
+    pthread_mutex_unlock(&c->mu);
+    if (hit) return 1;
   }
   return 0;
 }

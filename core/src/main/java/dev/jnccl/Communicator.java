@@ -86,7 +86,7 @@ public final class Communicator implements AutoCloseable {
     private volatile String abortReason;
     private Transaction openTransaction;
     private long sequence;
-    /** Transactions executed (enqueued), for the host side's view of how far this rank got. */
+    /** Transactions executed (counted as their enqueue starts), for the host side's view of how far this rank got. */
     private volatile long executed;
 
     /** A rank of a new communicator: see {@link Modes#communicator}. */
@@ -394,6 +394,10 @@ public final class Communicator implements AutoCloseable {
     private void enqueue(Transaction transaction, CudaEvent signal, CommandBuffer buffer, List<Command> executed) {
         stream.waitFor(transaction.ready());
         boolean enqueuing = false;
+        // Counted before the commands go to NCCL: a rank held inside this enqueue (real NCCL connects
+        // to its peers in the first collective, in ncclGroupEnd) has committed to this transaction,
+        // and a peer that closed after fewer will never join it (the watchdog's poll of the host side).
+        this.executed++; // only this thread, holding the lock, writes it
         try {
             transport.beforeCommands(executed, stream);
             enqueuing = true;
@@ -417,7 +421,6 @@ public final class Communicator implements AutoCloseable {
         } finally {
             buffer.clear();
         }
-        this.executed++; // only this thread, holding the lock, writes it
         recorder.add(transaction.number(), executed); // the watchdog probes completion off this path
     }
 

@@ -138,6 +138,8 @@ final class Watchdog {
             return "transaction #" + pending.sequence() + " not complete after "
                     + TimeUnit.NANOSECONDS.toMillis(pendingAge) + " ms (timeout " + Deadlines.toMillis(timeout) + " ms)";
         }
-        return peers.apply(recorder.oldestUnfinishedAgeNanos(System.nanoTime()));
+        // A rank waiting inside an enqueue waits for its peers as much as one waiting for a tracked
+        // transaction: the host side hears of both.
+        return peers.apply(Math.max(enqueueAge, recorder.oldestUnfinishedAgeNanos(System.nanoTime())));
     }
 }

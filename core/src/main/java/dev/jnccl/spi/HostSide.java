@@ -117,8 +117,10 @@ public interface HostSide {
      * this rank's work has been pending for a while: this rank waits for a collective that rank
      * will never join.
      *
-     * @param executed     the transactions this rank has executed
-     * @param pendingNanos how long the oldest incomplete transaction has been pending, -1 when none is
+     * @param executed     the transactions this rank has executed (one whose enqueue has started counts)
+     * @param pendingNanos how long the oldest incomplete transaction has been pending, or this rank has
+     *                     been inside an enqueue (real NCCL connects to peers in the first collectives),
+     *                     whichever is longer; -1 when neither
      * @return why to abort, or null
      */
     default String poll(long executed, long pendingNanos) {

@@ -84,6 +84,33 @@ class MpiWorldsTest extends MpiWorldsChecks {
     }
 
     /**
+     * As {@link #aThrowingRankEndsTheJobWithCreateAndTryWithResources} with rank 0 held inside its
+     * enqueue of the failing transaction (host emulation: its first NCCL operation hangs in ncclGroupEnd), as real
+     * NCCL holds a rank in ncclGroupEnd while it connects to a peer that never comes: its watchdog
+     * still hears of the victim's close and the job ends within seconds, not at the close timeout.
+     */
+    @ParameterizedTest
+    @EnumSource(MpiJobs.Launcher.class)
+    void aThrowingRankEndsTheJobWhileAPeerIsHeldInsideAnEnqueue(MpiJobs.Launcher launcher) throws Exception {
+        MpiJobs jobs = new MpiJobs(launcher, "host", false, Map.of("JNCCL_HOST_FAULT", "hang-enqueue",
+                "JNCCL_HOST_FAULT_RANK", "0", "JNCCL_HOST_FAULT_AT", "1"));
+        try (MpiJobs.Job job = jobs.start("throw-create", 2)) {
+            job.awaitLine("(?m)^STARTED$", JOB_TIMEOUT);
+            long started = System.nanoTime();
+            int exit = job.awaitExit(Duration.ofSeconds(30));
+            long seconds = TimeUnit.NANOSECONDS.toSeconds(System.nanoTime() - started);
+            String output = job.output();
+            assertNotEquals(0, exit, job.name + ": exit code\n" + output);
+            assertTrue(seconds < 10, job.name + ": the job took " + seconds + " s to end\n" + output);
+            assertTrue(output.contains("rank 1 closed its communicator after 0 transaction(s) while this rank executed 1"),
+                    output);
+            assertTrue(output.contains("ending the MPI job (MPI_Abort"), output);
+            assertTrue(!output.contains("UNEXPECTED"), output);
+            job.assertNoRankLeft(Duration.ofSeconds(15));
+        }
+    }
+
+    /**
      * Rank 1 of 3 hangs in its 3rd NCCL operation (host emulation fault injection): the watchdog (3 s)
      * aborts, and MPI_Abort called from the watchdog's thread (hence MPI_THREAD_MULTIPLE) ends the job.
      */
