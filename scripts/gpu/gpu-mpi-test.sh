@@ -11,6 +11,8 @@
 #   throw-create-w3  the same with create() and try-with-resources: the job ends within 10 s
 #   late-close-w3 rank 0 of 3 closes 20 s after the others: every rank closes cleanly
 #   killed-w3     rank 2 of 3 is SIGKILLed: the job ends within the watchdog timeout + 30 s, no process left
+#   absent-w3     rank 2 of 3 never comes to a barrier: the others name it at the deadline (3 s), the job ends
+#   late-create-w3  rank 2 of 3 creates late: the others' create names it at the init timeout, the job ends
 #   example-w4    mpirun -np 4 bin/run-example --launcher mpi: every element checked, last line OK
 # then `ALL PASSED` (exit 0) or `FAILED: parts...` (exit 1). Logs and JUnit reports go to $OUT when
 # set, else /tmp/jnccl-gpu-mpi.
@@ -84,6 +86,8 @@ junit throw-w3 aThrowingRankEndsTheJob
 junit throw-create-w3 aThrowingRankEndsTheJobWithCreateAndTryWithResources
 junit late-close-w3 aRankThatClosesLateStillClosesCleanly
 junit killed-w3 aKilledRankEndsTheJob
+junit absent-w3 aRankAbsentFromABarrierIsNamedAtTheDeadline
+junit late-create-w3 aRankThatCreatesLateIsNamedAtTheInitDeadline
 
 # The example: one process per rank, all on device 0, each its own NCCL "node".
 # shellcheck disable=SC2086 # MPI_FLAGS is a list of flags

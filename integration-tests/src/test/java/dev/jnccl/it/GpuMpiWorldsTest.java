@@ -78,4 +78,14 @@ class GpuMpiWorldsTest extends MpiWorldsChecks {
     void aKilledRankEndsTheJob() throws Exception {
         killedRank(LAUNCHER);
     }
+
+    @Test
+    void aRankAbsentFromABarrierIsNamedAtTheDeadline() throws Exception {
+        absentRank(LAUNCHER, "absent-barrier", "barrier");
+    }
+
+    @Test
+    void aRankThatCreatesLateIsNamedAtTheInitDeadline() throws Exception {
+        lateCreator(LAUNCHER);
+    }
 }

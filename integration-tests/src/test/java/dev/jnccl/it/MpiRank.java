@@ -42,7 +42,17 @@ import java.util.concurrent.TimeUnit;
  *   <li>{@code killed}: transactions in a loop (watchdog 3 s); the last rank prints {@code RUNNING}
  *       and is SIGKILLed by the test; the job must end, bounded;</li>
  *   <li>{@code watchdog}: the same loop while the host emulation makes rank 1 hang
- *       ({@code JNCCL_HOST_FAULT=hang}): a watchdog aborts, and its thread ends the job with MPI_Abort.</li>
+ *       ({@code JNCCL_HOST_FAULT=hang}): a watchdog aborts, and its thread ends the job with MPI_Abort;</li>
+ *   <li>{@code absent-barrier}, {@code absent-allgather}: after a first barrier of all, the last rank
+ *       never comes to the next barrier / allGatherBytesHost (it sleeps; watchdog 3 s): the others'
+ *       wait ends at the deadline naming it, and the job ends (prints {@code WAITING} first);</li>
+ *   <li>{@code late-create}: the last rank calls create {@value #LATE_CREATE_MILLIS} ms late (init
+ *       timeout {@value #LATE_CREATE_INIT_TIMEOUT_MILLIS} ms): the others' create ends at its deadline
+ *       naming it, and the job ends;</li>
+ *   <li>{@code interrupted-arrival}: on jnccl's MPI layer directly, rank 0's rendezvous is interrupted
+ *       while the others stay away: the exception names them, carries the interrupt, keeps the
+ *       interrupt status; the abandoned requests harm nothing (a later rendezvous works, the others
+ *       still receive rank 0's abandoned message).</li>
  * </ul>
  */
 public final class MpiRank {
@@ -64,6 +74,10 @@ public final class MpiRank {
                 case "throw-create" -> throwMidTransactionWithCreate();
                 case "late-close" -> lateClose(seed);
                 case "killed", "watchdog" -> loopTransactions();
+                case "absent-barrier" -> absentRank(Communicator::barrier);
+                case "absent-allgather" -> absentRank(comm -> comm.allGatherBytesHost(new byte[] {(byte) comm.rank()}));
+                case "late-create" -> lateCreate();
+                case "interrupted-arrival" -> interruptedArrival();
                 default -> throw new IllegalArgumentException("unknown scenario " + scenario);
             }
         } catch (Throwable e) {
@@ -251,6 +265,120 @@ public final class MpiRank {
         }
         System.out.println("CLOSED rank=" + rank);
         System.out.flush();
+    }
+
+    /** The host-side deadline of {@link #absentRank}: the watchdog's timeout. */
+    static final long ABSENT_DEADLINE_MILLIS = 3_000;
+
+    /**
+     * Every rank meets in a barrier; then the last rank sleeps far past the deadline instead of
+     * joining {@code rendezvous}, which the others enter after printing {@code WAITING}. Their wait
+     * must end at the deadline naming that rank, and their abort ends the job (the sleeper too).
+     */
+    private static void absentRank(java.util.function.Consumer<Communicator> rendezvous) {
+        CommunicatorOptions options = CommunicatorOptions.defaults()
+                .withWatchdog(Duration.ofMillis(ABSENT_DEADLINE_MILLIS)).withWatchdogInterval(Duration.ofMillis(50));
+        MpiCommunicators.run(MpiOptions.defaults().withCommunicator(options), comm -> {
+            comm.barrier();
+            if (comm.rank() == comm.worldSize() - 1) {
+                sleep(120_000);
+            } else {
+                System.out.println("WAITING rank=" + comm.rank());
+                System.out.flush();
+                rendezvous.accept(comm);
+            }
+            System.out.println("UNEXPECTED: rank " + comm.rank() + " finished");
+        });
+    }
+
+    /** How late the last rank calls create in {@link #lateCreate}. */
+    static final long LATE_CREATE_MILLIS = 120_000;
+    /** The init timeout of {@link #lateCreate}: room for the other ranks' JVMs to start at different times. */
+    static final long LATE_CREATE_INIT_TIMEOUT_MILLIS = 15_000;
+
+    /** The last rank calls create long after the others, whose create must end at the init deadline naming it. */
+    private static void lateCreate() {
+        MpiLibrary mpi = MpiLibrary.load();
+        int provided = mpi.initThread(MpiLibrary.THREAD_MULTIPLE);
+        assertEquals(MpiLibrary.THREAD_MULTIPLE, provided, "thread level");
+        int rank = mpi.rank(mpi.world());
+        if (rank == mpi.size(mpi.world()) - 1) {
+            sleep(LATE_CREATE_MILLIS);
+        } else {
+            System.out.println("CREATING rank=" + rank);
+            System.out.flush();
+        }
+        CommunicatorOptions options = CommunicatorOptions.defaults()
+                .withInitTimeout(Duration.ofMillis(LATE_CREATE_INIT_TIMEOUT_MILLIS));
+        MpiCommunicators.run(MpiOptions.defaults().withCommunicator(options),
+                comm -> System.out.println("UNEXPECTED: rank " + comm.rank() + " created"));
+    }
+
+    /**
+     * Rank 0 enters a rendezvous of {@link MpiLibrary#arrive} on a thread it interrupts after
+     * 500 ms, while the others stay away for 3 s: the exception must name them, carry the
+     * interrupt and leave the interrupt status set. Then all meet in a fresh rendezvous (the
+     * abandoned one's requests must not disturb it), and the others receive the message rank 0
+     * sent before it let go.
+     */
+    private static void interruptedArrival() throws InterruptedException {
+        MpiLibrary mpi = MpiLibrary.load();
+        mpi.initThread(MpiLibrary.THREAD_MULTIPLE);
+        MpiLibrary.Handle handle = mpi.dup(mpi.world());
+        mpi.setErrorsReturn(handle);
+        int rank = mpi.rank(handle);
+        int size = mpi.size(handle);
+        assertTrue(size >= 2, "world " + size);
+        long minute = TimeUnit.SECONDS.toNanos(60);
+        String details;
+        if (rank == 0) {
+            dev.jnccl.CommunicatorAbortedException[] failure = {null};
+            boolean[] interruptKept = {false};
+            Thread waiter = Thread.ofPlatform().start(() -> {
+                try {
+                    mpi.arrive(handle, 0, size, 100, "rank 0", "", new MpiLibrary.Wait("barrier #1", minute, () -> null));
+                } catch (dev.jnccl.CommunicatorAbortedException e) {
+                    failure[0] = e;
+                    interruptKept[0] = Thread.currentThread().isInterrupted();
+                }
+            });
+            Thread.sleep(500);
+            waiter.interrupt();
+            waiter.join(10_000);
+            assertFalse(waiter.isAlive(), "the interrupted rendezvous still waits");
+            assertTrue(failure[0] != null, "the interrupted rendezvous did not throw");
+            String others = size == 2 ? "rank 1" : "ranks " + java.util.stream.IntStream.range(1, size).boxed().toList();
+            assertEquals("barrier #1 on rank 0 was interrupted while " + others + " had not arrived (the interrupt"
+                    + " status is kept)", failure[0].getMessage());
+            assertTrue(failure[0].getCause() instanceof InterruptedException, String.valueOf(failure[0].getCause()));
+            assertTrue(interruptKept[0], "interrupt status cleared");
+            details = "interrupted=" + failure[0].getMessage().replace(' ', '_');
+        } else {
+            sleep(3_000);
+            details = "absent";
+        }
+        mpi.arrive(handle, rank, size, 101, "rank " + rank, "", new MpiLibrary.Wait("barrier #2", minute, () -> null));
+        if (rank != 0) {
+            // Rank 0 freed its send of the abandoned rendezvous: MPI still delivers it.
+            long deadline = System.nanoTime() + minute;
+            while (mpi.receiveLong(0, 100, handle).isEmpty()) {
+                assertTrue(System.nanoTime() < deadline, "rank 0's abandoned arrival message never came");
+                Thread.sleep(10);
+            }
+        }
+        mpi.barrier(handle, new MpiLibrary.Wait("barrier", minute, () -> null));
+        mpi.free(handle);
+        System.out.println("VERDICT rank=" + rank + " world=" + size + " PASS abi=" + mpi.abi().name() + " " + details);
+        System.out.flush();
+        mpi.finalizeMpi();
+    }
+
+    private static void sleep(long millis) {
+        try {
+            Thread.sleep(millis);
+        } catch (InterruptedException e) {
+            throw new IllegalStateException(e);
+        }
     }
 
     /** How late rank 0 closes in {@link #lateClose}. */

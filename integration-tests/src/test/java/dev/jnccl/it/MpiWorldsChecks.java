@@ -55,13 +55,7 @@ abstract class MpiWorldsChecks {
      */
     void throwingRankWithCreate(MpiJobs.Launcher launcher) throws Exception {
         try (MpiJobs.Job job = jobs(launcher).start("throw-create", 3)) {
-            job.awaitLine("(?m)^STARTED$", JOB_TIMEOUT);
-            long started = System.nanoTime();
-            int exit = job.awaitExit(Duration.ofSeconds(30));
-            long seconds = TimeUnit.NANOSECONDS.toSeconds(System.nanoTime() - started);
-            String output = job.output();
-            assertNotEquals(0, exit, job.name + ": exit code\n" + output);
-            assertTrue(seconds < 10, job.name + ": the job took " + seconds + " s to end\n" + output);
+            String output = awaitFailureWithin(job, "(?m)^STARTED$", 10);
             assertTrue(output.contains("rank 1 closed its communicator after"), output);
             assertTrue(output.contains("ending the MPI job (MPI_Abort"), output);
             assertTrue(!output.contains("UNEXPECTED"), output);
@@ -87,6 +81,68 @@ abstract class MpiWorldsChecks {
             assertNotEquals(0, exit, job.name + ": exit code\n" + job.output());
             assertTrue(!job.output().contains("UNEXPECTED"), job.output());
             job.assertNoRankLeft(Duration.ofSeconds(15));
+        }
+    }
+
+    /**
+     * Rank 2 of 3 never comes to the second barrier ({@code rendezvous} "barrier") or all-gather
+     * ("allGatherBytesHost"): the others' wait ends at the deadline (3 s) with a message naming
+     * exactly rank 2 and the rendezvous, and the job ends within a few seconds of it.
+     */
+    void absentRank(MpiJobs.Launcher launcher, String scenario, String rendezvous) throws Exception {
+        try (MpiJobs.Job job = jobs(launcher).start(scenario, 3)) {
+            String output = awaitFailureWithin(job, "(?m)^WAITING rank=[01]$",
+                    TimeUnit.MILLISECONDS.toSeconds(MpiRank.ABSENT_DEADLINE_MILLIS) + 10);
+            // #2: the first barrier of all was #1 (every host-side rendezvous of a communicator counts).
+            Matcher named = java.util.regex.Pattern.compile(java.util.regex.Pattern.quote(rendezvous) + " #2 on rank [01]:"
+                    + " rank 2 did not arrive within " + MpiRank.ABSENT_DEADLINE_MILLIS + " ms").matcher(output);
+            assertTrue(named.find(), job.name + ": no rank named rank 2\n" + output);
+            assertNamesOnly("rank 2", output, job.name);
+            assertTrue(output.contains("ending the MPI job (MPI_Abort"), output);
+            assertTrue(!output.contains("UNEXPECTED"), output);
+            job.assertNoRankLeft(Duration.ofSeconds(15));
+        }
+    }
+
+    /**
+     * Rank 2 of 3 calls create long after the others: their create ends at the init timeout with a
+     * message naming exactly rank 2, and the job ends.
+     */
+    void lateCreator(MpiJobs.Launcher launcher) throws Exception {
+        try (MpiJobs.Job job = jobs(launcher).start("late-create", 3)) {
+            String output = awaitFailureWithin(job, "(?m)^CREATING rank=[01]$",
+                    TimeUnit.MILLISECONDS.toSeconds(MpiRank.LATE_CREATE_INIT_TIMEOUT_MILLIS) + 15);
+            Matcher named = java.util.regex.Pattern.compile("create on rank [01]: rank 2 did not arrive within "
+                    + MpiRank.LATE_CREATE_INIT_TIMEOUT_MILLIS + " ms").matcher(output);
+            assertTrue(named.find(), job.name + ": no rank named rank 2\n" + output);
+            assertNamesOnly("rank 2", output, job.name);
+            assertTrue(output.contains("creating the communicator failed; ending the MPI job (MPI_Abort"), output);
+            assertTrue(!output.contains("UNEXPECTED"), output);
+            job.assertNoRankLeft(Duration.ofSeconds(15));
+        }
+    }
+
+    /**
+     * Waits for a line matching {@code startLine}, then for the job to end with a non-zero exit code
+     * within {@code maxSeconds} of it; returns the job's output.
+     */
+    private static String awaitFailureWithin(MpiJobs.Job job, String startLine, long maxSeconds)
+            throws InterruptedException {
+        job.awaitLine(startLine, JOB_TIMEOUT);
+        long started = System.nanoTime();
+        int exit = job.awaitExit(Duration.ofSeconds(maxSeconds + 20));
+        long seconds = TimeUnit.NANOSECONDS.toSeconds(System.nanoTime() - started);
+        String output = job.output();
+        assertNotEquals(0, exit, job.name + ": exit code\n" + output);
+        assertTrue(seconds < maxSeconds, job.name + ": the job took " + seconds + " s to end\n" + output);
+        return output;
+    }
+
+    /** Every "... did not arrive" in {@code output} names {@code absent} alone. */
+    private static void assertNamesOnly(String absent, String output, String job) {
+        Matcher m = java.util.regex.Pattern.compile(": (ranks? [^:]*?) did not arrive").matcher(output);
+        while (m.find()) {
+            assertTrue(m.group(1).equals(absent), job + ": named " + m.group(1) + ", not " + absent + "\n" + output);
         }
     }
 }

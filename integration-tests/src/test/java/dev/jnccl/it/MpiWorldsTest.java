@@ -20,8 +20,9 @@ import org.junit.jupiter.params.provider.MethodSource;
  * run every transaction command, convenience operation and data type, in place and out of place,
  * the host gathers and barrier ({@link MpiRank} {@code ops}: {@link Scenarios} checked element by
  * element on random data, one verdict per rank); then the device override, MPI's error string, MPI
- * initialised by the application, a throwing rank and a SIGKILLed rank. Skipped, with the reason,
- * where a launcher is not installed.
+ * initialised by the application, a throwing rank, a SIGKILLed rank, ranks absent from a host-side
+ * rendezvous or from create (named at the deadline) and an interrupted rendezvous. Skipped, with the
+ * reason, where a launcher is not installed.
  */
 @Timeout(value = 300, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
 class MpiWorldsTest extends MpiWorldsChecks {
@@ -151,5 +152,35 @@ class MpiWorldsTest extends MpiWorldsChecks {
     @EnumSource(MpiJobs.Launcher.class)
     void aKilledRankEndsTheJob(MpiJobs.Launcher launcher) throws Exception {
         killedRank(launcher);
+    }
+
+    @ParameterizedTest
+    @EnumSource(MpiJobs.Launcher.class)
+    void aRankAbsentFromABarrierIsNamedAtTheDeadline(MpiJobs.Launcher launcher) throws Exception {
+        absentRank(launcher, "absent-barrier", "barrier");
+    }
+
+    @ParameterizedTest
+    @EnumSource(MpiJobs.Launcher.class)
+    void aRankAbsentFromAHostAllGatherIsNamedAtTheDeadline(MpiJobs.Launcher launcher) throws Exception {
+        absentRank(launcher, "absent-allgather", "allGatherBytesHost");
+    }
+
+    @ParameterizedTest
+    @EnumSource(MpiJobs.Launcher.class)
+    void aRankThatCreatesLateIsNamedAtTheInitDeadline(MpiJobs.Launcher launcher) throws Exception {
+        lateCreator(launcher);
+    }
+
+    /**
+     * A rendezvous interrupted on rank 0 while ranks 1 and 2 stay away names them, carries the
+     * interrupt and keeps the interrupt status; its abandoned requests disturb nothing later.
+     */
+    @ParameterizedTest
+    @EnumSource(MpiJobs.Launcher.class)
+    void anInterruptedRendezvousNamesTheAbsentRanks(MpiJobs.Launcher launcher) throws Exception {
+        String output = jobs(launcher).runAndPass("interrupted-arrival", 3, JOB_TIMEOUT);
+        assertTrue(output.contains("interrupted=barrier_#1_on_rank_0_was_interrupted_while_ranks_[1,_2]_had_not"
+                + "_arrived"), output);
     }
 }

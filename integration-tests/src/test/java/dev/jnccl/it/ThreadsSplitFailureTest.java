@@ -8,10 +8,14 @@ import static org.junit.jupiter.api.Assertions.fail;
 
 import dev.jnccl.Communicator;
 import dev.jnccl.CommunicatorAbortedException;
+import dev.jnccl.CommunicatorMode;
+import dev.jnccl.CommunicatorOptions;
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.ReduceOp;
 import dev.jnccl.it.Packs.Mode;
 import dev.jnccl.it.ThreadsFailureTest.Outcome;
+import dev.jnccl.threads.ThreadsOptions;
+import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -27,7 +31,8 @@ import org.junit.jupiter.params.provider.MethodSource;
  * ({0, 1} and {2, 3}); rank 3 fails while rank 2 waits for it in the child (in a host barrier, or
  * inside a child collective that rank 3 never joins) and ranks 0 and 1 wait in their own child or in
  * the parent. Every rank must be released with {@link CommunicatorAbortedException} naming rank 3,
- * and {@code join()} rethrows rank 3's exception with the others attached.
+ * and {@code join()} rethrows rank 3's exception with the others attached. The same when rank 3
+ * fails while the others are inside {@code split}, in both communicator modes.
  */
 @Timeout(value = 120, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
 class ThreadsSplitFailureTest {
@@ -116,6 +121,45 @@ class ThreadsSplitFailureTest {
         });
         ThreadsFailureTest.assertPropagated(outcome, WORLD, FAILING, boom);
         assertReleasedEverywhere(outcome, where);
+    }
+
+    static List<CommunicatorMode> communicatorModes() {
+        return List.of(CommunicatorMode.values());
+    }
+
+    /**
+     * Ranks 0, 1 and 2 are inside {@code split} (the exchange of colours and keys, then NCCL's split)
+     * when rank 3, which never splits, throws: in either communicator mode their split must end with
+     * {@link CommunicatorAbortedException} carrying rank 3's reason, promptly (far within the init
+     * timeout of 60 s that bounds the split otherwise).
+     */
+    @ParameterizedTest(name = "{0}")
+    @MethodSource("communicatorModes")
+    void aPeerFailingWhileTheOthersSplitEndsTheirSplitWithItsReason(CommunicatorMode mode) {
+        IllegalStateException boom = new IllegalStateException("rank 3 gives up instead of splitting");
+        Map<Integer, String> where = new ConcurrentHashMap<>();
+        CountDownLatch waiting = new CountDownLatch(WORLD - 1);
+        ThreadsOptions options = ThreadsOptions.defaults().withCommunicator(CommunicatorOptions.defaults()
+                .withMode(mode).withInitTimeout(Duration.ofSeconds(60)));
+        Outcome outcome = ThreadsFailureTest.runFailing(WORLD, options, comm -> {
+            if (comm.rank() == FAILING) {
+                awaitOthers(waiting);
+                throw boom;
+            }
+            where.put(comm.rank(), "split");
+            waiting.countDown();
+            comm.split(comm.rank() % 2, comm.rank());
+            fail("rank " + comm.rank() + " returned from split although rank 3 failed");
+        });
+        ThreadsFailureTest.assertPropagated(outcome, WORLD, FAILING, boom);
+        assertReleasedEverywhere(outcome, where);
+        for (int r = 0; r < WORLD - 1; r++) {
+            Throwable t = outcome.byRank().get(r);
+            int rank = r;
+            assertTrue(t.getMessage().contains(boom.getMessage()), () -> "rank " + rank + ": the reason is missing"
+                    + " from " + ThreadsFailureTest.describe(t));
+        }
+        assertTrue(outcome.elapsed().compareTo(Duration.ofSeconds(20)) < 0, "the pack took " + outcome.elapsed());
     }
 
     private static void assertReleasedEverywhere(Outcome outcome, Map<Integer, String> where) {

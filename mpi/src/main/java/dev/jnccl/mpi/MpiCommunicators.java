@@ -8,7 +8,11 @@ import dev.jnccl.spi.Modes;
 import dev.jnccl.cuda.Cuda;
 import dev.jnccl.mpi.internal.JvmSignalHandlers;
 import dev.jnccl.mpi.internal.MpiLibrary;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
 import java.util.Objects;
 import java.util.function.Consumer;
 import org.slf4j.Logger;
@@ -31,11 +35,25 @@ import org.slf4j.LoggerFactory;
  * failure is in flight (an aborted communicator: the job was ended instead); the finalize is bounded
  * by the close timeout (past it the process halts with exit code 1, so the launcher ends the job). If
  * the application initialised MPI itself (at {@code MPI_THREAD_MULTIPLE}), jnccl uses it and never
- * finalizes it.
+ * finalizes it. {@code MPI_Init_thread} is outside jnccl's deadlines: it is a blocking call with no
+ * bounded or non-blocking form, and the launcher's wiring of the processes may wait inside it for
+ * all of them; a process that never starts or dies there is the launcher's to report.
+ *
+ * <p><b>Deadline of create.</b> After MPI is up, every wait of {@link #create} for the other
+ * processes ends at {@link dev.jnccl.CommunicatorOptions#initTimeout()} with a
+ * {@link dev.jnccl.CommunicatorAbortedException} naming the ranks that did not arrive (or on an
+ * interrupt, the interrupt status kept): first each process sends a zero-byte message with tag
+ * {@value #CREATE_TAG} on {@code MPI_COMM_WORLD} to every other one and receives theirs (before jnccl
+ * has a communicator of its own this is the only way to learn who is missing: while {@code create}
+ * runs, the application must not receive messages of that tag, or of {@code MPI_ANY_TAG}, on
+ * {@code MPI_COMM_WORLD} on another thread); then {@code MPI_Comm_idup} makes jnccl's communicator;
+ * then one all-gather exchanges every process's node name and rank 0's NCCL unique id. All three are
+ * non-blocking MPI calls polled with backoff; NCCL's own initialisation is bounded by the same
+ * timeout.
  *
  * <p><b>Ranks and devices.</b> The rank and world are those of {@code MPI_COMM_WORLD}; rank 0 makes
- * the NCCL unique id and broadcasts it. The device is the node-local rank
- * ({@code MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)}), never the global rank; {@link
+ * the NCCL unique id. The device is the node-local rank (the rank among the processes whose
+ * {@code MPI_Get_processor_name} is this process's), never the global rank; {@link
  * MpiOptions#withDevice(int)}, the system property {@code jnccl.device} or the environment variable
  * {@code JNCCL_DEVICE} (in this order) override it.
  *
@@ -53,6 +71,11 @@ public final class MpiCommunicators {
     public static final String DEVICE_PROPERTY = "jnccl.device";
     /** The environment variable naming this process's CUDA device: {@value}. */
     public static final String DEVICE_ENVIRONMENT = "JNCCL_DEVICE";
+    /**
+     * The tag of create's arrival messages on {@code MPI_COMM_WORLD}: {@value} (MPI guarantees tags
+     * up to 32767; jnccl's other messages travel on communicators of its own).
+     */
+    public static final int CREATE_TAG = 0x6a6f;
 
     private MpiCommunicators() {}
 
@@ -82,15 +105,18 @@ public final class MpiCommunicators {
     }
 
     /**
-     * This process's communicator: initialises MPI if nobody did, broadcasts the NCCL unique id from
-     * rank 0, picks the device (see the class comment) and creates the NCCL communicator of all
-     * processes of MPI_COMM_WORLD. Every process of the job must call it.
+     * This process's communicator: initialises MPI if nobody did, waits for every process (bounded by
+     * the init timeout, see the class comment), sends the NCCL unique id from rank 0, picks the device
+     * and creates the NCCL communicator of all processes of MPI_COMM_WORLD. Every process of the job
+     * must call it.
      *
      * @param options MPI-mode options
      * @return this process's communicator, to be closed by the caller
      * @throws MpiException when an MPI call fails
      * @throws IllegalStateException when MPI gives less than MPI_THREAD_MULTIPLE, was finalized, or
      *         this node has more processes than visible devices (without a device override)
+     * @throws dev.jnccl.CommunicatorAbortedException when a process did not arrive within the init
+     *         timeout (the message names it), or on interrupt
      * @throws IllegalArgumentException when the device override or {@code jnccl.device} is not a
      *         visible device
      */
@@ -101,20 +127,31 @@ public final class MpiCommunicators {
         guardJvmSignals();
         MpiLibrary.Handle comm = null;
         try {
-            comm = mpi.dup(mpi.world());
-            mpi.setErrorsReturn(comm);
-            int rank = mpi.rank(comm);
-            int size = mpi.size(comm);
+            MpiLibrary.Handle world = mpi.world();
+            int rank = mpi.rank(world);
+            int size = mpi.size(world);
             mpi.rememberRank(rank);
-            MpiLibrary.Handle node = mpi.splitShared(comm, rank);
-            int localRank = mpi.rank(node);
-            int localSize = mpi.size(node);
-            mpi.free(node);
+            // One deadline for every wait below (see the class comment).
+            MpiLibrary.Wait wait = new MpiLibrary.Wait("create", HostSide.timeoutNanos(
+                    options.communicator().initTimeout()), () -> null);
+            mpi.arrive(world, rank, size, CREATE_TAG, "rank " + rank, "", wait);
+            comm = mpi.idup(world, wait);
+            mpi.setErrorsReturn(comm);
+            byte[] name = mpi.processorName().getBytes(StandardCharsets.UTF_8);
+            byte[] mine = rank == 0 ? concat(UniqueId.generate().bytes(), name) : name;
+            List<byte[]> all = mpi.allGather(mine, comm, wait);
+            byte[] id = Arrays.copyOf(all.getFirst(), UniqueId.BYTES);
+            List<String> nodes = new ArrayList<>(size);
+            for (int r = 0; r < size; r++) {
+                byte[] bytes = all.get(r);
+                int from = r == 0 ? UniqueId.BYTES : 0;
+                nodes.add(new String(bytes, from, bytes.length - from, StandardCharsets.UTF_8));
+            }
+            int[] local = nodeLocal(nodes, rank);
+            int localRank = local[0];
+            int localSize = local[1];
             String[] source = new String[1];
             int device = device(options, localRank, localSize, source);
-            byte[] id = rank == 0 ? UniqueId.generate().bytes() : new byte[UniqueId.BYTES];
-            mpi.bcast(id, 0, comm, new MpiLibrary.Wait("create: the unique id from rank 0",
-                    HostSide.timeoutNanos(options.communicator().initTimeout()), () -> null));
             LOG.info("jnccl MPI mode: {} ({}), {}, thread level MPI_THREAD_MULTIPLE, MPI {} by {}; rank {} of {},"
                             + " node-local rank {} of {}, device {} ({})", mpi.abi(), mpi.libraryVersion(), mpi.describe(),
                     owner ? "initialised" : "already initialised", owner ? "jnccl" : "the application", rank, size,
@@ -122,7 +159,7 @@ public final class MpiCommunicators {
             return Modes.communicator(UniqueId.fromBytes(id), rank, size, device, options.communicator(),
                     MpiHost.parts(mpi, comm, rank, size, owner ? options.communicator().closeTimeout() : null));
         } catch (RuntimeException | Error e) {
-            // A broadcast left pending at its deadline still uses the communicator: not freed then.
+            // An all-gather left pending at its deadline still uses the communicator: not freed then.
             if (comm != null && !(e instanceof CommunicatorAbortedException)) {
                 try {
                     mpi.free(comm);
@@ -237,6 +274,29 @@ public final class MpiCommunicators {
                     + " distributions are), or check that the library matches the launcher");
         }
         return true;
+    }
+
+    /**
+     * This process's rank among the processes of its node, and their number: {@code nodes} is every
+     * rank's node name (MPI_Get_processor_name), in rank order.
+     */
+    static int[] nodeLocal(List<String> nodes, int rank) {
+        String mine = nodes.get(rank);
+        int localRank = 0;
+        int localSize = 0;
+        for (int r = 0; r < nodes.size(); r++) {
+            if (nodes.get(r).equals(mine)) {
+                localRank += r < rank ? 1 : 0;
+                localSize++;
+            }
+        }
+        return new int[] {localRank, localSize};
+    }
+
+    private static byte[] concat(byte[] first, byte[] second) {
+        byte[] both = Arrays.copyOf(first, first.length + second.length);
+        System.arraycopy(second, 0, both, first.length, second.length);
+        return both;
     }
 
     /** The device: option, property, environment, node-local rank; {@code source[0]} says which. */

@@ -19,7 +19,14 @@ import org.slf4j.LoggerFactory;
  * The host side of this process's rank under MPI: barrier and host gathers over its own MPI
  * communicator (a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN, so jnccl's messages never mix
  * with the application's and its error handling leaves the application's communicators alone). No
- * launch-queue pace: one process drives one GPU. After an abort (watchdog, failed transaction,
+ * launch-queue pace: one process drives one GPU.
+ *
+ * <p>Every host-side rendezvous (barrier, host gathers, the colour exchange of a split) starts with
+ * the arrival messages of {@link MpiLibrary#arrive}: so one that ends at its deadline, or on an
+ * interrupt, names the ranks that did not arrive. That costs each rank size - 1 zero-byte messages
+ * sent and as many received per rendezvous (O(size) per rank, O(size²) in the job), host-side only:
+ * transactions never take this path. The barrier is that exchange alone; a gather runs its MPI
+ * collectives after it, within the same deadline. After an abort (watchdog, failed transaction,
  * {@code abort}) it ends the whole job with MPI_Abort; a clean close frees the MPI communicator and
  * finalizes MPI if jnccl initialised it.
  */
@@ -29,6 +36,17 @@ final class MpiHost implements HostSide {
     static final int ABORT_EXIT_CODE = 1;
     /** The tag of the closing messages on jnccl's own MPI communicators (no other point-to-point traffic there). */
     private static final int CLOSING_TAG = 0x6a6e;
+    /**
+     * The first tag of the arrival messages of host-side rendezvous, which take the tags from here
+     * on in turn (below {@link #CLOSING_TAG}; MPI guarantees tags up to 32767).
+     */
+    private static final int ARRIVAL_TAG = 0x4000;
+    /**
+     * How many arrival tags rendezvous cycle through: a message of a rendezvous left at its deadline
+     * (whose communicator is aborted, and the MPI job ended, next) could only be mistaken for one of
+     * the rendezvous this many later.
+     */
+    private static final int ARRIVAL_TAGS = 0x2000;
     /** How long a transaction must have waited before a peer's close makes it hopeless (not just slow to finish). */
     private static final long PENDING_GRACE_NANOS = TimeUnit.SECONDS.toNanos(1);
 
@@ -43,13 +61,19 @@ final class MpiHost implements HostSide {
     private final AtomicBoolean jobAborted;
     private final int rank;
     private final int worldSize;
+    /** How messages name this rank: "rank R", or "rank P (rank R of a split)" with P its rank in the parent. */
+    private final String who;
+    /** Appended to the ranks of this communicator that messages name: "" or " of the split". */
+    private final String scope;
+    /** The host-side rendezvous of this communicator so far (each one's number and arrival tag). */
+    private final java.util.concurrent.atomic.AtomicLong rendezvous = new java.util.concurrent.atomic.AtomicLong();
     /** The MPI side of the split in progress ({@link #beforeSplit}), taken by {@link #split}. */
     private MpiLibrary.Handle pendingSplit;
     /** Per rank: the transactions it executed before it closed, -1 while it has not said (guards itself). */
     private final long[] closedAfter;
 
     private MpiHost(MpiLibrary mpi, MpiLibrary.Handle comm, MpiLibrary.Handle job, Duration finalizeTimeout,
-                    AtomicBoolean jobAborted, int rank, int worldSize) {
+                    AtomicBoolean jobAborted, int rank, int worldSize, String who, String scope) {
         this.mpi = mpi;
         this.comm = comm;
         this.job = job;
@@ -57,6 +81,8 @@ final class MpiHost implements HostSide {
         this.jobAborted = jobAborted;
         this.rank = rank;
         this.worldSize = worldSize;
+        this.who = who;
+        this.scope = scope;
         this.closedAfter = new long[worldSize];
         java.util.Arrays.fill(closedAfter, -1);
     }
@@ -68,23 +94,35 @@ final class MpiHost implements HostSide {
      * @param finalizeTimeout null, or the bound of MPI_Finalize when jnccl initialised MPI
      */
     static RankParts parts(MpiLibrary mpi, MpiLibrary.Handle comm, int rank, int worldSize, Duration finalizeTimeout) {
-        return new RankParts(new MpiHost(mpi, comm, comm, finalizeTimeout, new AtomicBoolean(), rank, worldSize),
-                Transport.NCCL);
+        return new RankParts(new MpiHost(mpi, comm, comm, finalizeTimeout, new AtomicBoolean(), rank, worldSize,
+                "rank " + rank, ""), Transport.NCCL);
     }
 
     @Override
     public void barrier(long timeoutNanos) {
-        mpi.barrier(comm, waitFor("barrier", timeoutNanos));
+        arrive("barrier", timeoutNanos);
     }
 
     @Override
     public List<byte[]> gather(byte[] local, int root, long timeoutNanos) {
-        return mpi.gather(local, root, comm, waitFor("gatherBytesHost", timeoutNanos));
+        return mpi.gather(local, root, comm, arrive("gatherBytesHost", timeoutNanos));
     }
 
     @Override
     public List<byte[]> allGather(byte[] local, long timeoutNanos) {
-        return mpi.allGather(local, comm, waitFor("allGatherBytesHost", timeoutNanos));
+        return mpi.allGather(local, comm, arrive("allGatherBytesHost", timeoutNanos));
+    }
+
+    /**
+     * The next rendezvous of this communicator, named "operation #N" in messages: waits (bounded)
+     * until every rank has arrived, naming the ones that did not; returns the wait, whose deadline
+     * the operation's MPI collectives share.
+     */
+    private MpiLibrary.Wait arrive(String operation, long timeoutNanos) {
+        long number = rendezvous.incrementAndGet();
+        MpiLibrary.Wait wait = waitFor(operation + " #" + number, timeoutNanos);
+        mpi.arrive(comm, rank, worldSize, ARRIVAL_TAG + (int) (number % ARRIVAL_TAGS), who, scope, wait);
+        return wait;
     }
 
     /** A host-side wait: bounded, interruptible, and ended when another rank has closed (it will never arrive). */
@@ -192,6 +230,9 @@ final class MpiHost implements HostSide {
         if (previous != null && !previous.equals(mpi.commNull())) {
             mpi.free(previous); // a split whose NCCL part failed on this rank
         }
+        // Blocking: MPI has no non-blocking split. It runs right after the bounded exchange of the
+        // colours and keys (every rank arrived there and goes straight on to this call), so only a
+        // rank that dies in between keeps it waiting, and the launcher ends the job for a dead rank.
         pendingSplit = mpi.split(comm, color < 0 ? MpiLibrary.UNDEFINED : color, key);
     }
 
@@ -211,7 +252,8 @@ final class MpiHost implements HostSide {
                     + membership.worldSize() + " but MPI_Comm_split rank " + mpiRank + " of " + mpi.size(childComm));
         }
         return new RankParts(new MpiHost(mpi, childComm, job, null, jobAborted, membership.rank(),
-                membership.worldSize()), Transport.NCCL);
+                membership.worldSize(), "rank " + membership.parent().rank() + " (rank " + membership.rank()
+                + " of a split)", " of the split"), Transport.NCCL);
     }
 
     /** The NCCL communicator is aborted: end the job, or peers blocked in NCCL or MPI would wait forever. */

@@ -65,4 +65,14 @@ class MpiCommunicatorsTest {
         assertTrue(tooHigh.getMessage().contains("device " + visible + " (MpiOptions.withDevice) but only " + visible),
                 tooHigh.getMessage());
     }
+
+    @Test
+    void theNodeLocalRankCountsTheLowerRanksOfTheSameNode() {
+        java.util.List<String> nodes = java.util.List.of("b", "a", "b", "c", "a", "b");
+        int[][] expected = {{0, 3}, {0, 2}, {1, 3}, {0, 1}, {1, 2}, {2, 3}};
+        for (int rank = 0; rank < nodes.size(); rank++) {
+            org.junit.jupiter.api.Assertions.assertArrayEquals(expected[rank], MpiCommunicators.nodeLocal(nodes, rank),
+                    "rank " + rank + " of " + nodes);
+        }
+    }
 }

@@ -28,15 +28,14 @@ import java.util.Map;
  * <ul>
  *   <li>Open MPI: handles ({@code MPI_Comm}, {@code MPI_Datatype}, ...) are pointers; the predefined
  *       ones are the addresses of global symbols ({@code ompi_mpi_comm_world}, {@code ompi_mpi_byte},
- *       ...); {@code MPI_COMM_TYPE_SHARED} is 0.</li>
+ *       ...).</li>
  *   <li>The MPICH ABI (MPICH, Intel MPI, Cray MPICH, MVAPICH): handles are {@code int}s with fixed
  *       values (from MPICH's mpi.h: {@code MPI_COMM_WORLD} 0x44000000, {@code MPI_BYTE} 0x4c00010d,
- *       {@code MPI_INT} 0x4c000405, {@code MPI_ERRORS_RETURN} 0x54000001, {@code MPI_INFO_NULL}
- *       0x1c000000); {@code MPI_COMM_TYPE_SHARED} is 1.</li>
+ *       {@code MPI_INT} 0x4c000405, {@code MPI_ERRORS_RETURN} 0x54000001).</li>
  * </ul>
  * Which one a library is: it defines {@code ompi_mpi_comm_world} (Open MPI) or not (MPICH ABI).
  * Handles travel as {@link Handle} (a pointer or a sign-extended int), so a communicator made by
- * {@link #split}, {@link #dup} or {@link #splitShared} is used exactly like {@link #world()}.
+ * {@link #split}, {@link #dup} or {@link #idup} is used exactly like {@link #world()}.
  * Every call's result is checked: callers set {@code MPI_ERRORS_RETURN} on their communicators
  * ({@link #setErrorsReturn}), and a failure is an {@link MpiException} with MPI's error string.
  * Not API.
@@ -65,6 +64,8 @@ public final class MpiLibrary {
     private static final long CANCEL_GRACE_NANOS = TimeUnit.SECONDS.toNanos(2);
     /** Buffers of operations abandoned at a deadline or interrupt: MPI may write them until the job ends. */
     private static final List<Arena> ABANDONED = new ArrayList<>();
+    /** Larger than MPI_MAX_PROCESSOR_NAME of both ABIs (Open MPI 256, MPICH 128). */
+    private static final int PROCESSOR_NAME_BYTES = 1024;
     /** MPI_MAX_LIBRARY_VERSION_STRING of MPICH (Open MPI: 256). */
     private static final int VERSION_STRING_BYTES = 8192;
 
@@ -100,8 +101,6 @@ public final class MpiLibrary {
     private final Handle byteType;
     private final Handle intType;
     private final Handle errorsReturn;
-    private final Handle infoNull;
-    private final int commTypeShared;
     private final Map<String, MethodHandle> functions = new HashMap<>();
     /** The rank in MPI_COMM_WORLD for messages, once known. */
     private volatile int rank = -1;
@@ -117,8 +116,6 @@ public final class MpiLibrary {
             byteType = symbolHandle("ompi_mpi_byte");
             intType = symbolHandle("ompi_mpi_int");
             errorsReturn = symbolHandle("ompi_mpi_errors_return");
-            infoNull = symbolHandle("ompi_mpi_info_null");
-            commTypeShared = 0;
         } else {
             handleLayout = JAVA_INT;
             world = new Handle(0x44000000);
@@ -126,11 +123,9 @@ public final class MpiLibrary {
             byteType = new Handle(0x4c00010d);
             intType = new Handle(0x4c000405);
             errorsReturn = new Handle(0x54000001);
-            infoNull = new Handle(0x1c000000);
-            commTypeShared = 1;
-            if (library.symbols().find("MPI_Comm_split_type").isEmpty()) {
+            if (library.symbols().find("MPI_Comm_idup").isEmpty()) {
                 throw new NativeLibraryException(library.path() + " (" + library.origin() + ") is neither Open MPI (no"
-                        + " ompi_mpi_comm_world) nor an MPI-3 library of the MPICH ABI (no MPI_Comm_split_type). Set -D"
+                        + " ompi_mpi_comm_world) nor an MPI-3 library of the MPICH ABI (no MPI_Comm_idup). Set -D"
                         + PROPERTY + "=/path/to/libmpi.so of Open MPI or MPICH.", null);
             }
         }
@@ -420,14 +415,35 @@ public final class MpiLibrary {
     }
 
     /**
-     * MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, key, MPI_INFO_NULL): the processes of this node.
+     * MPI_Comm_idup, waited for as {@code wait} says: the duplicate exists once every process of
+     * {@code comm} has called it, and a process that never does ends the wait at its deadline
+     * instead of blocking it forever (as MPI_Comm_dup would).
      *
-     * @param comm the communicator to split
-     * @param key the order inside the node
-     * @return the node-local communicator (free it with {@link #free})
+     * @param comm the communicator to duplicate
+     * @param wait the bound of the wait
+     * @return the new communicator (free it with {@link #free})
+     * @throws CommunicatorAbortedException at the deadline, on interrupt or cancellation
      */
-    public Handle splitShared(Handle comm, int key) {
-        return handleOut("MPI_Comm_split_type", "HIIHP", comm, commTypeShared, key, infoNull);
+    public Handle idup(Handle comm, Wait wait) {
+        Arena arena = Arena.ofShared();
+        MemorySegment out = arena.allocate(handleLayout); // written by MPI when the request completes
+        MemorySegment request = arena.allocate(handleLayout);
+        call("MPI_Comm_idup", "HPP", comm, out, request);
+        complete(request, arena, wait);
+        Handle result = readHandle(out);
+        arena.close();
+        return result;
+    }
+
+    /** {@return MPI_Get_processor_name: the name of this process's node} */
+    public String processorName() {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment name = arena.allocate(PROCESSOR_NAME_BYTES);
+            MemorySegment length = arena.allocate(JAVA_INT);
+            call("MPI_Get_processor_name", "PP", name, length);
+            int n = Math.clamp(length.get(JAVA_INT, 0), 0, PROCESSOR_NAME_BYTES - 1);
+            return new String(name.asSlice(0, n).toArray(JAVA_BYTE), java.nio.charset.StandardCharsets.UTF_8);
+        }
     }
 
     /**
@@ -454,8 +470,21 @@ public final class MpiLibrary {
      * @param operation    the caller's name of the operation, for messages
      * @param timeoutNanos the longest wait, {@link Long#MAX_VALUE} for none
      * @param cancel       polled while waiting: a non-null answer ends the wait with that reason
+     * @param startNanos   when the wait began ({@link System#nanoTime()}): every step of one
+     *                     operation (arrival, lengths, data) shares one deadline
      */
-    public record Wait(String operation, long timeoutNanos, Supplier<String> cancel) {}
+    public record Wait(String operation, long timeoutNanos, Supplier<String> cancel, long startNanos) {
+        /**
+         * A wait whose deadline counts from now.
+         *
+         * @param operation    the caller's name of the operation, for messages
+         * @param timeoutNanos the longest wait, {@link Long#MAX_VALUE} for none
+         * @param cancel       polled while waiting: a non-null answer ends the wait with that reason
+         */
+        public Wait(String operation, long timeoutNanos, Supplier<String> cancel) {
+            this(operation, timeoutNanos, cancel, System.nanoTime());
+        }
+    }
 
     /**
      * MPI_Ibarrier, waited for as {@code wait} says.
@@ -473,54 +502,202 @@ public final class MpiLibrary {
     }
 
     /**
-     * Polls MPI_Test until the request completes (the caller then reads and frees {@code buffers}). A wait that ends
-     * otherwise (deadline, interrupt, cancellation) leaves the operation pending in MPI, so its
-     * buffers are kept for the rest of the process: the caller's communicator is aborted next, which
-     * in MPI mode ends the job.
+     * What {@link #await} polls: whether the operation is done, who waits, who is missing, and how
+     * to let go of what is still pending in MPI.
      */
-    private void complete(MemorySegment request, Arena buffers, Wait wait) {
-        long start = System.nanoTime();
+    private interface Pending {
+        /** {@return whether everything completed (MPI_Test on what is still pending)} */
+        boolean test();
+
+        /** {@return how messages name the waiting rank} */
+        String who();
+
+        /** {@return the ranks that have not arrived (e.g. "ranks [2, 3]"), or null when that is unknown} */
+        String absent();
+
+        /** Lets go of the requests still pending (cancelled or freed); their buffers are kept. */
+        void abandon();
+    }
+
+    /** One request of a non-blocking collective: who is missing is unknown to MPI. */
+    private Pending single(MemorySegment request, Arena buffers) {
         MemorySegment flag = buffers.allocate(JAVA_INT);
         MemorySegment status = buffers.allocate(STATUS_BYTES);
+        return new Pending() {
+            @Override
+            public boolean test() {
+                call("MPI_Test", "PPP", request, flag, status);
+                return flag.get(JAVA_INT, 0) != 0;
+            }
+
+            @Override
+            public String who() {
+                return "rank " + rank;
+            }
+
+            @Override
+            public String absent() {
+                return null;
+            }
+
+            @Override
+            public void abandon() {
+                // A pending collective cannot be cancelled in MPI: the communicator is aborted next.
+            }
+        };
+    }
+
+    /** Polls the single request of a non-blocking collective until it completes: see {@link #await}. */
+    private void complete(MemorySegment request, Arena buffers, Wait wait) {
+        await(single(request, buffers), buffers, wait);
+    }
+
+    /**
+     * Polls {@code pending} until it completes (the caller then reads and frees {@code buffers}). A
+     * wait that ends otherwise (deadline, interrupt, cancellation) lets go of what it can and keeps
+     * {@code buffers} for the rest of the process (MPI may still write them): the caller's
+     * communicator is aborted next, which in MPI mode ends the job.
+     */
+    private void await(Pending pending, Arena buffers, Wait wait) {
         long polls = 0;
         long cancelledAt = 0;
         while (true) {
-            call("MPI_Test", "PPP", request, flag, status);
-            if (flag.get(JAVA_INT, 0) != 0) {
+            if (pending.test()) {
                 return;
             }
             String reason = null;
             InterruptedException interrupt = null;
             long now = System.nanoTime();
-            long waited = now - start;
+            long waited = now - wait.startNanos();
             String cancelled = wait.cancel().get();
             if (cancelled != null && cancelledAt == 0) {
                 cancelledAt = now | 1; // never 0
             }
             if (Thread.currentThread().isInterrupted()) {
                 interrupt = new InterruptedException();
-                reason = "was interrupted (the interrupt status is kept)";
+                String absent = pending.absent();
+                reason = absent == null ? " was interrupted (the interrupt status is kept)"
+                        : " was interrupted while " + absent + " had not arrived (the interrupt status is kept)";
             } else if (cancelled != null && now - cancelledAt > CANCEL_GRACE_NANOS) {
                 // The rank that ended may have joined this operation before it did: MPI then
                 // completes it soon, so only an operation still pending after the grace is hopeless.
-                reason = "ended: " + cancelled;
+                reason = " ended: " + cancelled;
             } else if (waited >= wait.timeoutNanos()) {
-                reason = "did not complete within " + TimeUnit.NANOSECONDS.toMillis(wait.timeoutNanos())
-                        + " ms: not every rank arrived";
+                String limit = " within " + TimeUnit.NANOSECONDS.toMillis(wait.timeoutNanos()) + " ms";
+                String absent = pending.absent();
+                reason = absent == null ? " did not complete" + limit : ": " + absent + " did not arrive" + limit;
             }
             if (reason != null) {
-                synchronized (ABANDONED) {
-                    ABANDONED.add(buffers); // MPI may still write them until the job ends
+                try {
+                    pending.abandon();
+                } finally {
+                    synchronized (ABANDONED) {
+                        ABANDONED.add(buffers); // MPI may still write them until the job ends
+                    }
                 }
-                throw new CommunicatorAbortedException(wait.operation() + " on rank " + rank + " " + reason, interrupt);
+                throw new CommunicatorAbortedException(wait.operation() + " on " + pending.who() + reason, interrupt);
             }
-            // Host-side collectives are rare and short: spin a little, then park (no core burnt waiting).
+            // Host-side waits are rare and short: spin a little, then park (no core burnt waiting).
             if (polls++ < 64) {
                 Thread.onSpinWait();
             } else {
                 LockSupport.parkNanos(polls < 1024 ? 20_000 : 200_000);
             }
         }
+    }
+
+    /**
+     * A rendezvous that names the ranks that did not come: a zero-byte MPI_Isend to every other
+     * rank of {@code comm} and an MPI_Irecv from each, all with {@code tag}, polled until every one
+     * completed. A rank leaves only when every other rank's message has arrived, each sent on
+     * entering: so this is a barrier, and at the deadline the ranks whose message is missing are
+     * exactly the ones that have not entered it. Costs 2 (size - 1) requests and size - 1 messages
+     * on each rank (O(size) per rank, O(size²) in the job), host-side only. Left at the deadline, an
+     * interrupt or cancellation: the receives are cancelled (MPI_Cancel) and every pending request
+     * freed (MPI_Request_free); a late rank's message then finds no receive, so callers give every
+     * rendezvous of a communicator its own tag (a sequence number) that no earlier one used.
+     *
+     * @param comm  the communicator ({@code rank} and {@code size} are this process's in it)
+     * @param rank  this process's rank in {@code comm}
+     * @param size  the size of {@code comm}
+     * @param tag   the tag of this rendezvous's messages (unused by anything else on {@code comm})
+     * @param who   how messages name this rank (e.g. "rank 3 (rank 1 of a split)")
+     * @param scope appended to the absent ranks in messages (e.g. " of the split"), or ""
+     * @param wait  the bound of the wait
+     * @throws CommunicatorAbortedException at the deadline, on interrupt or cancellation, naming the
+     *         ranks that had not arrived
+     */
+    public void arrive(Handle comm, int rank, int size, int tag, String who, String scope, Wait wait) {
+        if (size == 1) {
+            return;
+        }
+        Arena arena = Arena.ofShared();
+        int peers = size - 1;
+        long requestBytes = handleLayout.byteSize();
+        // Receives in [0, peers), sends in [peers, 2 peers); index i talks to rank i, or i + 1 past this rank.
+        MemorySegment requests = arena.allocate(requestBytes * 2 * peers, handleLayout.byteAlignment());
+        MemorySegment buffer = arena.allocate(1); // zero bytes travel: one valid address for all
+        MemorySegment flag = arena.allocate(JAVA_INT);
+        MemorySegment status = arena.allocate(STATUS_BYTES);
+        boolean[] done = new boolean[2 * peers];
+        for (int i = 0; i < peers; i++) {
+            int peer = i < rank ? i : i + 1;
+            call("MPI_Irecv", "PIHIIHP", buffer, 0, byteType, peer, tag, comm,
+                    requests.asSlice(i * requestBytes, requestBytes));
+        }
+        for (int i = 0; i < peers; i++) {
+            int peer = i < rank ? i : i + 1;
+            call("MPI_Isend", "PIHIIHP", buffer, 0, byteType, peer, tag, comm,
+                    requests.asSlice((peers + i) * requestBytes, requestBytes));
+        }
+        await(new Pending() {
+            @Override
+            public boolean test() {
+                boolean all = true;
+                for (int i = 0; i < done.length; i++) {
+                    if (!done[i]) {
+                        call("MPI_Test", "PPP", requests.asSlice(i * requestBytes, requestBytes), flag, status);
+                        done[i] = flag.get(JAVA_INT, 0) != 0;
+                        all &= done[i];
+                    }
+                }
+                return all;
+            }
+
+            @Override
+            public String who() {
+                return who;
+            }
+
+            @Override
+            public String absent() {
+                List<Integer> missing = new ArrayList<>();
+                for (int i = 0; i < peers; i++) {
+                    if (!done[i]) {
+                        missing.add(i < rank ? i : i + 1);
+                    }
+                }
+                if (missing.isEmpty()) {
+                    // Every rank arrived, but a send to one is still pending (MPI makes no progress).
+                    return null;
+                }
+                return (missing.size() == 1 ? "rank " + missing.getFirst() : "ranks " + missing) + scope;
+            }
+
+            @Override
+            public void abandon() {
+                for (int i = 0; i < done.length; i++) {
+                    if (!done[i]) {
+                        MemorySegment request = requests.asSlice(i * requestBytes, requestBytes);
+                        if (i < peers) {
+                            invoke("MPI_Cancel", "P", request); // a receive; sends complete in the background
+                        }
+                        invoke("MPI_Request_free", "P", request);
+                    }
+                }
+            }
+        }, arena, wait);
+        arena.close();
     }
 
     /**
@@ -559,26 +736,6 @@ public final class MpiLibrary {
             call("MPI_Recv", "PIHIIHP", buffer, Long.BYTES, byteType, source, tag, comm, status);
             return java.util.OptionalLong.of(buffer.get(JAVA_LONG, 0));
         }
-    }
-
-    /**
-     * MPI_Ibcast of bytes from {@code root}, waited for as {@code wait} says (create's broadcast of
-     * the unique id: a root that never comes ends at the init deadline, and an interrupt ends it).
-     *
-     * @param bytes the root's bytes (sent) or the buffer that receives them (same length everywhere)
-     * @param root the sending rank
-     * @param comm the communicator
-     * @param wait the bound of the wait
-     * @throws CommunicatorAbortedException at the deadline, on interrupt or cancellation
-     */
-    public void bcast(byte[] bytes, int root, Handle comm, Wait wait) {
-        Arena arena = Arena.ofShared();
-        MemorySegment buffer = segmentOf(arena, bytes);
-        MemorySegment request = arena.allocate(handleLayout);
-        call("MPI_Ibcast", "PIHIHP", buffer, bytes.length, byteType, root, comm, request);
-        complete(request, arena, wait);
-        MemorySegment.copy(buffer, JAVA_BYTE, 0, bytes, 0, bytes.length);
-        arena.close();
     }
 
     /**
