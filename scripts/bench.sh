@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # jnccl's nccl-tests compatible benchmark (dev.jnccl.examples.bench.CollectiveBenchmark):
-#   scripts/bench.sh OP [flags]     OP: all_reduce reduce_scatter all_gather sendrecv alltoall broadcast
+#   scripts/bench.sh OP [flags]     OP: all_reduce reduce_scatter all_gather sendrecv alltoall broadcast reduce gather scatter alltoallv
 # nccl-tests' flags (-b -e -f -i -g -w -n -d -o -r -c -a -J) and output: the same header, columns
 # (size count type redop root, then time algbw busbw #wrong out of place and in place) and footer
 # (# Avg bus bandwidth), the same algbw/busbw formulas; times from CUDA events on the comms stream,

@@ -134,7 +134,7 @@ Without a GPU everything runs on jnccl's host emulation (the output says so).
 | command | what |
 | --- | --- |
 | \`bin/run-example [--gpus N] [--elements N] [--iterations N] [--memcpy]\` | the example: threads mode, destructive all-to-all and ring exchange, every element checked; prints OK |
-| \`bin/bench OP [flags]\` | nccl-tests compatible benchmark, the flags of scripts/bench.sh: OP all_reduce, reduce_scatter, all_gather, sendrecv, alltoall, broadcast; nccl-tests' flags (-b -e -f -g -w -n -d -o -r -c -a) plus --transport, --launcher, --ranks, --json, --svg; \`bin/bench -h\` |
+| \`bin/bench OP [flags]\` | nccl-tests compatible benchmark, the flags of scripts/bench.sh: OP all_reduce, reduce_scatter, all_gather, sendrecv, alltoall, broadcast, reduce, gather, scatter, alltoallv; nccl-tests' flags (-b -e -f -g -w -n -d -o -r -c -a) plus --transport, --launcher, --ranks, --json, --svg; \`bin/bench -h\` |
 | \`bin/gpu-tests\` | the \`gpu\`-tagged tests and the world-1 conformance tests: on real NCCL when a CUDA device is visible, else on the emulation (the \`gpu\` tests then skip themselves); \`JNCCL_TEST_BACKEND=cuda\` requires the GPU; reports in \$OUT or /tmp/jnccl-gpu |
 | \`bin/bench OP --launcher mpi --ranks N\`, \`bin/run-example --launcher mpi --ranks N\` | MPI mode, N processes under \`mpirun\` (\`MPIRUN\` picks another launcher); inside a job started by \`mpirun -np N ... bin/run-example --launcher mpi\` each process runs as its rank (scripts/gpu/gpu-mpi-test.sh shows the one-GPU form) |
 

@@ -57,7 +57,7 @@ ncclResult_t run_coll(struct ncclComm *c, const jn_op *op, op_err *e) {
   const char *send = op->send;
   char *recv = op->recv;
   size_t per = c->chunk / es; /* elements of one rank's piece per round */
-  if (op->kind == K_REDUCESCATTER || op->kind == K_ALLTOALL) per /= (size_t)n;
+  if (op->kind == K_REDUCESCATTER || op->kind == K_ALLTOALL || op->kind == K_SCATTER) per /= (size_t)n;
   if (per == 0) per = 1;
   for (size_t off = 0; off < op->count; off += per) {
     const size_t len = JN_MIN(per, op->count - off), lb = len * es;
@@ -73,13 +73,18 @@ ncclResult_t run_coll(struct ncclComm *c, const jn_op *op, op_err *e) {
     switch (op->kind) {
       case K_ALLREDUCE:
       case K_REDUCE:
-      case K_ALLGATHER: memcpy(mine, send + off * es, lb); break;
+      case K_ALLGATHER:
+      case K_GATHER: memcpy(mine, send + off * es, lb); break;
       case K_BROADCAST:
         if (me == root) memcpy(mine, send + off * es, lb);
         break;
       case K_REDUCESCATTER:
       case K_ALLTOALL: /* the piece for rank d sits at d*lb */
         for (int d = 0; d < n; d++) memcpy(mine + (size_t)d * lb, send + ((size_t)d * op->count + off) * es, lb);
+        break;
+      case K_SCATTER: /* only the root sends: the piece for rank d at d*lb, as for all-to-all */
+        if (me == root)
+          for (int d = 0; d < n; d++) memcpy(mine + (size_t)d * lb, send + ((size_t)d * op->count + off) * es, lb);
         break;
       default: break;
     }
@@ -129,6 +134,17 @@ ncclResult_t run_coll(struct ncclComm *c, const jn_op *op, op_err *e) {
       case K_ALLTOALL:
         for (int j = 0; j < n; j++)
           memcpy(recv + ((size_t)j * op->count + off) * es, slot_of(c, j) + (size_t)me * lb, lb);
+        break;
+      case K_GATHER: /* only the root receives; in place its own piece is copied onto itself */
+        if (me != root) break;
+        for (int j = 0; j < n; j++) {
+          char *to = recv + ((size_t)j * op->count + off) * es;
+          if (to != send + off * es) memcpy(to, slot_of(c, j), lb);
+        }
+        break;
+      case K_SCATTER:
+        if (me != root || recv != send + (size_t)me * op->count * es)
+          memcpy(recv + off * es, slot_of(c, root) + (size_t)me * lb, lb);
         break;
       default: break;
     }
@@ -181,4 +197,20 @@ ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, nc
                           ncclComm_t comm, cudaStream_t stream) {
   jn_op o = {.kind = K_ALLTOALL, .send = sendbuff, .recv = recvbuff, .count = count, .dtype = (int)datatype};
   return enqueue("ncclAlltoAll", &o, comm, stream);
+}
+
+/* Gather and scatter (NCCL 2.28): NCCL runs them as sends and receives to and from the root; here
+ * they run as collectives in rounds like the others (the same bytes land in the same places). */
+ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+                        ncclComm_t comm, cudaStream_t stream) {
+  jn_op o = {.kind = K_GATHER, .send = sendbuff, .recv = recvbuff, .count = count, .dtype = (int)datatype,
+             .peer = root};
+  return enqueue("ncclGather", &o, comm, stream);
+}
+
+ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+                         ncclComm_t comm, cudaStream_t stream) {
+  jn_op o = {.kind = K_SCATTER, .send = sendbuff, .recv = recvbuff, .count = count, .dtype = (int)datatype,
+             .peer = root};
+  return enqueue("ncclScatter", &o, comm, stream);
 }

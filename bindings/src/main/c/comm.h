@@ -88,7 +88,7 @@
 
 enum { RS_OK = 0, RS_ABORTED = 1, RS_FAILED = 2, RS_LEFT = 3 }; /* seg_rank.status */
 enum { CS_INIT = 0, CS_READY = 1, CS_FAILED = 2 };            /* ncclComm.state */
-enum { K_ALLREDUCE, K_REDUCESCATTER, K_ALLGATHER, K_BROADCAST, K_REDUCE, K_ALLTOALL, K_SEND, K_RECV };
+enum { K_ALLREDUCE, K_REDUCESCATTER, K_ALLGATHER, K_BROADCAST, K_REDUCE, K_ALLTOALL, K_SEND, K_RECV, K_GATHER, K_SCATTER };
 enum { STEP_IDLE, STEP_PROGRESS, STEP_DONE, STEP_ERROR };
 
 /* ============================================================ shared layout */

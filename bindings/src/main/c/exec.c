@@ -231,11 +231,26 @@ static ncclResult_t check_buf(const char *fn, const char *what, const void *p, s
   return ncclSuccess;
 }
 
+/* Gather and scatter at the root: the root's own piece may be in place (gather: sendbuff ==
+ * recvbuff + root * count; scatter: recvbuff == sendbuff + root * count, as nccl.h documents);
+ * any other overlap of the two buffers would read what the operation writes, so it is refused. */
+static ncclResult_t check_rooted_overlap(const char *fn, const jn_op *op, int rank, size_t unit, size_t sbytes,
+                                         size_t rbytes) {
+  if ((op->kind != K_GATHER && op->kind != K_SCATTER) || rank != op->peer || unit == 0) return ncclSuccess;
+  const char *s = op->send, *r = op->recv;
+  if (!(s < r + rbytes && r < s + sbytes)) return ncclSuccess;
+  const size_t at = (size_t)op->peer * unit;
+  if (op->kind == K_GATHER ? s == r + at : r == s + at) return ncclSuccess;
+  return failf(ncclInvalidArgument,
+               "%s : sendbuff %p and recvbuff %p overlap; in place only with %s + root * count", fn, op->send,
+               op->recv, op->kind == K_GATHER ? "sendbuff == recvbuff" : "recvbuff == sendbuff");
+}
+
 static ncclResult_t validate(const char *fn, jn_op *op, struct ncclComm *c, cudaStream_t stream) {
   ncclResult_t rc = ensure_ready(fn, c);
   if (rc != ncclSuccess) return rc;
   const int n = c->nranks;
-  const int rooted = op->kind == K_BROADCAST || op->kind == K_REDUCE;
+  const int rooted = op->kind == K_BROADCAST || op->kind == K_REDUCE || op->kind == K_GATHER || op->kind == K_SCATTER;
   if (rooted && (op->peer < 0 || op->peer >= n))
     return failf(ncclInvalidArgument, "%s : invalid root %d (root should be in the 0..%d range)", fn, op->peer, n - 1);
   if (is_p2p(op) && (op->peer < 0 || op->peer >= n))
@@ -274,12 +289,15 @@ static ncclResult_t validate(const char *fn, jn_op *op, struct ncclComm *c, cuda
     case K_ALLTOALL: sbytes = rbytes = whole; break;
     case K_BROADCAST: sbytes = c->rank == op->peer ? unit : 0; rbytes = unit; break;
     case K_REDUCE: sbytes = unit; rbytes = c->rank == op->peer ? unit : 0; break;
+    case K_GATHER: sbytes = unit; rbytes = c->rank == op->peer ? whole : 0; break;
+    case K_SCATTER: sbytes = c->rank == op->peer ? whole : 0; rbytes = unit; break;
     case K_SEND: sbytes = unit; break;
     case K_RECV: rbytes = unit; break;
     default: break;
   }
   if ((rc = check_buf(fn, "sendbuff", op->send, sbytes)) != ncclSuccess) return rc;
   if ((rc = check_buf(fn, "recvbuff", op->recv, rbytes)) != ncclSuccess) return rc;
+  if ((rc = check_rooted_overlap(fn, op, c->rank, unit, sbytes, rbytes)) != ncclSuccess) return rc;
   op->bytes = unit;
   return ncclSuccess;
 }

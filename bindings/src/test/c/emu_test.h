@@ -99,11 +99,11 @@ extern ncclUniqueId g_last_id; /* id of the latest world */
 
 /* ============================================================ reference data */
 
-enum { C_ALLREDUCE, C_REDUCESCATTER, C_ALLGATHER, C_BROADCAST, C_REDUCE, C_ALLTOALL, C_NKINDS };
+enum { C_ALLREDUCE, C_REDUCESCATTER, C_ALLGATHER, C_BROADCAST, C_REDUCE, C_ALLTOALL, C_GATHER, C_SCATTER, C_NKINDS };
 extern const int DTYPES[12];
 extern const char *DTNAME[12];
 extern const char *OPNAME[5];
-extern const char *CNAME[6];
+extern const char *CNAME[C_NKINDS];
 
 /* ------------------------------------------------ harness (emu_test.c) */
 

@@ -7,7 +7,9 @@
 
 /* =========================================================== collectives */
 
-const char *CNAME[] = {"allreduce", "reducescatter", "allgather", "broadcast", "reduce", "alltoall"};
+const char *CNAME[] = {"allreduce", "reducescatter", "allgather", "broadcast", "reduce", "alltoall", "gather",
+                       "scatter"};
+static int rooted(int kind) { return kind == C_BROADCAST || kind == C_REDUCE || kind == C_GATHER || kind == C_SCATTER; }
 static int reducing(int kind) { return kind == C_ALLREDUCE || kind == C_REDUCESCATTER || kind == C_REDUCE; }
 
 /* Expected element i of rank r's output. */
@@ -26,7 +28,9 @@ static uint64_t expected(int kind, int dt, int op, int n, int r, int root, size_
     case C_REDUCESCATTER:
       for (int j = 0; j < n; j++) v[j] = gen(seed, j, (size_t)r * count + i, dt);
       return ref_red(dt, op, n, (r + 1) % n, v);
-    case C_ALLGATHER: return gen(seed, (int)(i / count), i % count, dt);
+    case C_ALLGATHER:
+    case C_GATHER: return gen(seed, (int)(i / count), i % count, dt);
+    case C_SCATTER: return gen(seed, root, (size_t)r * count + i, dt);
     case C_BROADCAST: return gen(seed, root, i, dt);
     default: return gen(seed, (int)(i / count), (size_t)r * count + i % count, dt); /* alltoall */
   }
@@ -40,7 +44,8 @@ void coll_case(rank_ctx *x, int kind, int dt, int op, int inplace, size_t count,
                       count ^ ((uint64_t)n << 48) ^ ((uint64_t)root << 56));
   size_t sn = count, rn = count;
   if (kind == C_REDUCESCATTER) sn = (size_t)n * count;
-  if (kind == C_ALLGATHER) rn = (size_t)n * count;
+  if (kind == C_ALLGATHER || kind == C_GATHER) rn = (size_t)n * count;
+  if (kind == C_SCATTER) sn = (size_t)n * count;
   if (kind == C_ALLTOALL) sn = rn = (size_t)n * count;
   char *hs = malloc(sn * es + 1), *hr = malloc(rn * es + 1);
   for (size_t i = 0; i < sn; i++) put_elem(hs, i, dt, gen(seed, r, i, dt));
@@ -56,6 +61,8 @@ void coll_case(rank_ctx *x, int kind, int dt, int op, int inplace, size_t count,
     ds = dr = buf;
     if (kind == C_REDUCESCATTER) dr = buf + (size_t)r * count * es; /* NCCL's in-place conventions */
     if (kind == C_ALLGATHER) ds = buf + (size_t)r * count * es;
+    if (kind == C_GATHER) ds = buf + (size_t)root * count * es; /* in place at the root */
+    if (kind == C_SCATTER) dr = buf + (size_t)root * count * es;
     CK(cudaMemsetAsync(buf, 0x5A, total * es, x->stream));
     CK(cudaMemcpyAsync(ds, hs, sn * es, cudaMemcpyHostToDevice, x->stream));
   }
@@ -66,6 +73,8 @@ void coll_case(rank_ctx *x, int kind, int dt, int op, int inplace, size_t count,
     case C_ALLGATHER: rc = ncclAllGather(ds, dr, count, dt, x->comm, x->stream); break;
     case C_BROADCAST: rc = ncclBroadcast(ds, dr, count, dt, root, x->comm, x->stream); break;
     case C_REDUCE: rc = ncclReduce(ds, dr, count, dt, op, root, x->comm, x->stream); break;
+    case C_GATHER: rc = ncclGather(ds, dr, count, dt, root, x->comm, x->stream); break;
+    case C_SCATTER: rc = ncclScatter(ds, dr, count, dt, root, x->comm, x->stream); break;
     default: rc = ncclAlltoAll(ds, dr, count, dt, x->comm, x->stream); break;
   }
   EXPECT(rc == ncclSuccess, "%s enqueue -> %d: %s", CNAME[kind], rc, ncclGetLastError(x->comm));
@@ -74,7 +83,7 @@ void coll_case(rank_ctx *x, int kind, int dt, int op, int inplace, size_t count,
   ncclResult_t ae;
   NK(ncclCommGetAsyncError(x->comm, &ae));
   EXPECT(ae == ncclSuccess, "%s async error %d", CNAME[kind], ae);
-  if (!(kind == C_REDUCE && r != root)) {
+  if (!((kind == C_REDUCE || kind == C_GATHER) && r != root)) {
     for (size_t i = 0; i < rn; i++) {
       uint64_t want = expected(kind, dt, op, n, r, root, count, i, seed), got = get_elem(hr, i, dt);
       if (want != got) {
@@ -108,7 +117,7 @@ static void body_sweep(rank_ctx *x) {
         for (int op = 0; op < (reducing(kind) ? 5 : 1); op++) {
           if (trim && (op + d) % 2) continue;
           for (int inplace = 0; inplace < 2; inplace++) {
-            int root = (kind == C_BROADCAST || kind == C_REDUCE) ? (int)((count + (size_t)d + (size_t)op) % (size_t)n) : 0;
+            int root = rooted(kind) ? (int)((count + (size_t)d + (size_t)op) % (size_t)n) : 0;
             coll_case(x, kind, dt, op, inplace, count, root);
           }
         }
@@ -138,6 +147,8 @@ static void body_chunks(rank_ctx *x) {
   coll_case(x, C_BROADCAST, ncclInt64, 0, 0, big / 2 + 5, x->w->n - 1);
   coll_case(x, C_REDUCE, ncclFloat8e4m3, ncclSum, 0, big / 8 + 1, 1 % x->w->n);
   coll_case(x, C_ALLTOALL, ncclFloat32, 0, 1, big / 3 + 1, 0);
+  coll_case(x, C_GATHER, ncclBfloat16, 0, 1, big / 2 + 3, x->w->n - 1);
+  coll_case(x, C_SCATTER, ncclFloat64, 0, 0, big / 5 + 1, x->w->n / 2);
 }
 
 /* Large all-reduces with more than two ranks take the split path (each rank reduces a share). */

@@ -261,6 +261,18 @@ static void body_args(rank_ctx *x) {
   EXPECT_NCCL(ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, c, (cudaStream_t)(uintptr_t)0x99), ncclInvalidArgument);
   EXPECT_NCCL(ncclBroadcast(d, d, 4, ncclFloat32, 2, c, s), ncclInvalidArgument);
   EXPECT_NCCL(ncclReduce(d, d, 4, ncclFloat32, ncclSum, -1, c, s), ncclInvalidArgument);
+  /* gather/scatter: root range, the root's buffers (whole world there), overlap other than in place */
+  EXPECT_NCCL(ncclGather(d, d, 4, ncclFloat32, 2, c, s), ncclInvalidArgument);
+  EXPECT(strstr(ncclGetLastError(c), "invalid root 2") != NULL, "text: %s", ncclGetLastError(c));
+  EXPECT_NCCL(ncclScatter(d, d, 4, ncclFloat32, -1, c, s), ncclInvalidArgument);
+  EXPECT_NCCL(ncclGather(d, NULL, 4, ncclFloat32, 0, c, s), ncclInvalidArgument);
+  EXPECT_NCCL(ncclScatter(NULL, d, 4, ncclFloat32, 0, c, s), ncclInvalidArgument);
+  EXPECT_NCCL(ncclGather(d, d, 9, ncclFloat32, 0, c, s), ncclInvalidArgument); /* 2*9*4 > 64 at the root */
+  EXPECT_NCCL(ncclScatter(d, d, 9, ncclFloat32, 0, c, s), ncclInvalidArgument);
+  EXPECT_NCCL(ncclGather(d + 1, d, 4, ncclFloat32, 0, c, s), ncclInvalidArgument);
+  EXPECT(strstr(ncclGetLastError(c), "overlap") != NULL, "text: %s", ncclGetLastError(c));
+  EXPECT_NCCL(ncclScatter(d, d + 2, 4, ncclFloat32, 0, c, s), ncclInvalidArgument);
+  EXPECT(strstr(ncclGetLastError(c), "overlap") != NULL, "text: %s", ncclGetLastError(c));
   EXPECT_NCCL(ncclSend(d, 4, ncclFloat32, 2, c, s), ncclInvalidArgument);
   EXPECT_NCCL(ncclRecv(d, 4, ncclFloat32, -1, c, s), ncclInvalidArgument);
   EXPECT_NCCL(ncclReduceScatter(d, d, 9, ncclFloat32, ncclSum, c, s), ncclInvalidArgument); /* 2*9*4 > 64 */

@@ -19,7 +19,10 @@ final class CommandRunner {
     private final Transport transport;
     private final int rank;
     private final int worldSize;
-    /** Tests only: the all-to-all as sends and receives, the path of an NCCL without ncclAlltoAll. */
+    /**
+     * Tests only: the all-to-all, gather and scatter as sends and receives, the path of an NCCL
+     * without ncclAlltoAll, ncclGather and ncclScatter.
+     */
     private boolean allToAllBySendRecv;
 
     CommandRunner(NcclComm comm, CudaStream stream, LoadedLibraries libraries, Transport transport, int rank,
@@ -45,15 +48,17 @@ final class CommandRunner {
     }
 
     /**
-     * The commands as one NCCL group, then each all-to-all in command order: a plain one as its own
-     * group, a destructive one as its ordered rounds. Apart from the transaction's sends and
-     * receives, an all-to-all (which is point-to-point traffic too, in NCCL's ncclAlltoAll or in
-     * the send/recv fallback) can never be paired with them, whatever order the ranks added them in.
+     * The commands as one NCCL group, then each all-to-all (and each other collective NCCL runs as
+     * point-to-point traffic: gather, scatter, the uneven all-to-all) in command order: a plain one
+     * as its own group, a destructive one as its ordered rounds. Apart from the transaction's sends
+     * and receives, such a collective (point-to-point traffic in NCCL's ncclAlltoAll, ncclGather
+     * and ncclScatter, or in the send/recv fallbacks) can never be paired with them, whatever order
+     * the ranks added them in.
      */
     void run(List<Command> commands) {
         boolean grouped = false;
         for (Command command : commands) {
-            if (!(command instanceof Command.DestructiveAllToAll || command instanceof Command.AllToAll)) {
+            if (!(command instanceof Command.DestructiveAllToAll || isOwnGroup(command))) {
                 grouped = true;
                 break;
             }
@@ -61,7 +66,7 @@ final class CommandRunner {
         if (grouped) {
             comm.group(() -> {
                 for (Command command : commands) {
-                    if (!(command instanceof Command.AllToAll || command instanceof Command.DestructiveAllToAll)
+                    if (!(isOwnGroup(command) || command instanceof Command.DestructiveAllToAll)
                             && !transport.enqueue(command, stream)) {
                         nccl(command);
                     }
@@ -69,16 +74,22 @@ final class CommandRunner {
             });
         }
         for (Command command : commands) {
-            if (command instanceof Command.AllToAll allToAll) {
+            if (isOwnGroup(command)) {
                 comm.group(() -> {
-                    if (!transport.enqueue(allToAll, stream)) {
-                        nccl(allToAll);
+                    if (!transport.enqueue(command, stream)) {
+                        nccl(command);
                     }
                 });
             } else if (command instanceof Command.DestructiveAllToAll allToAll) {
                 runAllToAll(allToAll.tensor()); // always NCCL: the rounds' order is what makes it safe
             }
         }
+    }
+
+    /** The collectives that are point-to-point traffic underneath, each run in a group of its own. */
+    private static boolean isOwnGroup(Command command) {
+        return command instanceof Command.AllToAll || command instanceof Command.UnevenAllToAll
+                || command instanceof Command.Gather || command instanceof Command.Scatter;
     }
 
     /** One command into NCCL, inside the open group. */
@@ -93,6 +104,24 @@ final class CommandRunner {
             case Command.Send send -> comm.send(send.tensor(), send.peer(), stream);
             case Command.Recv recv -> comm.recv(recv.tensor(), recv.peer(), stream);
             case Command.AllToAll allToAll -> allToAll(allToAll);
+            case Command.AllReduceOutOfPlace a -> comm.allReduce(a.src(), a.dst(), ncclOp(a.op()), stream);
+            case Command.ReduceScatterOutOfPlace r -> comm.reduceScatter(r.src(), r.dst(), ncclOp(r.op()), stream);
+            case Command.BroadcastOutOfPlace b -> comm.broadcast(b.src(), b.dst(), b.root(), stream);
+            case Command.Reduce r -> comm.reduce(r.src(), r.dst(), ncclOp(r.op()), r.root(), stream);
+            case Command.Gather gather -> gather(gather);
+            case Command.Scatter scatter -> scatter(scatter);
+            case Command.UnevenAllToAll allToAll -> {
+                for (int peer = 0; peer < worldSize; peer++) {
+                    DeviceTensor out = allToAll.sendBlock(peer);
+                    DeviceTensor in = allToAll.recvBlock(peer);
+                    if (out.count() > 0) {
+                        comm.send(out, peer, stream);
+                    }
+                    if (in.count() > 0) {
+                        comm.recv(in, peer, stream);
+                    }
+                }
+            }
             case Command.DestructiveAllToAll allToAll -> throw new IllegalStateException(
                     "a destructive all-to-all runs in rounds, not in a group: " + allToAll);
         }
@@ -116,6 +145,44 @@ final class CommandRunner {
             comm.allToAll(allToAll.send(), allToAll.recv(), allToAll.send().count() / worldSize, stream);
         } else {
             allToAllBySendRecv(allToAll);
+        }
+    }
+
+    /** NCCL's gather, or a send to the root and, on the root, a receive per rank (NCCL before 2.28). */
+    private void gather(Command.Gather gather) {
+        if (libraries.supports(NcclFeature.GATHER) && !allToAllBySendRecv) {
+            comm.gather(gather.src(), gather.dst(), gather.root(), stream);
+            return;
+        }
+        DeviceTensor src = gather.src();
+        boolean root = rank == gather.root();
+        DeviceTensor own = root ? gather.dst().shard(rank, worldSize) : null;
+        if (!root || own.address() != src.address()) { // in place the root's own slot is already there
+            comm.send(src, gather.root(), stream);
+        }
+        for (int peer = 0; root && peer < worldSize; peer++) {
+            if (peer != rank || own.address() != src.address()) {
+                comm.recv(gather.dst().shard(peer, worldSize), peer, stream);
+            }
+        }
+    }
+
+    /** NCCL's scatter, or, on the root, a send per rank and a receive from the root (NCCL before 2.28). */
+    private void scatter(Command.Scatter scatter) {
+        if (libraries.supports(NcclFeature.SCATTER) && !allToAllBySendRecv) {
+            comm.scatter(scatter.src(), scatter.dst(), scatter.root(), stream);
+            return;
+        }
+        DeviceTensor dst = scatter.dst();
+        boolean root = rank == scatter.root();
+        boolean inPlace = root && scatter.src().shard(rank, worldSize).address() == dst.address();
+        for (int peer = 0; root && peer < worldSize; peer++) {
+            if (peer != rank || !inPlace) {
+                comm.send(scatter.src().shard(peer, worldSize), peer, stream);
+            }
+        }
+        if (!inPlace) {
+            comm.recv(dst, scatter.root(), stream);
         }
     }
 

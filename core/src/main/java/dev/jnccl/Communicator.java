@@ -494,6 +494,110 @@ public final class Communicator implements AutoCloseable {
     }
 
     /**
+     * All-reduce of {@code src} into {@code dst} with {@code op}, as one transaction ordered after
+     * and before work on {@code stream}. See {@link Transaction#allReduce(DeviceTensor, DeviceTensor, ReduceOp)}.
+     *
+     * @param src this rank's contribution
+     * @param dst the result (the same tensor: in place)
+     * @param op the reduction
+     * @param stream the stream the operation is ordered with
+     */
+    public void allReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, CudaStream stream) {
+        checks.requireStream("allReduce", stream);
+        runOrdered("allReduce", stream, transaction -> transaction.allReduce(src, dst, op));
+    }
+
+    /**
+     * Reduce-scatter of {@code src} into {@code dst} with {@code op}, as one transaction ordered
+     * with {@code stream}. See {@link Transaction#reduceScatter(DeviceTensor, DeviceTensor, ReduceOp)}.
+     *
+     * @param src this rank's contribution, world size times {@code dst}
+     * @param dst this rank's reduced shard (this rank's shard of {@code src}: in place)
+     * @param op the reduction
+     * @param stream the stream the operation is ordered with
+     */
+    public void reduceScatter(DeviceTensor src, DeviceTensor dst, ReduceOp op, CudaStream stream) {
+        checks.requireStream("reduceScatter", stream);
+        runOrdered("reduceScatter", stream, transaction -> transaction.reduceScatter(src, dst, op));
+    }
+
+    /**
+     * Broadcast of {@code root}'s {@code src} into every rank's {@code dst}, as one transaction
+     * ordered with {@code stream}. See {@link Transaction#broadcast(DeviceTensor, DeviceTensor, int)}.
+     *
+     * @param src the source (read on {@code root})
+     * @param dst where it lands (the same tensor: in place)
+     * @param root the rank whose {@code src} is broadcast
+     * @param stream the stream the operation is ordered with
+     */
+    public void broadcast(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
+        checks.requireStream("broadcast", stream);
+        runOrdered("broadcast", stream, transaction -> transaction.broadcast(src, dst, root));
+    }
+
+    /**
+     * Reduce of every rank's {@code src} into {@code root}'s {@code dst}, as one transaction ordered
+     * with {@code stream}. See {@link Transaction#reduce}: ranks other than the root may pass a
+     * null {@code dst}.
+     *
+     * @param src this rank's contribution
+     * @param dst the result on the root; may be null elsewhere
+     * @param op the reduction
+     * @param root the rank that receives the result
+     * @param stream the stream the operation is ordered with
+     */
+    public void reduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, int root, CudaStream stream) {
+        checks.requireStream("reduce", stream);
+        runOrdered("reduce", stream, transaction -> transaction.reduce(src, dst, op, root));
+    }
+
+    /**
+     * Gather of every rank's {@code src} into {@code root}'s {@code dst}, as one transaction
+     * ordered with {@code stream}. See {@link Transaction#gather}: ranks other than the root may
+     * pass a null {@code dst}.
+     *
+     * @param src this rank's contribution
+     * @param dst world size times {@code src} on the root; may be null elsewhere
+     * @param root the receiving rank
+     * @param stream the stream the operation is ordered with
+     */
+    public void gather(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
+        checks.requireStream("gather", stream);
+        runOrdered("gather", stream, transaction -> transaction.gather(src, dst, root));
+    }
+
+    /**
+     * Scatter of {@code root}'s {@code src} into every rank's {@code dst}, as one transaction
+     * ordered with {@code stream}. See {@link Transaction#scatter}: ranks other than the root may
+     * pass a null {@code src}.
+     *
+     * @param src world size times {@code dst} on the root; may be null elsewhere
+     * @param dst this rank's slot
+     * @param root the sending rank
+     * @param stream the stream the operation is ordered with
+     */
+    public void scatter(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
+        checks.requireStream("scatter", stream);
+        runOrdered("scatter", stream, transaction -> transaction.scatter(src, dst, root));
+    }
+
+    /**
+     * Uneven all-to-all, as one transaction ordered with {@code stream}. See
+     * {@link Transaction#allToAll(DeviceTensor, long[], DeviceTensor, long[])}.
+     *
+     * @param send the blocks for every rank, in rank order
+     * @param sendCounts elements for each rank
+     * @param recv where the blocks from every rank land, in rank order
+     * @param recvCounts elements from each rank
+     * @param stream the stream the operation is ordered with
+     */
+    public void allToAll(DeviceTensor send, long[] sendCounts, DeviceTensor recv, long[] recvCounts,
+                         CudaStream stream) {
+        checks.requireStream("allToAll", stream);
+        runOrdered("allToAll", stream, transaction -> transaction.allToAll(send, sendCounts, recv, recvCounts));
+    }
+
+    /**
      * The convenience operations: one transaction after the work on {@code stream} so far, then
      * {@code stream} waits for it. Going through a transaction gives them what transactions have:
      * the watchdog tracks them, the flight recorder lists them, threads mode throttles them.

@@ -5,6 +5,7 @@ import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
 import java.time.Duration;
 import java.util.ArrayDeque;
+import java.util.Arrays;
 import java.util.List;
 
 /**
@@ -99,6 +100,22 @@ final class FlightRecorder {
                         + " elements (" + b.bytes() + " bytes) from rank " + b.root();
                 case Command.AllReduce a -> "allReduce " + a.op() + " " + a.tensor().dtype() + " "
                         + a.tensor().count() + " elements (" + a.bytes() + " bytes)";
+                case Command.AllReduceOutOfPlace a -> "allReduce " + a.op() + " " + a.src().dtype() + " "
+                        + a.src().count() + " elements (" + a.bytes() + " bytes), out of place";
+                case Command.ReduceScatterOutOfPlace s -> "reduceScatter " + s.op() + " " + s.src().dtype() + " "
+                        + s.src().count() + " elements -> shard " + s.dst().count() + " (" + s.bytes()
+                        + " bytes), out of place";
+                case Command.BroadcastOutOfPlace b -> "broadcast " + b.dst().dtype() + " " + b.dst().count()
+                        + " elements (" + b.bytes() + " bytes) from rank " + b.root() + ", out of place";
+                case Command.Reduce r -> "reduce " + r.op() + " " + r.src().dtype() + " " + r.src().count()
+                        + " elements (" + r.bytes() + " bytes) to rank " + r.root();
+                case Command.Gather g -> "gather " + g.src().dtype() + " " + g.src().count() + " elements ("
+                        + g.bytes() + " bytes) to rank " + g.root();
+                case Command.Scatter s -> "scatter " + s.dst().dtype() + " " + s.dst().count() + " elements ("
+                        + s.bytes() + " bytes) from rank " + s.root();
+                case Command.UnevenAllToAll a -> "allToAll (uneven) " + a.send().dtype() + " sendCounts "
+                        + Arrays.toString(a.sendCounts()) + " recvCounts " + Arrays.toString(a.recvCounts()) + " ("
+                        + a.bytes() + " bytes)";
             };
         }
     }

@@ -4,6 +4,7 @@ import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 
 import dev.jnccl.bindings.NcclConfigs;
+import dev.jnccl.bindings.NcclRootedCollectives;
 import dev.jnccl.bindings.nccl.Nccl;
 import dev.jnccl.bindings.nccl.ncclConfig_t;
 import dev.jnccl.cuda.CudaException;
@@ -363,6 +364,43 @@ final class NcclComm {
         MemorySegment work = work("ncclAlltoAll");
         check(Nccl.ncclAlltoAll(segment(send.address()), segment(recv.address()), count,
                 NcclTypes.of(send.dtype()), work, stream.handle()), "ncclAlltoAll", work);
+    }
+
+    /** Out-of-place ncclAllReduce of {@code src} into {@code dst}. */
+    void allReduce(DeviceTensor src, DeviceTensor dst, int ncclOp, CudaStream stream) {
+        MemorySegment work = work("ncclAllReduce");
+        check(Nccl.ncclAllReduce(segment(src.address()), segment(dst.address()), dst.count(),
+                NcclTypes.of(dst.dtype()), ncclOp, work, stream.handle()), "ncclAllReduce", work);
+    }
+
+    /** Out-of-place ncclBroadcast of the root's {@code src} into {@code dst}. */
+    void broadcast(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
+        MemorySegment work = work("ncclBroadcast");
+        check(Nccl.ncclBroadcast(segment(src.address()), segment(dst.address()), dst.count(),
+                NcclTypes.of(dst.dtype()), root, work, stream.handle()), "ncclBroadcast", work);
+    }
+
+    /** ncclReduce of {@code src} into the root's {@code dst} (null on other ranks: NCCL does not use it there). */
+    void reduce(DeviceTensor src, DeviceTensor dst, int ncclOp, int root, CudaStream stream) {
+        MemorySegment work = work("ncclReduce");
+        check(Nccl.ncclReduce(segment(src.address()), dst == null ? MemorySegment.NULL : segment(dst.address()),
+                src.count(), NcclTypes.of(src.dtype()), ncclOp, root, work, stream.handle()), "ncclReduce", work);
+    }
+
+    /** ncclGather of {@code src} into the root's {@code dst} (null elsewhere). Only with {@code NcclFeature.GATHER}. */
+    void gather(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
+        MemorySegment work = work("ncclGather");
+        check(NcclRootedCollectives.ncclGather(segment(src.address()),
+                dst == null ? MemorySegment.NULL : segment(dst.address()), src.count(), NcclTypes.of(src.dtype()),
+                root, work, stream.handle()), "ncclGather", work);
+    }
+
+    /** ncclScatter of the root's {@code src} (null elsewhere) into {@code dst}. Only with {@code NcclFeature.SCATTER}. */
+    void scatter(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
+        MemorySegment work = work("ncclScatter");
+        check(NcclRootedCollectives.ncclScatter(src == null ? MemorySegment.NULL : segment(src.address()),
+                segment(dst.address()), dst.count(), NcclTypes.of(dst.dtype()), root, work, stream.handle()),
+                "ncclScatter", work);
     }
 
     void send(DeviceTensor tensor, int peer, CudaStream stream) {

@@ -130,8 +130,7 @@ public final class Transaction implements AutoCloseable {
                     + recv.count());
         }
         requireDivisible("allToAll", send);
-        if (send.count() > 0 && send.address() < recv.address() + recv.bytes()
-                && recv.address() < send.address() + send.bytes()) {
+        if (overlap(send, recv)) {
             throw new IllegalArgumentException("allToAll: send " + send + " and recv " + recv
                     + " overlap; use destructiveAllToAll for an in-place exchange");
         }
@@ -207,6 +206,321 @@ public final class Transaction implements AutoCloseable {
         checks.checkSupported("recv", tensor.dtype());
         buffer.add(new Command.Recv(tensor, peer));
         return this;
+    }
+
+    // ---------------------------------------------------------------- out of place, rooted, uneven
+
+    /**
+     * All-reduce of {@code src} into {@code dst} with {@code op}: every rank's {@code dst} receives
+     * the reduction over all ranks' {@code src}. The same tensor for both is the in-place
+     * {@link #allReduce(DeviceTensor, ReduceOp)}; tensors that overlap otherwise are refused.
+     *
+     * @param src this rank's contribution (unchanged when out of place)
+     * @param dst the result, the dtype and count of {@code src}
+     * @param op the reduction
+     * @return this transaction
+     * @throws IllegalArgumentException for different dtypes or counts, a dtype that cannot be
+     *                                  reduced, or partially overlapping tensors
+     */
+    public Transaction allReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
+        requireOpen("allReduce");
+        requireTensor("allReduce", "src", src);
+        requireTensor("allReduce", "dst", dst);
+        Objects.requireNonNull(op, "allReduce: op is null");
+        requireSameDtype("allReduce", src, dst);
+        requireCount("allReduce", "dst", dst, src.count(), "src's count");
+        checks.checkReducible("allReduce", src.dtype(), op);
+        boolean inPlace = inPlaceOrApart("allReduce", src, dst, src.address(), "dst equal to src");
+        buffer.add(inPlace ? new Command.AllReduce(dst, op) : new Command.AllReduceOutOfPlace(src, dst, op));
+        return this;
+    }
+
+    /**
+     * Reduce-scatter of {@code src} into {@code dst} with {@code op}: {@code dst} receives the
+     * reduction of shard {@code rank} of every rank's {@code src}. In place (as
+     * {@link #reduceScatter(DeviceTensor, ReduceOp)}) when {@code dst} is this rank's shard of
+     * {@code src} (NCCL's rule: {@code dst} at {@code src + rank * dst.count()}); tensors that
+     * overlap otherwise are refused.
+     *
+     * @param src this rank's contribution, world size times {@code dst}'s count
+     * @param dst this rank's reduced shard
+     * @param op the reduction
+     * @return this transaction
+     * @throws IllegalArgumentException for different dtypes, {@code src} not world size times
+     *                                  {@code dst}, a dtype that cannot be reduced, or partially
+     *                                  overlapping tensors
+     */
+    public Transaction reduceScatter(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
+        requireOpen("reduceScatter");
+        requireTensor("reduceScatter", "src", src);
+        requireTensor("reduceScatter", "dst", dst);
+        Objects.requireNonNull(op, "reduceScatter: op is null");
+        requireSameDtype("reduceScatter", src, dst);
+        requireWorldTimes("reduceScatter", "src", src, "dst", dst);
+        checks.checkReducible("reduceScatter", src.dtype(), op);
+        boolean inPlace = inPlaceOrApart("reduceScatter", src, dst,
+                src.address() + communicator.rank() * dst.bytes(), "dst this rank's shard of src");
+        buffer.add(inPlace ? new Command.ReduceScatter(src, op) : new Command.ReduceScatterOutOfPlace(src, dst, op));
+        return this;
+    }
+
+    /**
+     * Broadcast of {@code root}'s {@code src} into every rank's {@code dst}. Every rank passes both
+     * tensors ({@code src} is read on the root only). The same tensor for both is the in-place
+     * {@link #broadcast(DeviceTensor, int)}; tensors that overlap otherwise are refused.
+     *
+     * @param src the source (read on {@code root})
+     * @param dst where the root's source lands, the dtype and count of {@code src}
+     * @param root the rank whose {@code src} is broadcast, in {@code [0, worldSize)}
+     * @return this transaction
+     * @throws IllegalArgumentException for a root out of range, different dtypes or counts, or
+     *                                  partially overlapping tensors
+     */
+    public Transaction broadcast(DeviceTensor src, DeviceTensor dst, int root) {
+        requireOpen("broadcast");
+        requireTensor("broadcast", "src", src);
+        requireTensor("broadcast", "dst", dst);
+        checks.checkRoot("broadcast", root);
+        requireSameDtype("broadcast", src, dst);
+        requireCount("broadcast", "dst", dst, src.count(), "src's count");
+        checks.checkSupported("broadcast", src.dtype());
+        boolean inPlace = inPlaceOrApart("broadcast", src, dst, src.address(), "dst equal to src");
+        buffer.add(inPlace ? new Command.Broadcast(dst, root) : new Command.BroadcastOutOfPlace(src, dst, root));
+        return this;
+    }
+
+    /**
+     * Reduce: {@code root}'s {@code dst} receives the reduction with {@code op} over all ranks'
+     * {@code src} ({@code ncclReduce}). {@code dst} is significant on the root only: other ranks
+     * may pass {@code null} (a tensor they pass is checked like the root's and left unchanged).
+     * In place on the root when {@code dst} is {@code src}; tensors that overlap otherwise are
+     * refused there.
+     *
+     * @param src this rank's contribution
+     * @param dst the result on the root, the dtype and count of {@code src}; may be null elsewhere
+     * @param op the reduction
+     * @param root the rank that receives the result, in {@code [0, worldSize)}
+     * @return this transaction
+     * @throws IllegalArgumentException for a root out of range, a null {@code dst} on the root,
+     *                                  different dtypes or counts, a dtype that cannot be
+     *                                  reduced, or partially overlapping tensors on the root
+     */
+    public Transaction reduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, int root) {
+        requireOpen("reduce");
+        requireTensor("reduce", "src", src);
+        Objects.requireNonNull(op, "reduce: op is null");
+        checks.checkRoot("reduce", root);
+        if (requireRootBuffer("reduce", "dst", dst, root)) {
+            requireSameDtype("reduce", src, dst);
+            requireCount("reduce", "dst", dst, src.count(), "src's count");
+            if (root == communicator.rank()) {
+                inPlaceOrApart("reduce", src, dst, src.address(), "dst equal to src");
+            }
+        }
+        checks.checkReducible("reduce", src.dtype(), op);
+        buffer.add(new Command.Reduce(src, dst, op, root));
+        return this;
+    }
+
+    /**
+     * Gather: every rank's {@code src} lands in {@code root}'s {@code dst} at the rank's index
+     * ({@code ncclGather} where the loaded NCCL has it, 2.28+, else a send to the root and, on the
+     * root, a receive per rank). {@code dst} is significant on the root only: other ranks may pass
+     * {@code null} (a tensor they pass is checked like the root's and left unchanged). In place on
+     * the root when {@code src} is the root's slot of {@code dst} (NCCL's rule: {@code src} at
+     * {@code dst + root * src.count()}); tensors that overlap otherwise are refused there. Runs
+     * after the transaction's other commands, in an NCCL group of its own, like {@link #allToAll}:
+     * its messages never pair with the transaction's sends and receives.
+     *
+     * @param src this rank's contribution
+     * @param dst world size times {@code src}'s count on the root; may be null elsewhere
+     * @param root the receiving rank, in {@code [0, worldSize)}
+     * @return this transaction
+     * @throws IllegalArgumentException for a root out of range, a null {@code dst} on the root,
+     *                                  different dtypes, {@code dst} not world size times
+     *                                  {@code src}, or partially overlapping tensors on the root
+     */
+    public Transaction gather(DeviceTensor src, DeviceTensor dst, int root) {
+        requireOpen("gather");
+        requireTensor("gather", "src", src);
+        checks.checkRoot("gather", root);
+        if (requireRootBuffer("gather", "dst", dst, root)) {
+            requireSameDtype("gather", src, dst);
+            requireWorldTimes("gather", "dst", dst, "src", src);
+            if (root == communicator.rank()) {
+                inPlaceOrApart("gather", src, dst, src.address() - root * src.bytes(), "src the root's slot of dst");
+            }
+        }
+        checks.checkSupported("gather", src.dtype());
+        buffer.add(new Command.Gather(src, dst, root));
+        return this;
+    }
+
+    /**
+     * Scatter: slot {@code rank} of {@code root}'s {@code src} lands in every rank's {@code dst}
+     * ({@code ncclScatter} where the loaded NCCL has it, 2.28+, else, on the root, a send per rank
+     * and a receive from the root). {@code src} is significant on the root only: other ranks may
+     * pass {@code null} (a tensor they pass is checked like the root's and left unchanged). In
+     * place on the root when {@code dst} is the root's slot of {@code src} (NCCL's rule:
+     * {@code dst} at {@code src + root * dst.count()}); tensors that overlap otherwise are refused
+     * there. Runs after the transaction's other commands, in an NCCL group of its own, like
+     * {@link #allToAll}.
+     *
+     * @param src world size times {@code dst}'s count on the root; may be null elsewhere
+     * @param dst this rank's slot
+     * @param root the sending rank, in {@code [0, worldSize)}
+     * @return this transaction
+     * @throws IllegalArgumentException for a root out of range, a null {@code src} on the root,
+     *                                  different dtypes, {@code src} not world size times
+     *                                  {@code dst}, or partially overlapping tensors on the root
+     */
+    public Transaction scatter(DeviceTensor src, DeviceTensor dst, int root) {
+        requireOpen("scatter");
+        requireTensor("scatter", "dst", dst);
+        checks.checkRoot("scatter", root);
+        if (requireRootBuffer("scatter", "src", src, root)) {
+            requireSameDtype("scatter", src, dst);
+            requireWorldTimes("scatter", "src", src, "dst", dst);
+            if (root == communicator.rank()) {
+                inPlaceOrApart("scatter", src, dst, src.address() + root * dst.bytes(), "dst the root's slot of src");
+            }
+        }
+        checks.checkSupported("scatter", dst.dtype());
+        buffer.add(new Command.Scatter(src, dst, root));
+        return this;
+    }
+
+    /**
+     * Uneven all-to-all: this rank sends {@code sendCounts[q]} elements to rank {@code q} and
+     * receives {@code recvCounts[p]} elements from rank {@code p}; the block for rank {@code q}
+     * starts at the sum of the counts before {@code q} (in {@code send}, and likewise in
+     * {@code recv}). Each rank's {@code recvCounts[p]} must equal rank {@code p}'s
+     * {@code sendCounts[rank]} (a mismatch is NCCL's error: the communicator aborts); this rank's
+     * own entries must be equal, which is checked here. The arrays are copied: changing them later
+     * changes nothing. Runs as grouped send/recv (ranks with a zero count skipped), after the
+     * transaction's other commands, in an NCCL group of its own, like {@link #allToAll}. The
+     * tensors must not overlap.
+     *
+     * @param send the blocks for every rank, in rank order
+     * @param sendCounts elements for each rank: world size entries, each at least 0, summing to at
+     *                   most {@code send}'s count
+     * @param recv where the blocks from every rank land, in rank order
+     * @param recvCounts elements from each rank: world size entries, each at least 0, summing to
+     *                   at most {@code recv}'s count
+     * @return this transaction
+     * @throws IllegalArgumentException for different dtypes, counts of the wrong length, a
+     *                                  negative count, counts summing past a tensor, different
+     *                                  own counts, or overlapping tensors
+     */
+    public Transaction allToAll(DeviceTensor send, long[] sendCounts, DeviceTensor recv, long[] recvCounts) {
+        requireOpen("allToAll");
+        requireTensor("allToAll", "send", send);
+        requireTensor("allToAll", "recv", recv);
+        long[] sends = Objects.requireNonNull(sendCounts, "allToAll: sendCounts is null").clone();
+        long[] recvs = Objects.requireNonNull(recvCounts, "allToAll: recvCounts is null").clone();
+        if (send.dtype() != recv.dtype()) {
+            throw new IllegalArgumentException("allToAll: send dtype " + send.dtype() + " differs from recv dtype "
+                    + recv.dtype());
+        }
+        requireCounts("sendCounts", sends, "send", send);
+        requireCounts("recvCounts", recvs, "recv", recv);
+        int rank = communicator.rank();
+        if (sends[rank] != recvs[rank]) {
+            throw new IllegalArgumentException("allToAll: sendCounts[" + rank + "] = " + sends[rank]
+                    + " (to this rank itself) must equal recvCounts[" + rank + "] = " + recvs[rank]);
+        }
+        if (overlap(send, recv)) {
+            throw new IllegalArgumentException("allToAll: send " + send + " and recv " + recv + " overlap");
+        }
+        checks.checkSupported("allToAll", send.dtype());
+        buffer.add(new Command.UnevenAllToAll(send, sends, recv, recvs));
+        return this;
+    }
+
+    /** Counts of an uneven all-to-all: one per rank, none negative, summing to at most the tensor's count. */
+    private void requireCounts(String argument, long[] counts, String tensorName, DeviceTensor tensor) {
+        int world = communicator.worldSize();
+        if (counts.length != world) {
+            throw new IllegalArgumentException("allToAll: " + argument + " has " + counts.length
+                    + " entries, expected world size " + world);
+        }
+        long sum = 0;
+        for (int q = 0; q < world; q++) {
+            if (counts[q] < 0) {
+                throw new IllegalArgumentException("allToAll: " + argument + "[" + q + "] = " + counts[q]
+                        + " out of range [0, " + tensor.count() + "]");
+            }
+            if (counts[q] > tensor.count() - sum) {
+                throw new IllegalArgumentException("allToAll: " + argument + " up to [" + q + "] sum past "
+                        + tensorName + "'s " + tensor.count() + " elements (" + argument + "[" + q + "] = " + counts[q]
+                        + " after " + sum + "; allowed [0, " + (tensor.count() - sum) + "])");
+            }
+            sum += counts[q];
+        }
+    }
+
+    private static void requireSameDtype(String operation, DeviceTensor src, DeviceTensor dst) {
+        if (src.dtype() != dst.dtype()) {
+            throw new IllegalArgumentException(operation + ": src dtype " + src.dtype() + " differs from dst dtype "
+                    + dst.dtype());
+        }
+    }
+
+    private static void requireCount(String operation, String argument, DeviceTensor tensor, long expected,
+                                     String what) {
+        if (tensor.count() != expected) {
+            throw new IllegalArgumentException(operation + ": " + argument + " has " + tensor.count()
+                    + " elements, expected " + what + " " + expected);
+        }
+    }
+
+    /** {@code whole} must hold world size times {@code part}'s elements. */
+    private void requireWorldTimes(String operation, String wholeName, DeviceTensor whole, String partName,
+                                   DeviceTensor part) {
+        int world = communicator.worldSize();
+        if (part.count() > Long.MAX_VALUE / world || whole.count() != part.count() * world) {
+            throw new IllegalArgumentException(operation + ": " + wholeName + " has " + whole.count()
+                    + " elements, expected " + partName + " " + part.count() + " x world size " + world);
+        }
+    }
+
+    /**
+     * A tensor that only the root uses: required there (null is refused with the root named),
+     * optional elsewhere. {@return whether it was given (and is then checked like any tensor)}
+     */
+    private boolean requireRootBuffer(String operation, String argument, DeviceTensor tensor, int root) {
+        if (tensor == null) {
+            if (root == communicator.rank()) {
+                throw new IllegalArgumentException(operation + ": " + argument + " is null on the root rank " + root
+                        + "; only ranks other than the root may pass null");
+            }
+            return false;
+        }
+        requireTensor(operation, argument, tensor);
+        return true;
+    }
+
+    /**
+     * NCCL's in-place rule: {@return true when {@code dst} starts at {@code inPlaceDst} (in place),
+     * false when the tensors do not overlap}
+     *
+     * @throws IllegalArgumentException when they overlap otherwise (NCCL's result would be undefined)
+     */
+    private static boolean inPlaceOrApart(String operation, DeviceTensor src, DeviceTensor dst, long inPlaceDst,
+                                          String rule) {
+        if (dst.address() == inPlaceDst) {
+            return true;
+        }
+        if (overlap(src, dst)) {
+            throw new IllegalArgumentException(operation + ": src " + src + " and dst " + dst
+                    + " overlap but are not in place (in place needs " + rule + "; otherwise they must not overlap)");
+        }
+        return false;
+    }
+
+    private static boolean overlap(DeviceTensor a, DeviceTensor b) {
+        return a.bytes() > 0 && b.bytes() > 0 && a.address() < b.address() + b.bytes()
+                && b.address() < a.address() + a.bytes();
     }
 
     /**

@@ -19,7 +19,11 @@ public enum NcclFeature {
     /** ncclFloat8e4m3 and ncclFloat8e5m2 data types. */
     FP8(2, 24),
     /** ncclAlltoAll (a library that reports 2.28 or newer but lacks the symbol does not have it). */
-    ALL_TO_ALL(2, 28, "ncclAlltoAll");
+    ALL_TO_ALL(2, 28, "ncclAlltoAll"),
+    /** ncclGather (called through {@link NcclRootedCollectives}). */
+    GATHER(2, 28, "ncclGather"),
+    /** ncclScatter (called through {@link NcclRootedCollectives}). */
+    SCATTER(2, 28, "ncclScatter");
 
     private final LibraryVersion since;
     /** The function that must be in the loaded library, or null when the version alone decides. */

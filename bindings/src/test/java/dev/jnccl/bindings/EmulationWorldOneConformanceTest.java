@@ -110,6 +110,10 @@ class EmulationWorldOneConformanceTest {
         // The emulation reports 2.28 and has ncclAlltoAll: the feature is both versioned and linked.
         assertTrue(NcclFeature.ALL_TO_ALL.isLinked(), "ncclAlltoAll not found in the loaded library");
         assertTrue(libraries.supports(NcclFeature.ALL_TO_ALL), "NCCL " + libraries.nccl());
+        for (NcclFeature rooted : new NcclFeature[] {NcclFeature.GATHER, NcclFeature.SCATTER}) {
+            assertTrue(rooted.isLinked(), rooted + ": symbol not found in the loaded library");
+            assertTrue(libraries.supports(rooted), rooted + " on NCCL " + libraries.nccl());
+        }
     }
 
     @Test
@@ -128,6 +132,8 @@ class EmulationWorldOneConformanceTest {
                 assertNccl(invalid, Nccl.ncclBroadcast(a, b, 4, type, 0, comm, stream), "ncclBroadcast datatype " + type);
                 assertNccl(invalid, Nccl.ncclReduce(a, b, 4, type, sum, 0, comm, stream), "ncclReduce datatype " + type);
                 assertNccl(invalid, Nccl.ncclAlltoAll(a, b, 4, type, comm, stream), "ncclAlltoAll datatype " + type);
+                assertNccl(invalid, NcclRootedCollectives.ncclGather(a, b, 4, type, 0, comm, stream), "ncclGather datatype " + type);
+                assertNccl(invalid, NcclRootedCollectives.ncclScatter(a, b, 4, type, 0, comm, stream), "ncclScatter datatype " + type);
                 assertNccl(invalid, Nccl.ncclSend(a, 4, type, 0, comm, stream), "ncclSend datatype " + type);
                 assertNccl(invalid, Nccl.ncclRecv(b, 4, type, 0, comm, stream), "ncclRecv datatype " + type);
             }
@@ -214,6 +220,8 @@ class EmulationWorldOneConformanceTest {
         assertNccl(ok, Nccl.ncclBroadcast(none, none, 0, f32, 0, comm, stream), "ncclBroadcast count 0");
         assertNccl(ok, Nccl.ncclReduce(none, none, 0, f32, Nccl.ncclAvg(), 0, comm, stream), "ncclReduce count 0");
         assertNccl(ok, Nccl.ncclAlltoAll(none, none, 0, f32, comm, stream), "ncclAlltoAll count 0");
+        assertNccl(ok, NcclRootedCollectives.ncclGather(none, none, 0, f32, 0, comm, stream), "ncclGather count 0");
+        assertNccl(ok, NcclRootedCollectives.ncclScatter(none, none, 0, f32, 0, comm, stream), "ncclScatter count 0");
         cuda(CudaRuntime.cudaStreamSynchronize(stream), "cudaStreamSynchronize");
         assertNccl(ok, EmulationSupport.asyncError(comm), "ncclCommGetAsyncError after empty collectives");
     }

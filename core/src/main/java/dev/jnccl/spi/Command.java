@@ -2,6 +2,7 @@ package dev.jnccl.spi;
 
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.ReduceOp;
+import java.util.Arrays;
 import java.util.Objects;
 
 /**
@@ -166,6 +167,221 @@ public sealed interface Command {
         @Override
         public long bytes() {
             return tensor.bytes();
+        }
+    }
+
+    /**
+     * Out-of-place all-reduce: {@code dst} receives the reduction over all ranks of {@code src}
+     * (the in-place form is {@link AllReduce}).
+     *
+     * @param src this rank's contribution
+     * @param dst the result, as many elements as {@code src}
+     * @param op  the reduction
+     */
+    record AllReduceOutOfPlace(DeviceTensor src, DeviceTensor dst, ReduceOp op) implements Command {
+        /** Checks that the tensors and the operation are given. */
+        public AllReduceOutOfPlace {
+            require("AllReduceOutOfPlace", "src", src);
+            require("AllReduceOutOfPlace", "dst", dst);
+            require("AllReduceOutOfPlace", "op", op);
+        }
+
+        @Override
+        public long bytes() {
+            return src.bytes();
+        }
+    }
+
+    /**
+     * Out-of-place reduce-scatter: {@code dst} receives the reduction of shard {@code rank} of all
+     * ranks' {@code src} (the in-place form is {@link ReduceScatter}).
+     *
+     * @param src this rank's contribution, world size times {@code dst}
+     * @param dst this rank's reduced shard
+     * @param op  the reduction
+     */
+    record ReduceScatterOutOfPlace(DeviceTensor src, DeviceTensor dst, ReduceOp op) implements Command {
+        /** Checks that the tensors and the operation are given. */
+        public ReduceScatterOutOfPlace {
+            require("ReduceScatterOutOfPlace", "src", src);
+            require("ReduceScatterOutOfPlace", "dst", dst);
+            require("ReduceScatterOutOfPlace", "op", op);
+        }
+
+        @Override
+        public long bytes() {
+            return src.bytes();
+        }
+    }
+
+    /**
+     * Out-of-place broadcast: every rank's {@code dst} receives {@code root}'s {@code src} (the
+     * in-place form is {@link Broadcast}); {@code src} is read on the root only.
+     *
+     * @param src  the source (read on the root)
+     * @param dst  where the root's source lands, as many elements
+     * @param root the rank whose {@code src} is broadcast
+     */
+    record BroadcastOutOfPlace(DeviceTensor src, DeviceTensor dst, int root) implements Command {
+        /** Checks that the tensors are given. */
+        public BroadcastOutOfPlace {
+            require("BroadcastOutOfPlace", "src", src);
+            require("BroadcastOutOfPlace", "dst", dst);
+        }
+
+        @Override
+        public long bytes() {
+            return dst.bytes();
+        }
+    }
+
+    /**
+     * Reduce: the root's {@code dst} receives the reduction over all ranks of {@code src}.
+     *
+     * @param src  this rank's contribution
+     * @param dst  the result on the root (in place when it is {@code src}); null or unused elsewhere
+     * @param op   the reduction
+     * @param root the rank that receives the result
+     */
+    record Reduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, int root) implements Command {
+        /** Checks that the source and the operation are given. */
+        public Reduce {
+            require("Reduce", "src", src);
+            require("Reduce", "op", op);
+        }
+
+        @Override
+        public long bytes() {
+            return src.bytes();
+        }
+    }
+
+    /**
+     * Gather: every rank's {@code src} lands in the root's {@code dst} at the rank's index.
+     *
+     * @param src  this rank's contribution
+     * @param dst  world size times {@code src} on the root; null or unused elsewhere
+     * @param root the receiving rank
+     */
+    record Gather(DeviceTensor src, DeviceTensor dst, int root) implements Command {
+        /** Checks that the source is given. */
+        public Gather {
+            require("Gather", "src", src);
+        }
+
+        @Override
+        public long bytes() {
+            return src.bytes();
+        }
+    }
+
+    /**
+     * Scatter: slot {@code rank} of the root's {@code src} lands in every rank's {@code dst}.
+     *
+     * @param src  world size times {@code dst} on the root; null or unused elsewhere
+     * @param dst  this rank's slot
+     * @param root the sending rank
+     */
+    record Scatter(DeviceTensor src, DeviceTensor dst, int root) implements Command {
+        /** Checks that the destination is given. */
+        public Scatter {
+            require("Scatter", "dst", dst);
+        }
+
+        @Override
+        public long bytes() {
+            return dst.bytes();
+        }
+    }
+
+    /**
+     * Uneven all-to-all: this rank sends {@code sendCounts[q]} elements to rank {@code q}, from
+     * {@code send} at the sum of the counts before {@code q}, and receives {@code recvCounts[p]}
+     * elements from rank {@code p} into {@code recv} at the sum of the counts before {@code p}.
+     * The arrays are copied in and out: the record cannot be changed through them.
+     *
+     * @param send       the blocks for every rank, in rank order
+     * @param sendCounts elements for each rank (world size entries)
+     * @param recv       where the blocks from every rank land, in rank order
+     * @param recvCounts elements from each rank (world size entries)
+     */
+    record UnevenAllToAll(DeviceTensor send, long[] sendCounts, DeviceTensor recv, long[] recvCounts)
+            implements Command {
+        /** Checks that everything is given, and copies the counts. */
+        public UnevenAllToAll {
+            require("UnevenAllToAll", "send", send);
+            require("UnevenAllToAll", "sendCounts", sendCounts);
+            require("UnevenAllToAll", "recv", recv);
+            require("UnevenAllToAll", "recvCounts", recvCounts);
+            sendCounts = sendCounts.clone();
+            recvCounts = recvCounts.clone();
+        }
+
+        /** {@return a copy of the elements sent to each rank} */
+        @Override
+        public long[] sendCounts() {
+            return sendCounts.clone();
+        }
+
+        /** {@return a copy of the elements received from each rank} */
+        @Override
+        public long[] recvCounts() {
+            return recvCounts.clone();
+        }
+
+        /**
+         * The block of {@code send} for {@code peer}.
+         *
+         * @param peer a rank
+         * @return the view of {@code send} sent to {@code peer}
+         */
+        public DeviceTensor sendBlock(int peer) {
+            return block(send, sendCounts, peer);
+        }
+
+        /**
+         * The block of {@code recv} that {@code peer}'s message fills.
+         *
+         * @param peer a rank
+         * @return the view of {@code recv} received from {@code peer}
+         */
+        public DeviceTensor recvBlock(int peer) {
+            return block(recv, recvCounts, peer);
+        }
+
+        private static DeviceTensor block(DeviceTensor tensor, long[] counts, int peer) {
+            long offset = 0;
+            for (int q = 0; q < peer; q++) {
+                offset += counts[q];
+            }
+            return tensor.slice(offset, counts[peer]);
+        }
+
+        @Override
+        public long bytes() {
+            long elements = 0;
+            for (long count : sendCounts) {
+                elements += count;
+            }
+            return elements * send.dtype().size();
+        }
+
+        @Override
+        public boolean equals(Object other) {
+            return other instanceof UnevenAllToAll that && send.equals(that.send) && recv.equals(that.recv)
+                    && Arrays.equals(sendCounts, that.sendCounts)
+                    && Arrays.equals(recvCounts, that.recvCounts);
+        }
+
+        @Override
+        public int hashCode() {
+            return Objects.hash(send, recv, Arrays.hashCode(sendCounts), Arrays.hashCode(recvCounts));
+        }
+
+        @Override
+        public String toString() {
+            return "UnevenAllToAll[send=" + send + ", sendCounts=" + Arrays.toString(sendCounts) + ", recv="
+                    + recv + ", recvCounts=" + Arrays.toString(recvCounts) + "]";
         }
     }
 

@@ -17,7 +17,8 @@ import org.junit.jupiter.params.provider.MethodSource;
  * Threads mode on a real GPU with real NCCL (the H200): world 1 through
  * {@link dev.jnccl.threads.ThreadsCommunicators}, with each combination of the memcpy transports:
  * every transaction command, a mixed transaction, every convenience operation, the host helpers
- * and overlap with a compute stream, checked element by element (with one rank every reduction is
+ * and overlap with a compute stream, the out-of-place, rooted and uneven collectives
+ * ({@link CollectiveScenarios}: ncclReduce, ncclGather and ncclScatter where NCCL has them), checked element by element (with one rank every reduction is
  * the identity up to NCCL's arithmetic, so the references are exact). Skipped, with the reason,
  * unless the backend is {@code cuda}.
  */
@@ -47,6 +48,10 @@ class GpuThreadsWorldOneTest {
             Scenarios.convenienceOperations(c);
             Scenarios.hostHelpers(c);
             Scenarios.overlapWithCompute(c, c.newStream());
+            CollectiveScenarios.outOfPlaceReductions(c);
+            CollectiveScenarios.reduceToEveryRoot(c);
+            CollectiveScenarios.gatherAndScatterOfEveryDtype(c);
+            CollectiveScenarios.unevenAllToAllOfEveryDtype(c);
         });
     }
 }

@@ -119,6 +119,10 @@ public final class MpiRank {
                 OpsScenarios.sendAndReceiveToItselfAloneAndInRings(c);
                 OpsScenarios.allToAllOfEveryDtype(c);
                 OpsScenarios.splitIntoGroups(c);
+                CollectiveScenarios.outOfPlaceReductions(c);
+                CollectiveScenarios.reduceToEveryRoot(c);
+                CollectiveScenarios.gatherAndScatterOfEveryDtype(c);
+                CollectiveScenarios.unevenAllToAllOfEveryDtype(c);
             }
             verdict(comm, "scenarios=all");
         });

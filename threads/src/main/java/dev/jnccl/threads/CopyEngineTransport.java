@@ -12,7 +12,11 @@ import java.util.List;
 /**
  * Threads mode's transport for one rank: all-gathers ({@link ThreadsOptions#memcpyAllGather()}),
  * sends, receives and all-to-alls ({@link ThreadsOptions#memcpySendRecv()}) as device-to-device
- * copies by the copy engines instead of NCCL kernels (no SMs used); the other commands go to NCCL.
+ * copies by the copy engines instead of NCCL kernels (no SMs used); the other commands go to NCCL:
+ * the reductions, broadcasts, the out-of-place forms, and also gather, scatter and the uneven
+ * all-to-all, which NCCL runs as point-to-point traffic in groups of their own after the
+ * transaction's group ({@link #enqueue} answers false for them). Their NCCL sends and receives never
+ * meet the copies: the copies pair only with the transaction's own sends, receives and all-to-alls.
  *
  * <p>The copies are pulls: each rank copies what it receives from the peers' buffers on its
  * own comms stream. Order: (1) each rank's comms stream has waited for its ready event; it records

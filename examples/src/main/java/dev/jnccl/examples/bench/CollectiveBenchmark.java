@@ -25,11 +25,12 @@ import org.slf4j.LoggerFactory;
 /**
  * jnccl's nccl-tests compatible benchmark ({@code scripts/bench.sh OP [flags]}, {@code bin/bench}
  * in the bundle): nccl-tests' flags, output and formulas for all_reduce, reduce_scatter,
- * all_gather, sendrecv, alltoall and broadcast, run through jnccl's API (see {@link CollectiveOp},
- * one row per operation, for what each calls and how it is checked). A program, not a test.
+ * all_gather, sendrecv, alltoall, broadcast, reduce, gather, scatter and jnccl's uneven
+ * alltoallv, run through jnccl's API (see {@link CollectiveOp}, one row per operation, for what
+ * each calls and how it is checked). A program, not a test.
  *
- * <p>Per type, reduction and size, on every rank: out of place (when jnccl has that form), then in
- * place: random test data is written, {@code -w} operations run untimed and {@code -n} timed, back
+ * <p>Per type, reduction and size, on every rank: out of place, then in place (when jnccl has
+ * that form): random test data is written, {@code -w} operations run untimed and {@code -n} timed, back
  * to back, between two CUDA events recorded on the comms stream; the time per operation is
  * combined over ranks ({@code -a}, default the maximum) through a host all-gather; algbw = size /
  * time, busbw = algbw times nccl-tests' factor. Then, {@code -c} times, fresh data goes through one
@@ -185,9 +186,9 @@ public final class CollectiveBenchmark {
                                         (System.nanoTime() - started) / 1e9));
                             }
                             long seed = 0x5EEDL + 1_000_003L * s + 7919L * type.ordinal() + 104_729L * reduction.ordinal();
-                            BenchRun.Measurement outOfPlace = op.outOfPlace()
-                                    ? measure(buffers, shape, type, reduction, false, seed) : null;
-                            BenchRun.Measurement inPlace = measure(buffers, shape, type, reduction, true, seed + 17);
+                            BenchRun.Measurement outOfPlace = measure(buffers, shape, type, reduction, false, seed);
+                            BenchRun.Measurement inPlace = op.inPlace()
+                                    ? measure(buffers, shape, type, reduction, true, seed + 17) : null;
                             if (report != null) {
                                 BenchRun.Row row = new BenchRun.Row(shape.sizeBytes(type), shape.count(),
                                         type.ncclTestsName(), op.redopColumn() ? BenchOptions.opName(reduction) : "none",
@@ -320,8 +321,8 @@ public final class CollectiveBenchmark {
             CollectiveOp.Shape shape = call.shape();
             BenchType type = call.type();
             int size = type.size();
-            long count = shape.recv();
-            long first = op.outputOffset(shape, rank);
+            long count = op.checkedCount(shape, rank, ranks, call.root());
+            long first = op.outputOffset(shape, rank, call.inPlace());
             long perChunk = b.chunk().byteSize() / size;
             long wrong = 0;
             for (long done = 0; done < count; done += perChunk) {
@@ -331,7 +332,7 @@ public final class CollectiveBenchmark {
                 for (long k = 0; k < n; k++) {
                     long i = done + k;
                     int source = op.sourceRank(shape, rank, ranks, call.root(), i);
-                    long j = op.sourceIndex(shape, rank, i);
+                    long j = op.sourceIndex(shape, rank, ranks, i);
                     boolean ok = source == CollectiveOp.ALL_RANKS
                             ? Reference.reductionMatches(type, call.op(), seed, ranks, j, part, k)
                             : type.getBits(part, k) == type.truncateBits(BenchType.rawBits(seed, source, j));

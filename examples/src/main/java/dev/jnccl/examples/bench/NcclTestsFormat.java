@@ -29,8 +29,8 @@ final class NcclTestsFormat {
                 options.checks(), 0, 0);
         out.printf("# jnccl: launcher %s, mode %s, transport %s, %d rank(s); time: CUDA events on the comms stream, %s over ranks%n",
                 run.launcher, run.mode, run.transport, run.ranks, averageName(options.average()));
-        if (!options.op().outOfPlace()) {
-            out.printf("# jnccl: %s is in place only in jnccl's API: out-of-place columns left empty%n", run.op);
+        if (!options.op().inPlace()) {
+            out.printf("# jnccl: %s has no in-place form in jnccl's API: in-place columns left empty%n", run.op);
         }
         if (run.isEmulation()) {
             out.println("# jnccl: HOST EMULATION (no GPU): host memory copies by the emulation's threads, not GPU figures");

@@ -41,7 +41,10 @@ final class SvgPlot {
                     outOfPlace.computeIfAbsent(key, k -> new ArrayList<>()).add(new double[] {row.size(),
                         row.outOfPlace().busBw()});
                 }
-                inPlace.computeIfAbsent(key, k -> new ArrayList<>()).add(new double[] {row.size(), row.inPlace().busBw()});
+                if (row.inPlace() != null) {
+                    inPlace.computeIfAbsent(key, k -> new ArrayList<>()).add(new double[] {row.size(),
+                        row.inPlace().busBw()});
+                }
             }
             outOfPlace.forEach((k, v) -> series.add(new Series(k + ", out-of-place", v, false)));
             inPlace.forEach((k, v) -> series.add(new Series(k + ", in-place", v, true)));

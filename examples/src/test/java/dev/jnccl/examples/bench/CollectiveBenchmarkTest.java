@@ -56,13 +56,13 @@ class CollectiveBenchmarkTest {
     static Stream<Arguments> operationsAndRanks() {
         List<Arguments> cases = new ArrayList<>();
         for (String op : new String[] {"all_reduce", "reduce_scatter", "all_gather", "sendrecv", "alltoall",
-                "broadcast"}) {
+                "broadcast", "reduce", "gather", "scatter", "alltoallv"}) {
             for (int ranks : new int[] {2, 3}) {
                 cases.add(Arguments.of(op, ranks));
             }
         }
-        // One rank: sendrecv to itself, alltoall of one slot, broadcast from the only rank.
-        for (String op : new String[] {"sendrecv", "alltoall", "broadcast"}) {
+        // One rank: sendrecv to itself, alltoall of one slot, the rooted operations on the only rank.
+        for (String op : new String[] {"sendrecv", "alltoall", "broadcast", "reduce", "gather", "scatter", "alltoallv"}) {
             cases.add(Arguments.of(op, 1));
         }
         return cases.stream();
@@ -75,7 +75,7 @@ class CollectiveBenchmarkTest {
         Path svg = dir.resolve("out.svg");
         List<String> args = new ArrayList<>(List.of(op, "-b", "8", "-e", "4K", "-f", "4", "-g", String.valueOf(ranks),
                 "-w", "1", "-n", "2", "-c", "1", "--json", json.toString(), "--svg", svg.toString()));
-        if (op.equals("broadcast")) {
+        if (ROOTED.contains(op)) {
             args.addAll(List.of("-r", String.valueOf(ranks - 1))); // the last rank is the root
         }
         Output o = run(args.toArray(String[]::new));
@@ -83,7 +83,7 @@ class CollectiveBenchmarkTest {
         @SuppressWarnings("unchecked")
         Map<String, Object> report = (Map<String, Object>) MiniJson.parse(Files.readString(json));
         checkReport(o.out(), op, ranks, "nccl", report);
-        checkSvg(svg, op, expectedOutOfPlace(op) ? 2 : 1);
+        checkSvg(svg, op, expectedInPlace(op) ? 2 : 1);
     }
 
     @ParameterizedTest
@@ -166,8 +166,12 @@ class CollectiveBenchmarkTest {
         checkReport(text, op, ranks, transport, json, SIZES, 4096);
     }
 
-    private static boolean expectedOutOfPlace(String op) {
-        return op.equals("all_gather") || op.equals("sendrecv") || op.equals("alltoall");
+    /** The operations with a root ({@code -r}). */
+    private static final Set<String> ROOTED = Set.of("broadcast", "reduce", "gather", "scatter");
+
+    /** Every operation has an out-of-place form; all but jnccl's alltoallv an in-place one. */
+    private static boolean expectedInPlace(String op) {
+        return !op.equals("alltoallv");
     }
 
     /** nccl-tests' size, count and bus factor for float (4 bytes), restated from its sources. */
@@ -175,7 +179,8 @@ class CollectiveBenchmarkTest {
         long count = bytes / 4;
         long base = (count / n) & ~3L; // per-rank count rounded down to 16 bytes
         return switch (op) {
-            case "reduce_scatter", "all_gather", "alltoall" -> new long[] {base * n * 4, base};
+            case "reduce_scatter", "all_gather", "alltoall", "gather", "scatter", "alltoallv" ->
+                    new long[] {base * n * 4, base};
             default -> new long[] {count * 4, count};
         };
     }
@@ -183,7 +188,7 @@ class CollectiveBenchmarkTest {
     private static double busFactor(String op, int n) {
         return switch (op) {
             case "all_reduce" -> 2.0 * (n - 1) / n;
-            case "reduce_scatter", "all_gather", "alltoall" -> (n - 1) / (double) n;
+            case "reduce_scatter", "all_gather", "alltoall", "gather", "scatter", "alltoallv" -> (n - 1) / (double) n;
             default -> 1;
         };
     }
@@ -228,7 +233,7 @@ class CollectiveBenchmarkTest {
 
         List<?> results = (List<?>) json.get("results");
         assertEquals(sizes.length, results.size());
-        boolean outOfPlace = expectedOutOfPlace(op);
+        boolean inPlace = expectedInPlace(op);
         double factor = busFactor(op, ranks);
         double busSum = 0;
         int measured = 0;
@@ -236,17 +241,17 @@ class CollectiveBenchmarkTest {
             String line = lines.get(++i);
             String[] t = line.trim().split(" +");
             long[] shape = shape(op, sizes[s], ranks);
-            assertEquals(outOfPlace ? 13 : 9, t.length, line);
+            assertEquals(inPlace ? 13 : 9, t.length, line);
             assertEquals(shape[0], Long.parseLong(t[0]), line);
             assertEquals(shape[1], Long.parseLong(t[1]), line);
             assertEquals("float", t[2]);
-            assertEquals(Set.of("all_gather", "alltoall", "broadcast").contains(op) ? "none" : "sum", t[3]);
-            String root = op.equals("broadcast") ? String.valueOf(ranks - 1) : "-1";
+            assertEquals(Set.of("all_reduce", "reduce_scatter", "sendrecv", "reduce").contains(op) ? "sum" : "none", t[3]);
+            String root = ROOTED.contains(op) ? String.valueOf(ranks - 1) : "-1";
             assertEquals(root, t[4]);
             assertTrue(line.startsWith(String.format("%12d  %12d  %8s  %6s  %6s", shape[0], shape[1], "float", t[3], root)),
                     line);
-            if (!outOfPlace) {
-                assertTrue(line.substring(52, 84).isBlank(), "out-of-place columns not empty: " + line);
+            if (!inPlace) {
+                assertTrue(line.length() == 85 + 32 && line.substring(85).isBlank(), "in-place columns not empty: " + line);
             }
             Map<String, Object> row = cast(results.get(s));
             assertEquals((double) shape[0], row.get("size"));
@@ -255,7 +260,7 @@ class CollectiveBenchmarkTest {
             int column = 5;
             for (String placement : new String[] {"out_of_place", "in_place"}) {
                 Object m = row.get(placement);
-                if (placement.equals("out_of_place") && !outOfPlace) {
+                if (placement.equals("in_place") && !inPlace) {
                     assertNull(m, line);
                     continue;
                 }
@@ -331,6 +336,6 @@ class CollectiveBenchmarkTest {
         assertTrue(title.startsWith("jnccl " + op + ": bus bandwidth"), title);
         String all = doc.getDocumentElement().getTextContent();
         assertTrue(all.contains("bus bandwidth (GB/s)") && all.contains("size (bytes, log scale)"), all);
-        assertTrue(all.contains("in-place"), all);
+        assertTrue(all.contains(expectedInPlace(op) ? "in-place" : "out-of-place"), all);
     }
 }
