@@ -82,7 +82,7 @@ public final class CudaGraph implements AutoCloseable {
         LoadedLibraries libraries = CudaCalls.libraries();
         if (!CudaGraphs.isSupportedBy(libraries.cudaRuntime())) {
             throw new NativeLibraryException("capture: CUDA graphs need CUDA runtime " + CudaGraphs.SINCE
-                    + " or newer; the loaded one is " + libraries.cudaRuntime());
+                    + " or newer; the loaded one is " + libraries.cudaRuntime(), null);
         }
         CudaStream outer = CAPTURING.get();
         if (outer != null) {
