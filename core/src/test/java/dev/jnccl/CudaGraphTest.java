@@ -170,6 +170,54 @@ class CudaGraphTest {
     }
 
     @Test
+    void capturedConvenienceOperationReplays() {
+        try (Communicator comm = communicator(CommunicatorOptions.defaults()); DeviceMemory in = upload(randomFloats());
+             DeviceMemory work = DeviceMemory.allocate(in.bytes()); DeviceMemory out = DeviceMemory.allocate(in.bytes())) {
+            // runOrdered records its ready event on the capturing stream and joins back through waitOnComms.
+            try (CudaGraph graph = CudaGraph.capture(stream, () -> {
+                stream.copyAsync(in.tensor(DType.FP32), work.tensor(DType.FP32));
+                comm.allReduce(work.tensor(DType.FP32), ReduceOp.MAX, stream);
+                stream.copyAsync(work.tensor(DType.FP32), out.tensor(DType.FP32));
+            })) {
+                for (int launch = 0; launch < LAUNCHES; launch++) {
+                    MemorySegment data = randomFloats();
+                    in.copyFromHost(data);
+                    graph.launch(stream);
+                    stream.synchronize();
+                    float[] expected = data.toArray(ValueLayout.JAVA_FLOAT); // world 1: the identity
+                    float[] actual = download(out);
+                    for (int i = 0; i < COUNT; i++) {
+                        assertEquals(Float.floatToRawIntBits(expected[i]), Float.floatToRawIntBits(actual[i]),
+                                "launch " + launch + ", element " + i);
+                    }
+                }
+            }
+        }
+    }
+
+    @Test
+    void aReadyEventRecordedOutsideTheCaptureIsCudasIsolationError() {
+        try (Communicator comm = communicator(CommunicatorOptions.defaults()); CudaEvent ready = CudaEvent.create();
+             CudaEvent outside = CudaEvent.create(); CudaEvent signal = CudaEvent.create();
+             DeviceMemory work = upload(randomFloats())) {
+            DeviceTensor tensor = work.tensor(DType.FP32);
+            outside.record(stream);
+            CudaException e = assertThrows(CudaException.class, () -> CudaGraph.capture(stream, () -> {
+                ready.record(stream);
+                comm.begin(ready).allReduce(tensor, ReduceOp.SUM).execute(signal); // the comms stream joins
+                comm.begin(outside).allReduce(tensor, ReduceOp.SUM).execute(signal); // waits on work outside
+            }));
+            assertEquals(905, e.code(), e.getMessage()); // cudaErrorStreamCaptureIsolation, from the wait
+            assertEquals("cudaStreamWaitEvent", e.function(), e.getMessage());
+            assertFalse(stream.isCapturing());
+            assertFalse(comm.isAborted(), "a failure before enqueueing leaves the communicator usable");
+            comm.begin(stream).allReduce(tensor, ReduceOp.SUM).execute(signal);
+            stream.waitFor(signal);
+            stream.synchronize();
+        }
+    }
+
+    @Test
     void unjoinedCommsStreamFailsTheCaptureWithCudasError() {
         try (Communicator comm = communicator(CommunicatorOptions.defaults()); CudaEvent ready = CudaEvent.create();
              CudaEvent signal = CudaEvent.create(); DeviceMemory work = upload(randomFloats())) {
