@@ -116,24 +116,27 @@ typedef struct evcap {
   struct evcap *next;
 } evcap;
 
-struct CUgraph_st {
+/* The nodes of a graph or an executable graph (which share them), in a registry of live handles. */
+typedef struct nodelist {
   jn_node **nodes;
   int n;
-  struct CUgraph_st *next;
+  struct nodelist *next;
+} nodelist;
+
+struct CUgraph_st {
+  nodelist l; /* first: the registry links graphs through it */
 };
 
 struct CUgraphExec_st {
-  jn_node **nodes;
-  int n;
+  nodelist l;        /* first, as in CUgraph_st */
   cudaEvent_t order; /* recorded after each launch: the next launch waits for it (CUDA's rule) */
-  struct CUgraphExec_st *next;
 };
 
 static pthread_mutex_t g_cap_mu = PTHREAD_MUTEX_INITIALIZER;
 static capture *g_caps;           /* active captures */
 static evcap *g_evcaps;
-static struct CUgraph_st *g_graphs;
-static struct CUgraphExec_st *g_execs;
+static nodelist *g_graphs; /* of struct CUgraph_st */
+static nodelist *g_execs;  /* of struct CUgraphExec_st */
 static _Atomic int g_ncaps;       /* number of active captures: the fast path of every stream call */
 static _Thread_local int tl_mode; /* cudaThreadExchangeStreamCaptureMode; Global (0) by default */
 
@@ -268,6 +271,40 @@ static int capture_joined(const capture *c) {
   free(marked);
   free(stack);
   return ok;
+}
+
+/* Whether x is in the registry (caller holds g_cap_mu). */
+static int list_has(nodelist *head, const void *x) {
+  while (head != NULL && (const void *)head != x) head = head->next;
+  return head != NULL;
+}
+
+/* Removes x from the registry; returns whether it was there. */
+static int list_unlink(nodelist **head, const void *x) {
+  pthread_mutex_lock(&g_cap_mu);
+  nodelist **pp = head;
+  while (*pp != NULL && (const void *)*pp != x) pp = &(*pp)->next;
+  int found = *pp != NULL;
+  if (found) *pp = (*pp)->next;
+  pthread_mutex_unlock(&g_cap_mu);
+  return found;
+}
+
+/* *out = a new array of from's nodes, each referenced (NULL when empty). Returns 0 when out of memory. */
+static int list_share(const nodelist *from, jn_node ***out) {
+  *out = NULL;
+  if (from->n == 0) return 1;
+  if ((*out = malloc((size_t)from->n * sizeof(**out))) == NULL) return 0;
+  for (int i = 0; i < from->n; i++) {
+    node_ref(from->nodes[i]);
+    (*out)[i] = from->nodes[i];
+  }
+  return 1;
+}
+
+static void list_release(nodelist *l) {
+  for (int i = 0; i < l->n; i++) jn_node_put(l->nodes[i]);
+  free(l->nodes);
 }
 
 /* =============================================== hooks of the stream calls */
@@ -501,10 +538,10 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph) {
     else if (!capture_joined(c)) e = cudaErrorStreamCaptureUnjoined;
     capture_unlink(c);
     if (e == cudaSuccess) {
-      g->nodes = c->nodes;
-      g->n = c->nn;
-      g->next = g_graphs;
-      g_graphs = g;
+      g->l.nodes = c->nodes;
+      g->l.n = c->nn;
+      g->l.next = g_graphs;
+      g_graphs = &g->l;
       c->nodes = NULL;
       c->nn = 0;
     }
@@ -534,15 +571,8 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureSta
 }
 
 cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
-  pthread_mutex_lock(&g_cap_mu);
-  struct CUgraph_st **pp = &g_graphs;
-  while (*pp != NULL && *pp != graph) pp = &(*pp)->next;
-  int found = *pp != NULL;
-  if (found) *pp = graph->next;
-  pthread_mutex_unlock(&g_cap_mu);
-  if (!found) FAIL(cudaErrorInvalidResourceHandle);
-  for (int i = 0; i < graph->n; i++) jn_node_put(graph->nodes[i]);
-  free(graph->nodes);
+  if (!list_unlink(&g_graphs, graph)) FAIL(cudaErrorInvalidResourceHandle);
+  list_release(&graph->l);
   free(graph);
   return cudaSuccess;
 }
@@ -561,24 +591,18 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
     FAIL(cudaErrorMemoryAllocation);
   }
   pthread_mutex_lock(&g_cap_mu);
-  struct CUgraph_st *g = g_graphs;
-  while (g != NULL && g != graph) g = g->next;
+  nodelist *g = list_has(g_graphs, graph) ? &graph->l : NULL;
   cudaError_t e = g == NULL ? cudaErrorInvalidResourceHandle : cudaSuccess;
-  if (g != NULL && g->n > 0 && (x->nodes = malloc((size_t)g->n * sizeof(*x->nodes))) == NULL)
-    e = cudaErrorMemoryAllocation;
+  if (g != NULL && !list_share(g, &x->l.nodes)) e = cudaErrorMemoryAllocation; /* the exec shares the nodes */
   if (e == cudaSuccess) {
-    for (int i = 0; i < g->n; i++) { /* the exec shares the immutable nodes */
-      node_ref(g->nodes[i]);
-      x->nodes[i] = g->nodes[i];
-    }
-    x->n = g->n;
-    x->next = g_execs;
-    g_execs = x;
+    x->l.n = g->n;
+    x->l.next = g_execs;
+    g_execs = &x->l;
   }
   pthread_mutex_unlock(&g_cap_mu);
   if (e != cudaSuccess) {
     cudaEventDestroy(x->order);
-    free(x->nodes);
+    free(x->l.nodes);
     free(x);
     FAIL(e);
   }
@@ -587,16 +611,9 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
 }
 
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec) {
-  pthread_mutex_lock(&g_cap_mu);
-  struct CUgraphExec_st **pp = &g_execs;
-  while (*pp != NULL && *pp != graphExec) pp = &(*pp)->next;
-  int found = *pp != NULL;
-  if (found) *pp = graphExec->next;
-  pthread_mutex_unlock(&g_cap_mu);
-  if (!found) FAIL(cudaErrorInvalidResourceHandle);
-  for (int i = 0; i < graphExec->n; i++) jn_node_put(graphExec->nodes[i]);
+  if (!list_unlink(&g_execs, graphExec)) FAIL(cudaErrorInvalidResourceHandle);
+  list_release(&graphExec->l);
   cudaEventDestroy(graphExec->order);
-  free(graphExec->nodes);
   free(graphExec);
   return cudaSuccess;
 }
@@ -608,18 +625,13 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
   cudaError_t e = jn_capture_refuse_stream(stream);
   if (e != cudaSuccess) FAIL(e);
   pthread_mutex_lock(&g_cap_mu);
-  struct CUgraphExec_st *x = g_execs;
-  while (x != NULL && x != graphExec) x = x->next;
+  struct CUgraphExec_st *x = list_has(g_execs, graphExec) ? graphExec : NULL;
   jn_node **nodes = NULL;
   int n = 0;
   cudaEvent_t order = x != NULL ? x->order : NULL;
   if (x == NULL) e = cudaErrorInvalidResourceHandle;
-  else if (x->n > 0 && (nodes = malloc((size_t)x->n * sizeof(*nodes))) == NULL) e = cudaErrorMemoryAllocation;
-  else
-    for (n = 0; n < x->n; n++) { /* held for the launch: a concurrent destroy cannot free them */
-      node_ref(x->nodes[n]);
-      nodes[n] = x->nodes[n];
-    }
+  else if (!list_share(&x->l, &nodes)) e = cudaErrorMemoryAllocation; /* a concurrent destroy cannot free them */
+  else n = x->l.n;
   pthread_mutex_unlock(&g_cap_mu);
   /* "Each launch is ordered behind both any previous work in stream and any previous launches of
    * graphExec" (cudaGraphLaunch), also when the launches use different streams. */

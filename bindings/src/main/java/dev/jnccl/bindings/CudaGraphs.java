@@ -97,7 +97,9 @@ public final class CudaGraphs {
         }
     }
 
-    // One holder per function: a handle is made (and its symbol looked up) on first use only.
+    // One holder per function: a handle is made (and its symbol looked up) on first use only. The
+    // calls of a launch (cudaGraphLaunch, cudaStreamIsCapturing) use invokeExact; the others, made
+    // once per capture or graph, the shorter generic call.
 
     private static final class BeginCapture {
         static final MethodHandle H = handle("cudaStreamBeginCapture", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
@@ -151,13 +153,7 @@ public final class CudaGraphs {
      * @return the cudaError_t
      */
     public static int cudaStreamBeginCapture(MemorySegment stream, int mode) {
-        try {
-            return (int) BeginCapture.H.invokeExact(stream, mode);
-        } catch (Error | RuntimeException e) {
-            throw e;
-        } catch (Throwable e) {
-            throw new AssertionError("should not reach here", e);
-        }
+        return call(BeginCapture.H, stream, mode);
     }
 
     /**
