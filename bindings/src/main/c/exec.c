@@ -7,6 +7,7 @@
 #include "comm.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* ============================================================ turns */
 
@@ -103,6 +104,76 @@ static void nccl_item_free(jn_item *base) {
   free(it);
 }
 
+/* ====================================================== captured operations */
+
+/* NCCL operations captured in a graph (see graph.c): the group as it was posted; each launch
+ * posts a copy on the launch stream, with tickets taken then, as a group enqueued at that time. */
+typedef struct {
+  jn_node base;
+  jn_op *ops; /* each holds a comm reference for the graph's life */
+  int n;
+} nccl_node;
+
+static void nccl_node_release(jn_node *base) {
+  nccl_node *g = (nccl_node *)base;
+  for (int i = 0; i < g->n; i++) comm_put(g->ops[i].comm);
+  free(g->ops);
+  free(g);
+}
+
+static cudaError_t nccl_node_launch(jn_node *base, cudaStream_t stream) {
+  nccl_node *g = (nccl_node *)base;
+  jn_op *ops = malloc((size_t)g->n * sizeof(*ops));
+  if (ops == NULL) return cudaErrorMemoryAllocation;
+  for (int i = 0; i < g->n; i++) {
+    ops[i] = g->ops[i];
+    ops[i].stream = stream;
+    /* A new reference for the posted operation; the graph's keeps the address from being reused,
+     * so a communicator destroyed since the capture is found missing instead of another one used. */
+    if (get_comm("cudaGraphLaunch", g->ops[i].comm, &ops[i].comm) != ncclSuccess) {
+      for (int k = 0; k < i; k++) comm_put(ops[k].comm);
+      free(ops);
+      return cudaErrorIllegalState;
+    }
+  }
+  ncclResult_t rc = post_ops(ops, g->n);
+  free(ops);
+  return rc == ncclSuccess ? cudaSuccess : rc == ncclInvalidArgument ? cudaErrorInvalidResourceHandle
+                                                                     : cudaErrorMemoryAllocation;
+}
+
+/*
+ * If the operations' stream is capturing, appends them to its capture as one node instead of
+ * posting them (the comm references move into the node): returns 1 with *rc. Returns 0 when no
+ * operation's stream is capturing. A group must then use that one stream only.
+ */
+static int capture_ops(jn_op *ops, int n, ncclResult_t *rc) {
+  int any = 0, same = 1;
+  for (int i = 0; i < n; i++) {
+    any |= jn_capture_status(ops[i].stream) != JN_CAPTURE_NONE;
+    same &= ops[i].stream == ops[0].stream;
+  }
+  if (!any) return 0;
+  nccl_node *g = same ? calloc(1, sizeof(*g)) : NULL;
+  jn_op *copy = g ? malloc((size_t)n * sizeof(*copy)) : NULL;
+  if (copy == NULL) {
+    for (int i = 0; i < n; i++) comm_put(ops[i].comm);
+    free(g);
+    *rc = same ? failf(ncclSystemError, "out of memory")
+               : failf(ncclInvalidUsage, "the host emulation captures a group of NCCL operations in a CUDA graph "
+                                         "only when all of them use one stream");
+    return 1;
+  }
+  memcpy(copy, ops, (size_t)n * sizeof(*copy));
+  jn_node_init(&g->base, nccl_node_launch, nccl_node_release);
+  g->ops = copy;
+  g->n = n;
+  cudaError_t e = jn_capture_add(ops[0].stream, &g->base);
+  *rc = e == cudaSuccess ? ncclSuccess
+                         : failf(ncclUnhandledCudaError, "Cuda failure %d '%s'", (int)e, cudaGetErrorString(e));
+  return 1;
+}
+
 /*
  * Posts operations (each holding a comm reference) as one stream item per stream.
  * All operations of a communicator go to the item of the first stream it uses in the
@@ -114,6 +185,7 @@ ncclResult_t post_ops(jn_op *ops, int n) {
     return failf(ncclSystemError, "operation aborted by ncclCommAbort while connecting (JNCCL_HOST_FAULT=hang-enqueue)");
   }
   ncclResult_t rc = ncclSuccess;
+  if (jn_capture_any() && capture_ops(ops, n, &rc)) return rc;
   /* distinct streams and communicators, in order of first appearance */
   cudaStream_t *streams = calloc((size_t)n, sizeof(*streams));
   struct ncclComm **comms = calloc((size_t)n, sizeof(*comms));

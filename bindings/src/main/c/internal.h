@@ -111,6 +111,52 @@ void jn_enqueue_unlock(void);
  * blocking_only: only streams created without cudaStreamNonBlocking (legacy semantics). */
 void jn_device_drain(int device, int blocking_only);
 
+/* ------------------------------------------------- stream capture (graph.c) -- */
+
+/*
+ * A captured operation: immutable once made, shared (reference-counted) by the capture, the
+ * graph and its executable graphs. launch() enqueues the operation afresh on a stream that is
+ * not capturing; release() frees it (called when the last reference goes).
+ */
+typedef struct jn_node jn_node;
+struct jn_node {
+  _Atomic int refs;
+  cudaError_t (*launch)(jn_node *n, cudaStream_t stream);
+  void (*release)(jn_node *n);
+};
+void jn_node_init(jn_node *n, cudaError_t (*launch)(jn_node *, cudaStream_t), void (*release)(jn_node *));
+void jn_node_put(jn_node *n); /* drops a reference (NULL is fine) */
+/* A node that records event (wait = 0) or makes the stream wait for it (wait = 1) at launch. */
+jn_node *jn_event_node(cudaEvent_t event, int wait);
+
+enum { JN_CAPTURE_NONE = 0, JN_CAPTURE_ACTIVE = 1, JN_CAPTURE_INVALIDATED = 2 }; /* cudaStreamCaptureStatus */
+/* Whether any capture is active (one atomic load: the fast path of every stream call). */
+int jn_capture_any(void);
+/* The capture status of stream s. */
+int jn_capture_status(cudaStream_t s);
+/* Appends node (its reference is passed) to the capture of s. Returns cudaSuccess, or an error
+ * (cudaErrorStreamCaptureInvalidated, ...) with the node released. */
+cudaError_t jn_capture_add(cudaStream_t s, jn_node *node);
+/* For a call illegal on a capturing stream (synchronize, query, a launch): if s is capturing,
+ * invalidates its capture and returns cudaErrorStreamCaptureUnsupported; else cudaSuccess. */
+cudaError_t jn_capture_refuse_stream(cudaStream_t s);
+/* For a "potentially unsafe" call (see graph.c): cudaErrorStreamCaptureUnsupported, the captures
+ * that prohibit it invalidated, or cudaSuccess. */
+cudaError_t jn_capture_unsafe_call(void);
+/* cudaEventRecord on s: returns 0 when s is not capturing (external, may be NULL, is released);
+ * else 1 with *err, the record remembered for waits in the capture and external (when given:
+ * cudaEventRecordExternal) appended as a node. */
+int jn_capture_event_record(cudaEvent_t e, cudaStream_t s, jn_node *external, cudaError_t *err);
+/* cudaStreamWaitEvent: returns 0 when neither s nor e's latest record is in a capture; else 1
+ * with *err (a fork, a join, an external wait node, or the capture's errors). */
+int jn_capture_event_wait(cudaStream_t s, cudaEvent_t e, jn_node *external, cudaError_t *err);
+/* Whether e's latest record was made in an active capture. */
+int jn_capture_event_captured(cudaEvent_t e);
+/* cudaStreamDestroy / cudaEventDestroy: the handle leaves every capture (a capture losing a
+ * stream is invalidated; one losing its origin is dropped). */
+void jn_capture_stream_gone(cudaStream_t s);
+void jn_capture_event_gone(cudaEvent_t e);
+
 /* ------------------------------------------------------ reduce / dtypes -- */
 
 /* Element size of an ncclDataType_t, or 0 if invalid. */

@@ -47,6 +47,17 @@ typedef enum JNABI(cudaError) {
   JNABI(cudaErrorLaunchFailure) = 719,
   JNABI(cudaErrorNotPermitted) = 800,
   JNABI(cudaErrorNotSupported) = 801,
+  JNABI(cudaErrorStreamCaptureUnsupported) = 900,
+  JNABI(cudaErrorStreamCaptureInvalidated) = 901,
+  JNABI(cudaErrorStreamCaptureMerge) = 902,
+  JNABI(cudaErrorStreamCaptureUnmatched) = 903,
+  JNABI(cudaErrorStreamCaptureUnjoined) = 904,
+  JNABI(cudaErrorStreamCaptureIsolation) = 905,
+  JNABI(cudaErrorStreamCaptureImplicit) = 906,
+  JNABI(cudaErrorCapturedEvent) = 907,
+  JNABI(cudaErrorStreamCaptureWrongThread) = 908,
+  JNABI(cudaErrorTimeout) = 909,
+  JNABI(cudaErrorGraphExecUpdateFailure) = 910,
   JNABI(cudaErrorUnknown) = 999
 } JNABI(cudaError_t);
 
@@ -77,6 +88,35 @@ struct JNABI(cudaPointerAttributes) {
 /* Opaque handles. The emulation defines these structs privately. */
 typedef struct JNABI(CUstream_st) *JNABI(cudaStream_t);
 typedef struct JNABI(CUevent_st) *JNABI(cudaEvent_t);
+
+/* Stream capture and graphs (driver_types.h). */
+enum JNABI(cudaStreamCaptureMode) {
+  JNABI(cudaStreamCaptureModeGlobal) = 0,
+  JNABI(cudaStreamCaptureModeThreadLocal) = 1,
+  JNABI(cudaStreamCaptureModeRelaxed) = 2
+};
+
+enum JNABI(cudaStreamCaptureStatus) {
+  JNABI(cudaStreamCaptureStatusNone) = 0,
+  JNABI(cudaStreamCaptureStatusActive) = 1,
+  JNABI(cudaStreamCaptureStatusInvalidated) = 2
+};
+
+typedef struct JNABI(CUgraph_st) *JNABI(cudaGraph_t);
+typedef struct JNABI(CUgraphExec_st) *JNABI(cudaGraphExec_t);
+typedef void (*JNABI(cudaHostFn_t))(void *userData);
+
+/* The same values as plain integers, for the emulation's own code (the enums above are renamed
+ * in the ABI check). */
+#define JN_cudaStreamCaptureModeGlobal 0
+#define JN_cudaStreamCaptureModeThreadLocal 1
+#define JN_cudaStreamCaptureModeRelaxed 2
+#define JN_cudaGraphInstantiateFlagAutoFreeOnLaunch 1u
+#define JN_cudaGraphInstantiateFlagUpload 2u
+#define JN_cudaGraphInstantiateFlagDeviceLaunch 4u
+#define JN_cudaGraphInstantiateFlagUseNodePriority 8u
+#define JN_cudaEventRecordDefault 0x00u
+#define JN_cudaEventRecordExternal 0x01u
 
 /* Flags and special handles (#defines in driver_types.h). */
 #define JN_cudaStreamDefault 0x00u

@@ -47,6 +47,16 @@ JNCCL_API cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEve
 JNCCL_API cudaError_t cudaGetLastError(void);
 JNCCL_API const char *cudaGetErrorString(cudaError_t error);
 JNCCL_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr);
+JNCCL_API cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags);
+JNCCL_API cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData);
+JNCCL_API cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode);
+JNCCL_API cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph);
+JNCCL_API cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus);
+JNCCL_API cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode);
+JNCCL_API cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags);
+JNCCL_API cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream);
+JNCCL_API cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec);
+JNCCL_API cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 
 /* ------------------------------------------------------------------ nccl -- */
 JNCCL_API ncclResult_t ncclGetVersion(int *version);

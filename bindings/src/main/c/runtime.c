@@ -208,6 +208,20 @@ const char *cudaGetErrorString(cudaError_t error) {
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorNotPermitted: return "operation not permitted";
     case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureMerge: return "operation would result in a merge of separate capture sequences";
+    case cudaErrorStreamCaptureUnmatched: return "capture was not ended in the same stream as it began";
+    case cudaErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
+    case cudaErrorTimeout: return "wait operation timed out";
+    case cudaErrorGraphExecUpdateFailure:
+      return "the graph update was not performed because it included changes which violated constraints specific "
+             "to instantiated graph update";
     case cudaErrorUnknown: return "unknown error";
     default: return "unrecognized error code";
   }
@@ -295,6 +309,8 @@ int jn_mem_range_ok(const void *p, size_t bytes, jn_alloc_info *out) {
 static cudaError_t alloc_common(void **ptr, size_t size, int kind) {
   if (ptr == NULL) FAIL(cudaErrorInvalidValue);
   if (jn_device_count() == 0) FAIL(no_device());
+  cudaError_t unsafe = jn_capture_unsafe_call(); /* allocation is prohibited by the capture modes */
+  if (unsafe != cudaSuccess) FAIL(unsafe);
   if (size == 0) { /* CUDA: success, and a NULL pointer */
     *ptr = NULL;
     return cudaSuccess;
@@ -313,6 +329,8 @@ static cudaError_t alloc_common(void **ptr, size_t size, int kind) {
  * the memory (on the allocation's device) completes before it is released. */
 static cudaError_t free_common(void *ptr, int kind) {
   if (ptr == NULL) return cudaSuccess;
+  cudaError_t unsafe = jn_capture_unsafe_call(); /* it synchronizes: prohibited by the capture modes */
+  if (unsafe != cudaSuccess) FAIL(unsafe);
   jn_alloc_info a;
   if (!mem_remove(ptr, kind, &a)) FAIL(cudaErrorInvalidValue);
   jn_device_drain(a.device, 0);
@@ -513,6 +531,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     FAIL(cudaErrorInvalidResourceHandle);
   }
   s->valid = 0;
+  jn_capture_stream_gone(s);
   atomic_fetch_add(&s->users, 1);
   pthread_mutex_lock(&s->mu);
   s->destroying = 1;
@@ -588,6 +607,9 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     return cudaSuccess;
   }
   if (kind != JN_STREAM_USER) FAIL(cudaErrorInvalidResourceHandle);
+  cudaError_t refused = jn_capture_refuse_stream(stream); /* a capturing stream never completes */
+  if (refused == cudaSuccess) refused = jn_capture_unsafe_call();
+  if (refused != cudaSuccess) FAIL(refused);
   pthread_rwlock_rdlock(&g_streams_lock);
   struct CUstream_st *s = stream_find_valid(stream);
   if (s == NULL) {
@@ -607,6 +629,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   int kind = jn_stream_classify(stream, NULL);
   if (kind != JN_STREAM_LEGACY && kind != JN_STREAM_USER) FAIL(cudaErrorInvalidResourceHandle);
+  cudaError_t refused = kind == JN_STREAM_USER ? jn_capture_refuse_stream(stream) : cudaSuccess;
+  if (refused != cudaSuccess) FAIL(refused);
   int legacy = kind == JN_STREAM_LEGACY, busy = 0, found = legacy;
   pthread_rwlock_rdlock(&g_streams_lock);
   for (struct CUstream_st *s = g_streams; s != NULL; s = s->next) {
@@ -623,6 +647,8 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+  cudaError_t unsafe = jn_capture_unsafe_call();
+  if (unsafe != cudaSuccess) FAIL(unsafe);
   jn_device_drain(tl_device, 0);
   reap();
   return cudaSuccess;
@@ -647,6 +673,41 @@ static void copy_run(jn_item *it) {
 
 static void item_free(jn_item *it) { free(it); }
 
+static cudaError_t copy_submit(void *dst, const void *src, size_t count, int value, int is_set, cudaStream_t stream);
+
+/* A copy or memset captured in a graph: enqueued again at each launch. */
+typedef struct {
+  jn_node base;
+  void *dst;
+  const void *src;
+  size_t count;
+  int value, is_set;
+} copy_node;
+
+static cudaError_t copy_node_launch(jn_node *n, cudaStream_t s) {
+  copy_node *c = (copy_node *)n;
+  return copy_submit(c->dst, c->src, c->count, c->value, c->is_set, s);
+}
+
+static void node_free(jn_node *n) { free(n); }
+
+/* Whether a call on user stream s is captured: then *err is its result (the node appended, or
+ * why not). node is the call as a graph node, made only when s is capturing. */
+static int captured(cudaStream_t s, jn_node *(*make)(void *), void *arg, cudaError_t *err) {
+  if (!jn_capture_any() || jn_capture_status(s) == JN_CAPTURE_NONE) return 0;
+  jn_node *node = make(arg);
+  *err = node == NULL ? cudaErrorMemoryAllocation : jn_capture_add(s, node);
+  return 1;
+}
+
+static jn_node *make_copy_node(void *arg) {
+  copy_node *c = malloc(sizeof(*c));
+  if (c == NULL) return NULL;
+  *c = *(copy_node *)arg;
+  jn_node_init(&c->base, copy_node_launch, node_free);
+  return &c->base;
+}
+
 /* Runs a copy/set on a stream: synchronously on the legacy stream (after the
  * device's blocking streams drained), else as a stream item. */
 static cudaError_t copy_submit(void *dst, const void *src, size_t count, int value, int is_set, cudaStream_t stream) {
@@ -660,6 +721,12 @@ static cudaError_t copy_submit(void *dst, const void *src, size_t count, int val
     return cudaSuccess;
   }
   if (kind != JN_STREAM_USER) FAIL(cudaErrorInvalidResourceHandle);
+  copy_node proto = {.dst = dst, .src = src, .count = count, .value = value, .is_set = is_set};
+  cudaError_t ce;
+  if (captured(stream, make_copy_node, &proto, &ce)) {
+    if (ce != cudaSuccess) FAIL(ce);
+    return cudaSuccess;
+  }
   copy_item *c = calloc(1, sizeof(*c));
   if (c == NULL) FAIL(cudaErrorMemoryAllocation);
   *c = (copy_item){{NULL, copy_run, item_free}, dst, src, count, value, is_set};
@@ -767,6 +834,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
     FAIL(cudaErrorInvalidResourceHandle);
   }
   *pp = event->next;
+  jn_capture_event_gone(event);
   /* A pending record stays alive (referenced by its stream item) until it completes. */
   rec_unref_locked(event->last);
   pthread_mutex_unlock(&g_ev_mu);
@@ -803,8 +871,33 @@ static void rec_item_free(jn_item *it) {
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  return cudaEventRecordWithFlags(event, stream, JN_cudaEventRecordDefault);
+}
+
+/* Whether event is a live event handle. */
+static int event_valid(cudaEvent_t event) {
+  pthread_mutex_lock(&g_ev_mu);
+  int found = event_find(event) != NULL;
+  pthread_mutex_unlock(&g_ev_mu);
+  return found;
+}
+
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags) {
+  if (flags & ~JN_cudaEventRecordExternal) FAIL(cudaErrorInvalidValue);
   int kind = jn_stream_classify(stream, NULL);
   if (kind != JN_STREAM_LEGACY && kind != JN_STREAM_USER) FAIL(cudaErrorInvalidResourceHandle);
+  if (jn_capture_any()) { /* in a capture, a record is a dependency (and, external, a node) */
+    if (!event_valid(event)) FAIL(cudaErrorInvalidResourceHandle);
+    jn_node *external = NULL;
+    if ((flags & JN_cudaEventRecordExternal) && jn_capture_status(stream) != JN_CAPTURE_NONE &&
+        (external = jn_event_node(event, 0)) == NULL)
+      FAIL(cudaErrorMemoryAllocation);
+    cudaError_t ce;
+    if (jn_capture_event_record(event, stream, external, &ce)) {
+      if (ce != cudaSuccess) FAIL(ce);
+      return cudaSuccess;
+    }
+  }
   jn_rec *r = calloc(1, sizeof(*r));
   rec_item *it = kind == JN_STREAM_USER ? calloc(1, sizeof(*it)) : NULL;
   if (r == NULL || (kind == JN_STREAM_USER && it == NULL)) {
@@ -841,7 +934,16 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   return cudaSuccess;
 }
 
+/* Queries and synchronizes: prohibited by the capture modes, and impossible on a captured record. */
+static cudaError_t event_capture_check(cudaEvent_t event) {
+  cudaError_t e = jn_capture_unsafe_call();
+  if (e == cudaSuccess && jn_capture_event_captured(event)) e = cudaErrorCapturedEvent;
+  return e;
+}
+
 cudaError_t cudaEventQuery(cudaEvent_t event) {
+  cudaError_t ce = event_capture_check(event);
+  if (ce != cudaSuccess) FAIL(ce);
   pthread_mutex_lock(&g_ev_mu);
   struct CUevent_st *e = event_find(event);
   int found = e != NULL, done = e == NULL || e->last == NULL || e->last->done;
@@ -866,6 +968,8 @@ static jn_rec *event_latest_ref(cudaEvent_t event, int *found) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  cudaError_t ce = event_capture_check(event);
+  if (ce != cudaSuccess) FAIL(ce);
   int found;
   jn_rec *r = event_latest_ref(event, &found);
   if (!found) FAIL(cudaErrorInvalidResourceHandle);
@@ -882,6 +986,18 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   if (flags & ~JN_cudaEventWaitExternal) FAIL(cudaErrorInvalidValue);
   int kind = jn_stream_classify(stream, NULL);
   if (kind != JN_STREAM_LEGACY && kind != JN_STREAM_USER) FAIL(cudaErrorInvalidResourceHandle);
+  if (jn_capture_any()) { /* a fork, a join, an external wait node, or an isolation error */
+    if (!event_valid(event)) FAIL(cudaErrorInvalidResourceHandle);
+    jn_node *external = NULL;
+    if ((flags & JN_cudaEventWaitExternal) && kind == JN_STREAM_USER &&
+        jn_capture_status(stream) != JN_CAPTURE_NONE && (external = jn_event_node(event, 1)) == NULL)
+      FAIL(cudaErrorMemoryAllocation);
+    cudaError_t ce;
+    if (jn_capture_event_wait(stream, event, external, &ce)) {
+      if (ce != cudaSuccess) FAIL(ce);
+      return cudaSuccess;
+    }
+  }
   int found;
   jn_rec *r = event_latest_ref(event, &found); /* the record current at the time of the call */
   if (!found) FAIL(cudaErrorInvalidResourceHandle);
@@ -919,5 +1035,60 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
   else *ms = (float)(((double)b->last->t_ns - (double)a->last->t_ns) / 1e6);
   pthread_mutex_unlock(&g_ev_mu);
   if (e != cudaSuccess) FAIL(e);
+  return cudaSuccess;
+}
+
+/* ============================================================ host functions */
+
+typedef struct {
+  jn_item base;
+  cudaHostFn_t fn;
+  void *data;
+} host_item;
+
+static void host_run(jn_item *it) { ((host_item *)it)->fn(((host_item *)it)->data); }
+
+typedef struct {
+  jn_node base;
+  cudaHostFn_t fn;
+  void *data;
+} host_node;
+
+static cudaError_t host_node_launch(jn_node *n, cudaStream_t s) {
+  return cudaLaunchHostFunc(s, ((host_node *)n)->fn, ((host_node *)n)->data);
+}
+
+static jn_node *make_host_node(void *arg) {
+  host_node *h = malloc(sizeof(*h));
+  if (h == NULL) return NULL;
+  *h = *(host_node *)arg;
+  jn_node_init(&h->base, host_node_launch, node_free);
+  return &h->base;
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData) {
+  if (fn == NULL) FAIL(cudaErrorInvalidValue);
+  int kind = jn_stream_classify(stream, NULL);
+  if (kind == JN_STREAM_LEGACY) { /* after the blocking streams, in the caller (see the legacy stream) */
+    jn_device_drain(tl_device, 1);
+    fn(userData);
+    return cudaSuccess;
+  }
+  if (kind != JN_STREAM_USER) FAIL(cudaErrorInvalidResourceHandle);
+  host_node proto = {.fn = fn, .data = userData};
+  cudaError_t ce;
+  if (captured(stream, make_host_node, &proto, &ce)) {
+    if (ce != cudaSuccess) FAIL(ce);
+    return cudaSuccess;
+  }
+  host_item *h = calloc(1, sizeof(*h));
+  if (h == NULL) FAIL(cudaErrorMemoryAllocation);
+  *h = (host_item){{NULL, host_run, item_free}, fn, userData};
+  jn_item *items[1] = {&h->base};
+  cudaError_t e = jn_stream_submit(stream, items, 1);
+  if (e != cudaSuccess) {
+    free(h);
+    FAIL(e);
+  }
   return cudaSuccess;
 }

@@ -8,7 +8,7 @@
  *   - every enumerator value the emulation uses is compared (_Static_assert),
  *   - every struct size and field offset/size is compared,
  *   - jnccl_api.h is then included after the real headers: it re-declares all
- *     60 CUDA and NCCL functions with the real types, so any signature difference
+ *     70 CUDA and NCCL functions with the real types, so any signature difference
  *     is a "conflicting types" compile error,
  *   - main() compares the two special stream handles (pointer constants that
  *     cannot be compared at compile time).
@@ -51,6 +51,17 @@ SAME(cudaErrorPeerAccessNotEnabled);
 SAME(cudaErrorLaunchFailure);
 SAME(cudaErrorNotPermitted);
 SAME(cudaErrorNotSupported);
+SAME(cudaErrorStreamCaptureUnsupported);
+SAME(cudaErrorStreamCaptureInvalidated);
+SAME(cudaErrorStreamCaptureMerge);
+SAME(cudaErrorStreamCaptureUnmatched);
+SAME(cudaErrorStreamCaptureUnjoined);
+SAME(cudaErrorStreamCaptureIsolation);
+SAME(cudaErrorStreamCaptureImplicit);
+SAME(cudaErrorCapturedEvent);
+SAME(cudaErrorStreamCaptureWrongThread);
+SAME(cudaErrorTimeout);
+SAME(cudaErrorGraphExecUpdateFailure);
 SAME(cudaErrorUnknown);
 
 SAME_SIZE(enum jnabi_cudaMemcpyKind, enum cudaMemcpyKind);
@@ -75,6 +86,27 @@ SAME_FIELD(struct jnabi_cudaPointerAttributes, struct cudaPointerAttributes, res
 
 SAME_SIZE(jnabi_cudaStream_t, cudaStream_t);
 SAME_SIZE(jnabi_cudaEvent_t, cudaEvent_t);
+SAME_SIZE(jnabi_cudaGraph_t, cudaGraph_t);
+SAME_SIZE(jnabi_cudaGraphExec_t, cudaGraphExec_t);
+SAME_SIZE(jnabi_cudaHostFn_t, cudaHostFn_t);
+
+SAME_SIZE(enum jnabi_cudaStreamCaptureMode, enum cudaStreamCaptureMode);
+SAME(cudaStreamCaptureModeGlobal);
+SAME(cudaStreamCaptureModeThreadLocal);
+SAME(cudaStreamCaptureModeRelaxed);
+SAME_MACRO(JN_cudaStreamCaptureModeGlobal, cudaStreamCaptureModeGlobal);
+SAME_MACRO(JN_cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeThreadLocal);
+SAME_MACRO(JN_cudaStreamCaptureModeRelaxed, cudaStreamCaptureModeRelaxed);
+SAME_SIZE(enum jnabi_cudaStreamCaptureStatus, enum cudaStreamCaptureStatus);
+SAME(cudaStreamCaptureStatusNone);
+SAME(cudaStreamCaptureStatusActive);
+SAME(cudaStreamCaptureStatusInvalidated);
+SAME_MACRO(JN_cudaGraphInstantiateFlagAutoFreeOnLaunch, cudaGraphInstantiateFlagAutoFreeOnLaunch);
+SAME_MACRO(JN_cudaGraphInstantiateFlagUpload, cudaGraphInstantiateFlagUpload);
+SAME_MACRO(JN_cudaGraphInstantiateFlagDeviceLaunch, cudaGraphInstantiateFlagDeviceLaunch);
+SAME_MACRO(JN_cudaGraphInstantiateFlagUseNodePriority, cudaGraphInstantiateFlagUseNodePriority);
+SAME_MACRO(JN_cudaEventRecordDefault, cudaEventRecordDefault);
+SAME_MACRO(JN_cudaEventRecordExternal, cudaEventRecordExternal);
 
 SAME_MACRO(JN_cudaStreamDefault, cudaStreamDefault);
 SAME_MACRO(JN_cudaStreamNonBlocking, cudaStreamNonBlocking);

@@ -124,6 +124,7 @@ int main(int argc, char **argv) {
   RUN(test_config_creation);
   RUN(test_runtime_basics);
   RUN(test_streams_events);
+  RUN(test_graphs);
   RUN(test_nccl_args);
   RUN(test_special_values);
   RUN(test_sweep);

@@ -10,6 +10,7 @@
  *   emu_test_init.c       init variants, split, NCCL argument errors, two processes
  *   emu_test_fault.c      injected faults, abort, delays
  *   emu_test_config.c     validation of the environment variables
+ *   emu_test_graph.c      stream capture and CUDA graphs
  */
 #ifndef JNCCL_EMU_TEST_H
 #define JNCCL_EMU_TEST_H
@@ -158,5 +159,9 @@ void test_delay_rank(void);
 int config_probe(void); /* child mode: emu_test --config-probe */
 void test_config_load(void);
 void test_config_creation(void);
+
+/* ------------------------------------------------ stream capture, graphs (emu_test_graph.c) */
+
+void test_graphs(void);
 
 #endif /* JNCCL_EMU_TEST_H */

@@ -3,6 +3,7 @@ package dev.jnccl;
 import dev.jnccl.bindings.LoadedLibraries;
 import dev.jnccl.cuda.Cuda;
 import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.cuda.CudaGraph;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.internal.Backoff;
 import dev.jnccl.internal.Deadlines;
@@ -679,6 +680,7 @@ public final class Communicator implements AutoCloseable {
      *         effect: the communication goes on, the communicator stays usable)
      */
     public void synchronize() {
+        refuseInsideCapture("synchronize");
         nativeLock.lock();
         try {
             requireUsable("synchronize");
@@ -699,6 +701,7 @@ public final class Communicator implements AutoCloseable {
      */
     public void await(CudaEvent event) {
         Objects.requireNonNull(event, "await: event is null");
+        refuseInsideCapture("await");
         long spins = 0;
         while (true) {
             nativeLock.lock();
@@ -727,6 +730,19 @@ public final class Communicator implements AutoCloseable {
                         + event + "; the communication enqueued before was not cancelled",
                         new InterruptedException("await interrupted"));
             }
+        }
+    }
+
+    /**
+     * Refuses a wait made inside {@link CudaGraph#capture}: the captured communication runs only
+     * when the graph is launched, and CUDA would invalidate the capture.
+     */
+    private void refuseInsideCapture(String operation) {
+        Optional<CudaStream> capture = CudaGraph.currentCapture();
+        if (capture.isPresent()) {
+            throw new IllegalStateException(operation + ": rank " + rank + " was asked to wait inside a CUDA graph"
+                    + " capture on " + capture.get() + " (CudaGraph.capture): the captured communication runs only"
+                    + " when the graph is launched; wait after the capture, or after launching the graph");
         }
     }
 

@@ -170,6 +170,11 @@ final class FlightRecorder {
         if (newest == null || newest.sequence <= probedThrough) {
             return;
         }
+        if (stream.isCapturing()) {
+            // A probe recorded into a CUDA graph capture completes only in a launch of the graph, and
+            // CUDA forbids querying it meanwhile: the next probe after the capture covers these entries.
+            return;
+        }
         CudaEvent event = freeEvents.pollFirst();
         if (event == null) {
             event = CudaEvent.create();

@@ -1,7 +1,5 @@
 package dev.jnccl;
 
-import static org.junit.jupiter.api.Assumptions.assumeTrue;
-
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Tag;
 
@@ -12,9 +10,7 @@ class GpuCommunicatorWorldOneTest extends CommunicatorWorldOneTest {
     @BeforeEach
     @Override
     void open() {
-        Backend backend = JncclRuntime.query().backend();
-        assumeTrue(backend == Backend.CUDA, "backend resolved to " + backend
-                + " (no CUDA device visible); this test needs a GPU and jnccl.backend=cuda or auto");
+        Gpus.assumeCuda();
         super.open();
     }
 }

@@ -46,6 +46,7 @@ public final class Cuda {
     /** Waits until all work on the current device is done. */
     public static void synchronize() {
         CudaCalls.libraries();
+        CudaGraph.refuseOnCapturingThread("synchronize", "the device");
         CudaCalls.check(CudaRuntime.cudaDeviceSynchronize(), "cudaDeviceSynchronize", currentDevice());
     }
 

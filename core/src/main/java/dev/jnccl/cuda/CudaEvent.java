@@ -14,6 +14,8 @@ import java.util.Objects;
 public final class CudaEvent implements AutoCloseable {
     private final CudaHandle handle;
     private final boolean timing;
+    /** The stream of the latest record made through jnccl if that stream was capturing then, else null. */
+    private volatile CudaStream capturedOn;
 
     private CudaEvent(CudaHandle handle, boolean timing) {
         this.handle = handle;
@@ -102,9 +104,42 @@ public final class CudaEvent implements AutoCloseable {
         stream.record(this);
     }
 
-    /** {@return whether the work before the most recent record has completed (true if never recorded)} */
+    /**
+     * Whether the work before the most recent record has completed (true if never recorded).
+     *
+     * @return whether it completed
+     * @throws IllegalStateException when this event is closed, its latest record was made in a
+     *                               {@link CudaGraph} capture still in progress, or the calling
+     *                               thread is inside {@link CudaGraph#capture}
+     */
     public boolean isComplete() {
+        refuseDuringCapture("isComplete");
         return handle.query("isComplete", this, CudaRuntime::cudaEventQuery, "cudaEventQuery");
+    }
+
+    /** Called by {@link CudaStream#record} after each record: the capturing stream, or null. */
+    void recordedOn(CudaStream capturing) {
+        if (capturing != null || capturedOn != null) {
+            capturedOn = capturing;
+        }
+    }
+
+    /**
+     * Refuses a wait or query that CUDA forbids: from the capturing thread, or of a record made in a
+     * capture (it completes only in a launch of the graph).
+     */
+    private void refuseDuringCapture(String operation) {
+        handle.requireOpen(operation, this);
+        if (!CudaGraph.anyCapture()) {
+            return;
+        }
+        CudaGraph.refuseOnCapturingThread(operation, this);
+        CudaStream capturing = capturedOn;
+        if (capturing != null && !capturing.isClosed() && capturing.isCapturing()) {
+            throw new IllegalStateException(operation + ": " + this + " was last recorded on " + capturing
+                    + " while it captured a CUDA graph: that record completes only when the graph is launched;"
+                    + " record the event again outside the capture (or wait on the stream the graph is launched on)");
+        }
     }
 
     /**
@@ -116,6 +151,7 @@ public final class CudaEvent implements AutoCloseable {
      * @throws IllegalStateException               when this event is closed
      */
     public void synchronize() {
+        refuseDuringCapture("synchronize");
         handle.await("synchronize", this, CudaRuntime::cudaEventQuery, "cudaEventQuery");
     }
 

@@ -1,8 +1,11 @@
 package dev.jnccl.cuda;
 
 import dev.jnccl.DeviceTensor;
+import dev.jnccl.bindings.CudaGraphs;
 import dev.jnccl.bindings.cuda.CudaRuntime;
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.util.Objects;
 
 /**
@@ -100,12 +103,55 @@ public final class CudaStream implements AutoCloseable {
      * @throws CudaException                       when CUDA reports an error of the stream's work
      */
     public void synchronize() {
+        refuseDuringCapture("synchronize");
         handle.await("synchronize", this, CudaRuntime::cudaStreamQuery, "cudaStreamQuery");
     }
 
-    /** {@return whether all work enqueued so far is done (cudaStreamQuery)} */
+    /**
+     * Whether all work enqueued so far is done (cudaStreamQuery).
+     *
+     * @return whether the stream is idle
+     * @throws IllegalStateException when this stream is closed, capturing a {@link CudaGraph}, or the
+     *                               calling thread is inside {@link CudaGraph#capture}
+     */
     public boolean isIdle() {
+        refuseDuringCapture("isIdle");
         return handle.query("isIdle", this, CudaRuntime::cudaStreamQuery, "cudaStreamQuery");
+    }
+
+    /**
+     * Whether the stream is capturing a CUDA graph (cudaStreamIsCapturing): work enqueued on it is
+     * then recorded into the graph instead of run. Also true for a capture that an illegal call
+     * invalidated and that was not ended yet.
+     *
+     * @return whether the stream is in a capture
+     * @throws IllegalStateException when this stream is closed
+     */
+    public boolean isCapturing() {
+        handle.requireOpen("isCapturing", this);
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment status = arena.allocate(ValueLayout.JAVA_INT);
+            CudaCalls.check(CudaGraphs.cudaStreamIsCapturing(handle.segment(), status), "cudaStreamIsCapturing",
+                    handle.device());
+            return status.get(ValueLayout.JAVA_INT, 0) != CudaGraphs.CAPTURE_STATUS_NONE;
+        }
+    }
+
+    /**
+     * Refuses a wait for or query of this stream's work while it captures (the work does not run
+     * until a launch, and CUDA would invalidate the capture), or from the capturing thread.
+     */
+    private void refuseDuringCapture(String operation) {
+        handle.requireOpen(operation, this);
+        if (!CudaGraph.anyCapture()) {
+            return;
+        }
+        CudaGraph.refuseOnCapturingThread(operation, this);
+        if (isCapturing()) {
+            throw new IllegalStateException(operation + ": " + this + " is capturing a CUDA graph (CudaGraph.capture):"
+                    + " its work runs only when the graph is launched, and CUDA would invalidate the capture;"
+                    + " wait after the capture, or after launching the graph");
+        }
     }
 
     /**
@@ -130,6 +176,8 @@ public final class CudaStream implements AutoCloseable {
         Objects.requireNonNull(event, "record: event is null");
         CudaCalls.check(CudaRuntime.cudaEventRecord(event.handle(), handle.segment()), "cudaEventRecord",
                 handle.device());
+        // Only while jnccl captures somewhere: the hot path pays one volatile read.
+        event.recordedOn(CudaGraph.anyCapture() && isCapturing() ? this : null);
     }
 
     /**

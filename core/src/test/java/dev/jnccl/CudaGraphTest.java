@@ -1,0 +1,362 @@
+package dev.jnccl;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.jnccl.cuda.Cuda;
+import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.cuda.CudaException;
+import dev.jnccl.cuda.CudaGraph;
+import dev.jnccl.cuda.CudaStream;
+import dev.jnccl.cuda.DeviceMemory;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.time.Duration;
+import java.util.Random;
+import java.util.concurrent.atomic.AtomicReference;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+/**
+ * {@link CudaGraph}: copies and memsets captured once and replayed, a world-1 transaction captured
+ * and replayed against the same transaction run eagerly, and the calls jnccl refuses during a
+ * capture. Random data, compared element by element. Runs on whatever backend {@code jnccl.backend}
+ * resolves to (the host emulation on CI); {@link GpuCudaGraphTest} runs it on a GPU.
+ */
+@Timeout(120)
+class CudaGraphTest {
+    static final int COUNT = 4099 * 4;
+    static final int LAUNCHES = 5;
+
+    CudaStream stream;
+    Arena arena;
+    Random random;
+
+    @BeforeEach
+    void open() {
+        Cuda.setDevice(0);
+        stream = CudaStream.create();
+        arena = Arena.ofConfined();
+        random = new Random(System.nanoTime());
+    }
+
+    @AfterEach
+    void close() {
+        if (stream != null) {
+            stream.close();
+        }
+        if (arena != null) {
+            arena.close();
+        }
+    }
+
+    private MemorySegment randomFloats() {
+        return TestData.random(arena, DType.FP32, COUNT, random);
+    }
+
+    private DeviceMemory upload(MemorySegment host) {
+        DeviceMemory memory = DeviceMemory.allocate(host.byteSize());
+        memory.copyFromHost(host);
+        return memory;
+    }
+
+    private float[] download(DeviceMemory memory) {
+        MemorySegment host = arena.allocate(memory.bytes());
+        memory.copyToHost(host);
+        return host.toArray(ValueLayout.JAVA_FLOAT);
+    }
+
+    @Test
+    void capturedCopiesAndFillRunOnlyAtEachLaunch() {
+        MemorySegment initial = randomFloats();
+        byte fill = (byte) (random.nextInt(255) + 1);
+        try (DeviceMemory source = upload(randomFloats()); DeviceMemory middle = DeviceMemory.allocate(initial.byteSize());
+             DeviceMemory target = upload(initial); DeviceMemory filled = upload(initial)) {
+            CudaGraph graph = CudaGraph.capture(stream, () -> {
+                assertTrue(stream.isCapturing());
+                stream.copyAsync(source.tensor(DType.FP32), middle.tensor(DType.FP32));
+                filled.fill(fill, stream);
+                stream.copyAsync(middle.tensor(DType.FP32), target.tensor(DType.FP32));
+            });
+            try (graph) {
+                assertFalse(stream.isCapturing());
+                stream.synchronize();
+                float[] before = initial.toArray(ValueLayout.JAVA_FLOAT);
+                assertArrayEquals(before, download(target), "the capture ran the copies");
+                assertArrayEquals(before, download(filled), "the capture ran the fill");
+                for (int launch = 0; launch < LAUNCHES; launch++) {
+                    MemorySegment data = randomFloats();
+                    source.copyFromHost(data);
+                    graph.launch(stream);
+                    stream.synchronize();
+                    float[] expected = data.toArray(ValueLayout.JAVA_FLOAT);
+                    float[] actual = download(target);
+                    for (int i = 0; i < COUNT; i++) {
+                        assertEquals(Float.floatToRawIntBits(expected[i]), Float.floatToRawIntBits(actual[i]),
+                                "launch " + launch + ", element " + i);
+                    }
+                    MemorySegment bytes = arena.allocate(filled.bytes());
+                    filled.copyToHost(bytes);
+                    for (long i = 0; i < bytes.byteSize(); i++) {
+                        assertEquals(fill, bytes.get(ValueLayout.JAVA_BYTE, i), "fill, byte " + i);
+                    }
+                }
+            }
+            assertTrue(graph.isClosed());
+        }
+    }
+
+    /**
+     * One step: copy new data in, reduce-scatter + all-gather in one transaction whose ready event is
+     * recorded on the capturing stream (the comms stream joins the capture through it), the
+     * signal waited for on the capturing stream (the join back), copy the result out.
+     */
+    private static void step(Communicator comm, CudaStream stream, CudaEvent ready, CudaEvent signal,
+                             DeviceMemory in, DeviceMemory work, DeviceMemory out) {
+        DeviceTensor tensor = work.tensor(DType.FP32);
+        stream.copyAsync(in.tensor(DType.FP32), tensor);
+        ready.record(stream);
+        comm.begin(ready).reduceScatter(tensor).allGather(tensor.shard(0, 1), tensor).execute(signal);
+        stream.waitFor(signal);
+        stream.copyAsync(tensor, out.tensor(DType.FP32));
+    }
+
+    Communicator communicator(CommunicatorOptions options) {
+        return Communicator.single(0, options);
+    }
+
+    @Test
+    void capturedTransactionReplaysAsTheEagerOne() {
+        // A 1 ms watchdog interval: its probes run while the capture is open (the body sleeps), which
+        // must neither abort the communicator nor break the capture.
+        CommunicatorOptions options = CommunicatorOptions.defaults().withWatchdogInterval(Duration.ofMillis(1));
+        MemorySegment initial = randomFloats();
+        try (Communicator comm = communicator(options); CudaEvent ready = CudaEvent.create();
+             CudaEvent signal = CudaEvent.create(); DeviceMemory in = upload(randomFloats());
+             DeviceMemory work = DeviceMemory.allocate(initial.byteSize()); DeviceMemory out = upload(initial);
+             DeviceMemory eagerOut = upload(initial)) {
+            CudaGraph graph = CudaGraph.capture(stream, () -> {
+                step(comm, stream, ready, signal, in, work, out);
+                sleepMillis(30);
+            });
+            try (graph) {
+                stream.synchronize();
+                assertArrayEquals(initial.toArray(ValueLayout.JAVA_FLOAT), download(out), "the capture ran the step");
+                for (int launch = 0; launch < LAUNCHES; launch++) {
+                    in.copyFromHost(randomFloats());
+                    graph.launch(stream);
+                    stream.synchronize();
+                    float[] replayed = download(out);
+                    step(comm, stream, ready, signal, in, work, eagerOut);
+                    stream.synchronize();
+                    float[] eager = download(eagerOut);
+                    for (int i = 0; i < COUNT; i++) {
+                        assertEquals(Float.floatToRawIntBits(eager[i]), Float.floatToRawIntBits(replayed[i]),
+                                "launch " + launch + ", element " + i);
+                    }
+                }
+                comm.synchronize();
+                assertFalse(comm.isAborted(), "aborted: " + comm.recentTransactions());
+            }
+        }
+    }
+
+    @Test
+    void capturedConvenienceOperationReplays() {
+        try (Communicator comm = communicator(CommunicatorOptions.defaults()); DeviceMemory in = upload(randomFloats());
+             DeviceMemory work = DeviceMemory.allocate(in.bytes()); DeviceMemory out = DeviceMemory.allocate(in.bytes())) {
+            // runOrdered records its ready event on the capturing stream and joins back through waitOnComms.
+            try (CudaGraph graph = CudaGraph.capture(stream, () -> {
+                stream.copyAsync(in.tensor(DType.FP32), work.tensor(DType.FP32));
+                comm.allReduce(work.tensor(DType.FP32), ReduceOp.MAX, stream);
+                stream.copyAsync(work.tensor(DType.FP32), out.tensor(DType.FP32));
+            })) {
+                for (int launch = 0; launch < LAUNCHES; launch++) {
+                    MemorySegment data = randomFloats();
+                    in.copyFromHost(data);
+                    graph.launch(stream);
+                    stream.synchronize();
+                    float[] expected = data.toArray(ValueLayout.JAVA_FLOAT); // world 1: the identity
+                    float[] actual = download(out);
+                    for (int i = 0; i < COUNT; i++) {
+                        assertEquals(Float.floatToRawIntBits(expected[i]), Float.floatToRawIntBits(actual[i]),
+                                "launch " + launch + ", element " + i);
+                    }
+                }
+            }
+        }
+    }
+
+    @Test
+    void aReadyEventRecordedOutsideTheCaptureIsCudasIsolationError() {
+        try (Communicator comm = communicator(CommunicatorOptions.defaults()); CudaEvent ready = CudaEvent.create();
+             CudaEvent outside = CudaEvent.create(); CudaEvent signal = CudaEvent.create();
+             DeviceMemory work = upload(randomFloats())) {
+            DeviceTensor tensor = work.tensor(DType.FP32);
+            outside.record(stream);
+            CudaException e = assertThrows(CudaException.class, () -> CudaGraph.capture(stream, () -> {
+                ready.record(stream);
+                comm.begin(ready).allReduce(tensor, ReduceOp.SUM).execute(signal); // the comms stream joins
+                comm.begin(outside).allReduce(tensor, ReduceOp.SUM).execute(signal); // waits on work outside
+            }));
+            assertEquals(905, e.code(), e.getMessage()); // cudaErrorStreamCaptureIsolation, from the wait
+            assertEquals("cudaStreamWaitEvent", e.function(), e.getMessage());
+            assertFalse(stream.isCapturing());
+            assertFalse(comm.isAborted(), "a failure before enqueueing leaves the communicator usable");
+            comm.begin(stream).allReduce(tensor, ReduceOp.SUM).execute(signal);
+            stream.waitFor(signal);
+            stream.synchronize();
+        }
+    }
+
+    @Test
+    void unjoinedCommsStreamFailsTheCaptureWithCudasError() {
+        try (Communicator comm = communicator(CommunicatorOptions.defaults()); CudaEvent ready = CudaEvent.create();
+             CudaEvent signal = CudaEvent.create(); DeviceMemory work = upload(randomFloats())) {
+            DeviceTensor tensor = work.tensor(DType.FP32);
+            CudaException e = assertThrows(CudaException.class, () -> CudaGraph.capture(stream, () -> {
+                ready.record(stream);
+                comm.begin(ready).allReduce(tensor, ReduceOp.SUM).execute(signal); // signal never waited for
+            }));
+            assertTrue(e.getMessage().contains("cudaStreamEndCapture"), e.getMessage());
+            assertEquals(904, e.code(), e.getMessage()); // cudaErrorStreamCaptureUnjoined
+            assertFalse(stream.isCapturing());
+            // The communicator and the stream go on working eagerly.
+            comm.begin(stream).allReduce(tensor, ReduceOp.SUM).execute(signal);
+            stream.waitFor(signal);
+            stream.synchronize();
+            assertFalse(comm.isAborted());
+        }
+    }
+
+    @Test
+    void waitsInsideACaptureAreRefusedAndTheStreamRecovers() {
+        try (Communicator comm = communicator(CommunicatorOptions.defaults()); CudaEvent event = CudaEvent.create()) {
+            assertRefused("synchronize", () -> stream.synchronize());
+            assertRefused("isIdle", () -> stream.isIdle());
+            assertRefused("isComplete", () -> event.isComplete());
+            assertRefused("synchronize", () -> event.synchronize());
+            assertRefused("synchronize", Cuda::synchronize);
+            assertRefused("synchronize", comm::synchronize);
+            assertRefused("await", () -> comm.await(event));
+            // An event recorded in a capture cannot be waited for by another thread either.
+            try (CudaGraph graph = CudaGraph.capture(stream, () -> {
+                event.record(stream);
+                AtomicReference<Throwable> failure = new AtomicReference<>();
+                Thread other = Thread.ofPlatform().start(() -> {
+                    try {
+                        assertRefused0("isComplete", event::isComplete);
+                    } catch (Throwable t) {
+                        failure.set(t);
+                    }
+                });
+                join(other);
+                if (failure.get() != null) {
+                    throw new AssertionError("from another thread", failure.get());
+                }
+            })) {
+                graph.launch(stream);
+                stream.synchronize();
+            }
+            assertTrue(event.isComplete());
+            comm.synchronize();
+            assertFalse(comm.isAborted());
+        }
+    }
+
+    /** {@code call} inside a capture throws IllegalStateException naming it; the capture ends cleanly. */
+    private void assertRefused(String operation, Runnable call) {
+        IllegalStateException e = assertThrows(IllegalStateException.class, () -> CudaGraph.capture(stream, call));
+        assertTrue(e.getMessage().startsWith(operation + ":") && e.getMessage().contains("CudaGraph.capture"),
+                e.getMessage());
+        assertFalse(stream.isCapturing(), "the capture was not ended");
+        assertTrue(CudaGraph.currentCapture().isEmpty());
+        stream.synchronize(); // usable again
+    }
+
+    private static void assertRefused0(String operation, Runnable call) {
+        IllegalStateException e = assertThrows(IllegalStateException.class, call::run);
+        assertTrue(e.getMessage().startsWith(operation + ":") && e.getMessage().contains("capture"), e.getMessage());
+    }
+
+    @Test
+    void aThrowingBodyEndsTheCaptureAndPropagates() {
+        IllegalArgumentException boom = new IllegalArgumentException("boom");
+        try (DeviceMemory memory = upload(randomFloats()); DeviceMemory copy = DeviceMemory.allocate(memory.bytes())) {
+            IllegalArgumentException thrown = assertThrows(IllegalArgumentException.class,
+                    () -> CudaGraph.capture(stream, () -> {
+                        stream.copyAsync(memory.tensor(DType.FP32), copy.tensor(DType.FP32));
+                        assertTrue(CudaGraph.currentCapture().isPresent());
+                        throw boom;
+                    }));
+            assertSame(boom, thrown);
+            assertFalse(stream.isCapturing());
+            assertTrue(CudaGraph.currentCapture().isEmpty());
+            // The next capture on the same stream works and holds only its own work.
+            try (CudaGraph graph = CudaGraph.capture(stream, () -> stream.copyAsync(memory.tensor(DType.FP32),
+                    copy.tensor(DType.FP32)))) {
+                graph.launch(stream);
+                stream.synchronize();
+                assertArrayEquals(download(memory), download(copy));
+            }
+        }
+    }
+
+    @Test
+    void nestedCapturesAndCapturingStreamsAreRefused() {
+        try (CudaStream other = CudaStream.create()) {
+            IllegalStateException e = assertThrows(IllegalStateException.class,
+                    () -> CudaGraph.capture(stream, () -> CudaGraph.capture(other, () -> { })));
+            assertTrue(e.getMessage().contains("already capturing"), e.getMessage());
+            try (CudaGraph graph = CudaGraph.capture(other, () -> { })) {
+                IllegalStateException launch = assertThrows(IllegalStateException.class,
+                        () -> CudaGraph.capture(stream, () -> graph.launch(stream)));
+                assertTrue(launch.getMessage().startsWith("launch:"), launch.getMessage());
+            }
+        }
+        assertThrows(NullPointerException.class, () -> CudaGraph.capture(null, () -> { }));
+        assertThrows(NullPointerException.class, () -> CudaGraph.capture(stream, null));
+    }
+
+    @Test
+    void launchAfterCloseSaysSo() {
+        CudaGraph graph = CudaGraph.capture(stream, () -> { });
+        CudaGraph second = CudaGraph.capture(stream, () -> { });
+        assertNotEquals(graph.id(), second.id());
+        assertEquals(0, graph.device());
+        graph.launch(stream);
+        graph.close();
+        graph.close(); // idempotent
+        second.close();
+        IllegalStateException e = assertThrows(IllegalStateException.class, () -> graph.launch(stream));
+        assertEquals("launch: " + graph + " is closed", e.getMessage());
+        assertTrue(graph.toString().contains("CudaGraph#" + graph.id()) && graph.toString().contains("closed"));
+        stream.synchronize();
+    }
+
+    private static void sleepMillis(long millis) {
+        try {
+            Thread.sleep(millis);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new AssertionError(e);
+        }
+    }
+
+    private static void join(Thread thread) {
+        try {
+            thread.join();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new AssertionError(e);
+        }
+    }
+}
