@@ -68,6 +68,24 @@ final class Checks {
                     + "); use a numeric type");
         }
         checkSupported(operation, dtype);
+        checkScaledSum(operation, dtype, op);
+    }
+
+    /** A pre-multiplied sum: the loaded NCCL has it, and its factor fits the tensor's type. */
+    private void checkScaledSum(String operation, DType dtype, ReduceOp op) {
+        if (op.kind() != ReduceOp.Kind.SCALED_SUM) {
+            return;
+        }
+        NcclFeature feature = NcclFeature.PRE_MUL_SUM;
+        if (!libraries.supports(feature) || !feature.isLinked()) {
+            throw new IllegalArgumentException(operation + ": " + op + " needs NCCL " + feature.since()
+                    + " or newer (ncclRedOpCreatePreMulSum); this is NCCL " + libraries.nccl());
+        }
+        String problem = NcclTypes.scalarProblem(dtype, op.factor());
+        if (problem != null) {
+            throw new IllegalArgumentException(operation + ": scaledSum factor " + op.factor() + " cannot scale "
+                    + dtype + " tensors: " + problem);
+        }
     }
 
     void requireStream(String operation, CudaStream stream) {
