@@ -114,6 +114,9 @@ ncclResult_t redop_resolve(const char *fn, struct ncclComm *c, jn_op *op) {
                "%s : Data type supplied to user-created ncclRedOp_t does not match type given to reduction "
                "operation (%s, created for %s)",
                fn, jn_dtype_name(op->dtype), jn_dtype_name(c->user_ops[ix].dtype));
+  } else if (c->nranks == 1 && (op->dtype == ncclFloat8e4m3 || op->dtype == ncclFloat8e5m2)) {
+    /* As NCCL 2.28: its single-rank path (src/device/onerank.cu) has no fp8 pre-multiplied sum. */
+    rc = failf(ncclInvalidArgument, "%s : no single-rank pre-multiplied sum for %s", fn, jn_dtype_name(op->dtype));
   } else {
     op->redop = JN_REDOP_PREMUL;
     op->scalar = c->user_ops[ix].scalar;
