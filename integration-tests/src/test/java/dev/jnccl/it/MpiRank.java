@@ -105,6 +105,8 @@ public final class MpiRank {
                 OpsScenarios.sendAndReceiveToItselfAloneAndInRings(c);
                 OpsScenarios.allToAllOfEveryDtype(c);
                 OpsScenarios.splitIntoGroups(c);
+                BufferScenarios.scaledSums(c);
+                BufferScenarios.registeredNcclMemory(c);
             }
             verdict(comm, "scenarios=all");
         });
