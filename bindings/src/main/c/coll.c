@@ -44,7 +44,7 @@ static void reduce_ring_chunks(struct ncclComm *c, char *out, size_t at, size_t 
   while (done < len) {
     size_t g = at + done, k = g / chunk, part = JN_MIN(len - done, (k + 1) * chunk - g);
     for (int j = 0; j < n; j++) c->ins[j] = (const char *)c->ins[j] + done * es;
-    jn_reduce(out + done * es, c->ins, n, (int)((k + 1) % (size_t)n), part, op->dtype, op->redop);
+    jn_reduce(out + done * es, c->ins, n, (int)((k + 1) % (size_t)n), part, op->dtype, op->redop, op->scalar);
     for (int j = 0; j < n; j++) c->ins[j] = (const char *)c->ins[j] - done * es;
     done += part;
   }
@@ -119,11 +119,11 @@ ncclResult_t run_coll(struct ncclComm *c, const jn_op *op, op_err *e) {
       case K_REDUCE: /* NCCL's ring reduce ends at the root */
         if (me != root) break;
         for (int j = 0; j < n; j++) c->ins[j] = slot_of(c, j);
-        jn_reduce(recv + off * es, c->ins, n, root + 1, len, op->dtype, op->redop);
+        jn_reduce(recv + off * es, c->ins, n, root + 1, len, op->dtype, op->redop, op->scalar);
         break;
       case K_REDUCESCATTER: /* rank me's chunk travels the ring from rank me + 1 to me */
         for (int j = 0; j < n; j++) c->ins[j] = slot_of(c, j) + (size_t)me * lb;
-        jn_reduce(recv + off * es, c->ins, n, me + 1, len, op->dtype, op->redop);
+        jn_reduce(recv + off * es, c->ins, n, me + 1, len, op->dtype, op->redop, op->scalar);
         break;
       case K_BROADCAST:
         if (recv + off * es != send + off * es || me != root) memcpy(recv + off * es, slot_of(c, root), lb);

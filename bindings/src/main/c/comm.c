@@ -149,6 +149,7 @@ static void comm_teardown(struct ncclComm *c) {
     jn_seg_detach(c->seg);
   }
   free(c->ins);
+  redop_teardown(c);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
   free(c);
@@ -432,29 +433,7 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
   return rc;
 }
 
-ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle) {
-  struct ncclComm *c;
-  ncclResult_t rc = get_comm("ncclCommRegister", comm, &c);
-  if (rc != ncclSuccess) return rc;
-  /* NCCL does not check buff (a NULL one registers nothing); a buffer given must be device
-   * memory here. Registration changes nothing in the emulation: the handle is a token. */
-  if (handle == NULL) rc = failf(ncclInvalidArgument, "ncclCommRegister : handle argument is NULL");
-  else if (buff != NULL && !jn_mem_range_ok(buff, size, NULL))
-    rc = failf(ncclInvalidArgument, "ncclCommRegister : buff %p (%zu bytes) is not device memory", buff, size);
-  else
-    *handle = buff;
-  comm_put(c);
-  return rc;
-}
-
-ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
-  JN_UNUSED(handle); /* any token, NULL included (NCCL ignores a NULL handle) */
-  struct ncclComm *c;
-  ncclResult_t rc = get_comm("ncclCommDeregister", comm, &c);
-  if (rc != ncclSuccess) return rc;
-  comm_put(c);
-  return rc;
-}
+/* ncclCommRegister / ncclCommDeregister: redop.c (the registrations a communicator keeps). */
 
 ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
   cudaError_t e = cudaMalloc(ptr, size); /* NCCL falls back on cudaMalloc without cuMem */

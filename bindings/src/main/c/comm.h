@@ -134,6 +134,12 @@ void seg_notify(seg_hdr *h);
 
 /* ========================================================= communicator */
 
+/* The tuning fields of ncclConfig_t a communicator received (redop.c). */
+typedef struct {
+  int min_ctas, max_ctas, cga_cluster_size;
+  char name[128];
+} jn_comm_config;
+
 struct ncclComm {
   uint64_t magic;
   struct ncclComm *next; /* registry */
@@ -180,6 +186,12 @@ struct ncclComm {
   int fault_mode, fault_at; /* JN_FAULT_* */
   uint64_t enqueue_count; /* operations posted, for JN_FAULT_HANG_ENQUEUE (under mu) */
   long delay_us;
+  /* ncclConfig_t as received, NCCL's defaults applied (jnccl_emu_comm_config; redop.c) */
+  jn_comm_config config;
+  /* pre-multiplied sum operators and buffer registrations (under mu; redop.c) */
+  struct jn_user_op *user_ops;
+  int user_op_cap;
+  struct jn_reg *regs;
 };
 
 typedef struct {
@@ -197,6 +209,7 @@ typedef struct {
   void *recv;
   size_t count;
   int dtype, redop, peer; /* peer: root for broadcast/reduce */
+  uint64_t scalar;        /* redop JN_REDOP_PREMUL: the scalar's bits, in the data type */
   size_t bytes;           /* send/recv: message size */
   /* execution state */
   int st;                 /* p2p: 0 active, 1 finished */
@@ -273,6 +286,17 @@ void comm_discard(struct ncclComm *c);
 ncclResult_t post_ops(jn_op *ops, int n);
 /* Validates an operation and enqueues it (or adds it to the thread's open group). */
 ncclResult_t enqueue(const char *fn, jn_op *op, ncclComm_t comm, cudaStream_t stream);
+
+/* ----------------------------------------------------------- redop.c -- */
+
+/* Checks a reducing operation's redop against c (a built-in, or a pre-multiplied sum created on c
+ * for op->dtype) and resolves a user operator into JN_REDOP_PREMUL and its scalar. */
+ncclResult_t redop_resolve(const char *fn, struct ncclComm *c, jn_op *op);
+/* The configuration a new communicator receives: from config (NULL: *inherit, or NCCL's defaults
+ * when inherit is NULL too); parse_config has checked it. */
+void config_apply(jn_comm_config *out, const ncclConfig_t *config, const jn_comm_config *inherit);
+/* Frees the operators and registrations left on a communicator being freed. */
+void redop_teardown(struct ncclComm *c);
 
 /* ------------------------------------------------------------ coll.c -- */
 

@@ -330,8 +330,7 @@ static ncclResult_t validate(const char *fn, jn_op *op, struct ncclComm *c, cuda
   size_t es = jn_dtype_size(op->dtype);
   if (es == 0) return failf(ncclInvalidArgument, "%s : invalid type %d", fn, op->dtype);
   const int reducing = op->kind == K_ALLREDUCE || op->kind == K_REDUCESCATTER || op->kind == K_REDUCE;
-  if (reducing && (op->redop < 0 || op->redop >= ncclNumOps))
-    return failf(ncclInvalidArgument, "%s : invalid reduction operation %d", fn, op->redop);
+  if (reducing && (rc = redop_resolve(fn, c, op)) != ncclSuccess) return rc;
   int sdev = -1;
   switch (jn_stream_classify(stream, &sdev)) {
     case JN_STREAM_LEGACY:

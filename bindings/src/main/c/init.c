@@ -337,6 +337,7 @@ static ncclResult_t init_rank(const char *fn, ncclComm_t *out, int nranks, const
     group_note_error(ncclSystemError);
     return failf(ncclSystemError, "%s : out of memory", fn);
   }
+  config_apply(&c->config, config, NULL);
   *out = c;
   if (group_open()) return group_defer_init(fn, c, out); /* launched by the outermost ncclGroupEnd */
   if (blocking) {
@@ -445,6 +446,7 @@ typedef struct {
   int color, key, blocking;
   uint64_t gen;
   jn_comm_env env; /* read by ncclCommSplit's caller */
+  jn_comm_config config; /* the child's ncclConfig_t, read by ncclCommSplit's caller */
 } split_job;
 
 /* Records a failure of an asynchronous operation of c as its async error (locally, as NCCL's
@@ -476,6 +478,7 @@ static void *split_main(void *arg) {
       rc = ncclSystemError;
       errf(&e, rc, -1, "out of memory");
     } else {
+      nc->config = j->config;
       pthread_mutex_lock(&c->mu);
       c->split_child = nc;
       if (atomic_load(&c->aborted)) atomic_store(&nc->aborted, 1);
@@ -518,6 +521,8 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
   if (rc == ncclSuccess) rc = parse_config(fn, config, c->blocking, &blocking); /* NULL: inherit */
   jn_comm_env env; /* the child's, checked before the exchange so that a bad value fails at once */
   if (rc == ncclSuccess) rc = comm_env(fn, &env);
+  jn_comm_config child_config; /* read now: the caller's config need not outlive the call */
+  if (rc == ncclSuccess) config_apply(&child_config, config, &c->config);
   if (rc != ncclSuccess) {
     comm_put(c);
     return rc;
@@ -533,7 +538,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
       comm_put(c);
       return failf(ncclSystemError, "%s : out of memory", fn);
     }
-    *j = (split_job){c, newcomm, color, key, blocking, gen, env};
+    *j = (split_job){c, newcomm, color, key, blocking, gen, env, child_config};
     atomic_store(&c->split_busy, 1);
     pthread_mutex_lock(&c->mu);
     int err = pthread_create(&c->split_thread, NULL, split_main, j);
@@ -569,6 +574,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
   struct ncclComm *nc = comm_new(newn, name, newrank, c->device, blocking, &env);
   comm_put(c);
   if (nc == NULL) return failf(ncclSystemError, "%s : out of memory", fn);
+  nc->config = child_config;
   *newcomm = nc;
   if (blocking) {
     rendezvous(nc);

@@ -159,12 +159,18 @@ void jn_capture_event_gone(cudaEvent_t e);
 
 /* ------------------------------------------------------ reduce / dtypes -- */
 
+/* The reduction that jn_reduce runs for a pre-multiplied sum; a resolved operation carries it (and
+ * the scalar) instead of the user operator's handle, which may be destroyed once enqueued. */
+#define JN_REDOP_PREMUL (-2)
+
 /* Element size of an ncclDataType_t, or 0 if invalid. */
 size_t jn_dtype_size(int dtype);
 const char *jn_dtype_name(int dtype);
 /* out[i] = op over ins[first][i], ins[first + 1][i], ... (ring order, mod n) for i < count, with
- * NCCL's rounding (see reduce.c). out may alias none of ins. */
-void jn_reduce(void *out, const void *const *ins, int n, int first, size_t count, int dtype, int op);
+ * NCCL's rounding (see reduce.c). out may alias none of ins. op may be JN_REDOP_PREMUL (comm.h):
+ * scalar then holds the multiplier's bits in the data type (ignored otherwise). */
+void jn_reduce(void *out, const void *const *ins, int n, int first, size_t count, int dtype, int op,
+               uint64_t scalar);
 /* Scalar conversions (round to nearest even; fp8 saturates to the largest finite value). */
 float jn_half_to_float(uint16_t h);
 uint16_t jn_float_to_half(float f);

@@ -188,6 +188,12 @@ typedef enum {
   JNABI(ncclNumTypes) = 12
 } JNABI(ncclDataType_t);
 
+/* ncclScalarResidence_t (NCCL 2.11+): where the scalar of ncclRedOpCreatePreMulSum lives. */
+typedef enum {
+  JNABI(ncclScalarDevice) = 0,
+  JNABI(ncclScalarHostImmediate) = 1
+} JNABI(ncclScalarResidence_t);
+
 /* ncclConfig_v22800 (80 bytes on LP64). */
 typedef struct JNABI(ncclConfig_v22800) {
   size_t size;

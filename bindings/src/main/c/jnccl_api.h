@@ -78,6 +78,9 @@ JNCCL_API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device);
 JNCCL_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank);
 JNCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle);
 JNCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle);
+JNCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+                                                ncclScalarResidence_t residence, ncclComm_t comm);
+JNCCL_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm);
 JNCCL_API ncclResult_t ncclMemAlloc(void **ptr, size_t size);
 JNCCL_API ncclResult_t ncclMemFree(void *ptr);
 JNCCL_API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
@@ -109,5 +112,12 @@ JNCCL_API ncclResult_t ncclGroupEnd(void);
  * else "NAME=value is not valid: expected ..." (several joined by "; "). The Java loader calls it
  * right after loading the library and refuses to go on with that text. Not part of CUDA or NCCL. */
 JNCCL_API const char *jnccl_emu_config_error(void);
+/* What a communicator received through ncclConfig_t, with NCCL's defaults applied (minCTAs 1,
+ * maxCTAs 64, cgaClusterSize 4, no name) and its caps (CTAs at most 64): lets tests check that a
+ * configuration arrived. name (len bytes, len >= 1) gets commName, or "" when none was given.
+ * ncclInvalidArgument for a handle that is not a live communicator or a NULL output. Not part of
+ * CUDA or NCCL. */
+JNCCL_API ncclResult_t jnccl_emu_comm_config(ncclComm_t comm, int *minCTAs, int *maxCTAs, int *cgaClusterSize,
+                                             char *name, size_t len);
 
 #endif /* JNCCL_API_H */

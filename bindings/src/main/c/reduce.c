@@ -21,6 +21,10 @@
  *    first contribution is x * s rounded, every later one is added with a fused multiply-add
  *    (float, double, float16, bfloat16) or as x * s rounded to the type, then added (float8);
  *    integer types sum, then divide by n (truncating towards zero, like NCCL's SumPostDiv).
+ *  - a pre-multiplied sum (ncclRedOpCreatePreMulSum, JN_REDOP_PREMUL here) is NCCL's same
+ *    FuncPreMulSum with the user's scalar s (given in the type): floating types exactly as the
+ *    average above with that s; integer types multiply each contribution by s, then sum, both
+ *    with wrap-around.
  */
 #include "internal.h"
 
@@ -175,10 +179,16 @@ MAXMIN(dmin_nan, double, <, __builtin_signbit(a))
 #define REDUCE_INT(T, U, W)                                                                 \
   do {                                                                                    \
     T *o = (T *)out;                                                                      \
+    const U s = (U)(T)scalar;                                                             \
     memcpy(o, ins[0], count * sizeof(T));                                                 \
+    if (op == JN_REDOP_PREMUL)                                                            \
+      for (size_t i = 0; i < count; i++) o[i] = (T)((U)((U)o[i] * s));                    \
     for (int j = 1; j < n; j++) {                                                         \
       const T *x = (const T *)ins[j];                                                     \
       switch (op) {                                                                       \
+        case JN_REDOP_PREMUL:                                                             \
+          for (size_t i = 0; i < count; i++) o[i] = (T)((U)o[i] + (U)((U)x[i] * s));      \
+          break;                                                                          \
         case ncclSum:                                                                     \
         case ncclAvg:                                                                     \
           for (size_t i = 0; i < count; i++) o[i] = (T)((U)o[i] + (U)x[i]);               \
@@ -204,9 +214,11 @@ MAXMIN(dmin_nan, double, <, __builtin_signbit(a))
 #define REDUCE_FLT(T, FMA, MAXF, MINF)                                                    \
   do {                                                                                    \
     T *o = (T *)out;                                                                      \
-    const T scale = (T)1 / (T)n;                                                          \
+    T scale = (T)1 / (T)n;                                                                \
+    if (op == JN_REDOP_PREMUL) memcpy(&scale, &scalar, sizeof scale);                     \
+    const int premul = op == ncclAvg || op == JN_REDOP_PREMUL;                            \
     const T *x0 = (const T *)ins[first];                                                  \
-    if (op == ncclAvg)                                                                    \
+    if (premul)                                                                           \
       for (size_t i = 0; i < count; i++) o[i] = x0[i] * scale;                            \
     else                                                                                  \
       memcpy(o, x0, count * sizeof(T));                                                   \
@@ -214,6 +226,7 @@ MAXMIN(dmin_nan, double, <, __builtin_signbit(a))
       const T *x = (const T *)ins[(first + k) % n];                                       \
       switch (op) {                                                                       \
         case ncclSum: for (size_t i = 0; i < count; i++) o[i] = o[i] + x[i]; break;       \
+        case JN_REDOP_PREMUL:                                                             \
         case ncclAvg: for (size_t i = 0; i < count; i++) o[i] = FMA(x[i], scale, o[i]); break; \
         case ncclProd: for (size_t i = 0; i < count; i++) o[i] = o[i] * x[i]; break;      \
         case ncclMax: for (size_t i = 0; i < count; i++) o[i] = MAXF(o[i], x[i]); break;  \
@@ -230,16 +243,18 @@ MAXMIN(dmin_nan, double, <, __builtin_signbit(a))
 #define REDUCE_LOWP(S, DEC, ENC, FUSED_AVG)                                               \
   do {                                                                                    \
     S *o = (S *)out;                                                                      \
-    const float scale = DEC(ENC(1.0f / (float)n));                                        \
+    const float scale = op == JN_REDOP_PREMUL ? DEC((S)scalar) : DEC(ENC(1.0f / (float)n)); \
+    const int premul = op == ncclAvg || op == JN_REDOP_PREMUL;                            \
     float acc[512];                                                                       \
     for (size_t b = 0; b < count; b += 512) {                                             \
       size_t m = count - b < 512 ? count - b : 512;                                       \
       const S *x0 = (const S *)ins[first] + b;                                            \
-      for (size_t i = 0; i < m; i++) acc[i] = op == ncclAvg ? DEC(ENC(DEC(x0[i]) * scale)) : DEC(x0[i]); \
+      for (size_t i = 0; i < m; i++) acc[i] = premul ? DEC(ENC(DEC(x0[i]) * scale)) : DEC(x0[i]); \
       for (int k = 1; k < n; k++) {                                                       \
         const S *x = (const S *)ins[(first + k) % n] + b;                                 \
         switch (op) {                                                                     \
           case ncclSum: for (size_t i = 0; i < m; i++) acc[i] = DEC(ENC(acc[i] + DEC(x[i]))); break; \
+          case JN_REDOP_PREMUL:                                                           \
           case ncclAvg:                                                                   \
             for (size_t i = 0; i < m; i++)                                                \
               acc[i] = DEC(ENC(acc[i] + (FUSED_AVG ? DEC(x[i]) * scale : DEC(ENC(DEC(x[i]) * scale))))); \
@@ -253,7 +268,8 @@ MAXMIN(dmin_nan, double, <, __builtin_signbit(a))
     }                                                                                     \
   } while (0)
 
-void jn_reduce(void *out, const void *const *ins, int n, int first, size_t count, int dtype, int op) {
+void jn_reduce(void *out, const void *const *ins, int n, int first, size_t count, int dtype, int op,
+               uint64_t scalar) {
   if (count == 0 || n <= 0) return;
   first = ((first % n) + n) % n;
   switch (dtype) {

@@ -145,6 +145,8 @@ SAME(ncclProd);
 SAME(ncclMax);
 SAME(ncclMin);
 SAME(ncclAvg);
+SAME(ncclScalarDevice);
+SAME(ncclScalarHostImmediate);
 SAME(ncclNumOps);
 SAME(ncclMaxRedOp);
 

@@ -294,6 +294,39 @@ static void body_args(rank_ctx *x) {
   EXPECT_NCCL(ncclCommRegister(c, host, 16, &hd), ncclInvalidArgument);
   EXPECT_NCCL(ncclCommRegister(c, NULL, 16, &hd), ncclSuccess); /* NCCL does not check buff */
   EXPECT_NCCL(ncclCommDeregister(c, NULL), ncclSuccess);
+  /* registrations are counted per range; a handle the communicator does not hold is refused */
+  void *h1, *h2;
+  NK(ncclCommRegister(c, d, 64, &h1));
+  NK(ncclCommRegister(c, d, 64, &h2));
+  EXPECT(h1 == h2, "the same range registered twice gives the same handle");
+  NK(ncclCommDeregister(c, h1));
+  NK(ncclCommDeregister(c, h2));
+  EXPECT_NCCL(ncclCommDeregister(c, h1), ncclInvalidUsage);
+  EXPECT(strstr(ncclGetLastError(NULL), "Could not find handle") != NULL, "text: %s", ncclGetLastError(NULL));
+  /* pre-multiplied sum operators: arguments, destroy, the data type they were made for */
+  ncclRedOp_t pm;
+  float factor = 2.0f;
+  EXPECT_NCCL(ncclRedOpCreatePreMulSum(NULL, &factor, ncclFloat32, ncclScalarHostImmediate, c), ncclInvalidArgument);
+  EXPECT_NCCL(ncclRedOpCreatePreMulSum(&pm, NULL, ncclFloat32, ncclScalarHostImmediate, c), ncclInvalidArgument);
+  EXPECT_NCCL(ncclRedOpCreatePreMulSum(&pm, &factor, (ncclDataType_t)12, ncclScalarHostImmediate, c),
+              ncclInvalidArgument);
+  EXPECT_NCCL(ncclRedOpCreatePreMulSum(&pm, &factor, ncclFloat32, ncclScalarHostImmediate, NULL), ncclInvalidArgument);
+  NK(ncclRedOpCreatePreMulSum(&pm, &factor, ncclFloat32, ncclScalarHostImmediate, c));
+  EXPECT((int)pm >= ncclNumOps, "a user operator is beyond the built-ins: %d", (int)pm);
+  EXPECT_NCCL(ncclAllReduce(d, d, 4, ncclFloat64, pm, c, s), ncclInvalidArgument); /* made for float32 */
+  EXPECT(strstr(ncclGetLastError(NULL), "does not match") != NULL, "text: %s", ncclGetLastError(NULL));
+  EXPECT_NCCL(ncclRedOpDestroy(ncclSum, c), ncclInvalidArgument);
+  EXPECT_NCCL(ncclRedOpDestroy((ncclRedOp_t)-1, c), ncclInvalidArgument);
+  EXPECT_NCCL(ncclRedOpDestroy(pm, NULL), ncclInvalidArgument);
+  NK(ncclRedOpDestroy(pm, c));
+  EXPECT_NCCL(ncclRedOpDestroy(pm, c), ncclInvalidArgument);
+  EXPECT_NCCL(ncclAllReduce(d, d, 4, ncclFloat32, pm, c, s), ncclInvalidArgument); /* destroyed */
+  /* the configuration received, NCCL's defaults applied */
+  int mn, mx, cga;
+  char cname[32];
+  NK(jnccl_emu_comm_config(c, &mn, &mx, &cga, cname, sizeof cname));
+  EXPECT(mn == 1 && mx == 64 && cga == 4 && cname[0] == '\0', "defaults: %d %d %d '%s'", mn, mx, cga, cname);
+  EXPECT_NCCL(jnccl_emu_comm_config(c, NULL, &mx, &cga, cname, sizeof cname), ncclInvalidArgument);
   /* init arguments */
   ncclComm_t nc;
   ncclUniqueId id, bad;
@@ -315,6 +348,35 @@ static void body_args(rank_ctx *x) {
   cfg.minCTAs = 0; /* a config zeroed instead of initialised: NCCL refuses it */
   EXPECT_NCCL(ncclCommInitRankConfig(&nc, 1, id, 0, &cfg), ncclInvalidArgument);
   cfg = config_init();
+  cfg.minCTAs = 4; /* maxCTAs left undefined: NCCL 2.28 refuses that too (4 > NCCL_CONFIG_UNDEF_INT) */
+  EXPECT_NCCL(ncclCommInitRankConfig(&nc, 1, id, 0, &cfg), ncclInvalidArgument);
+  cfg = config_init();
+  cfg.minCTAs = 8;
+  cfg.maxCTAs = 4;
+  EXPECT_NCCL(ncclCommInitRankConfig(&nc, 1, id, 0, &cfg), ncclInvalidArgument);
+  cfg = config_init();
+  cfg.minCTAs = 3;
+  cfg.maxCTAs = 100; /* capped at 64, as NCCL's MAXCHANNELS */
+  cfg.cgaClusterSize = 2;
+  cfg.commName = "tuned";
+  NK(ncclCommInitRankConfig(&nc, 1, id, 0, &cfg));
+  NK(jnccl_emu_comm_config(nc, &mn, &mx, &cga, cname, sizeof cname));
+  EXPECT(mn == 3 && mx == 64 && cga == 2 && strcmp(cname, "tuned") == 0, "received: %d %d %d '%s'", mn, mx, cga,
+         cname);
+  ncclComm_t inherited, own;
+  NK(ncclCommSplit(nc, 0, 0, &inherited, NULL)); /* NULL config: the parent's */
+  NK(jnccl_emu_comm_config(inherited, &mn, &mx, &cga, cname, sizeof cname));
+  EXPECT(mn == 3 && mx == 64 && cga == 2 && strcmp(cname, "tuned") == 0, "inherited: %d %d %d '%s'", mn, mx, cga,
+         cname);
+  cfg.minCTAs = cfg.maxCTAs = 5;
+  cfg.commName = "child";
+  NK(ncclCommSplit(nc, 0, 0, &own, &cfg));
+  NK(jnccl_emu_comm_config(own, &mn, &mx, &cga, cname, sizeof cname));
+  EXPECT(mn == 5 && mx == 5 && strcmp(cname, "child") == 0, "split's own: %d %d '%s'", mn, mx, cname);
+  NK(ncclCommDestroy(own));
+  NK(ncclCommDestroy(inherited));
+  NK(ncclCommDestroy(nc));
+  cfg = config_init();
   cfg.nvlsCTAs = 0;
   EXPECT_NCCL(ncclCommInitRankConfig(&nc, 1, id, 0, &cfg), ncclInvalidArgument);
   cfg = config_init();
@@ -334,7 +396,55 @@ static void body_args(rank_ctx *x) {
   CK(cudaFree(d));
 }
 
+/* A pre-multiplied sum at 2 ranks: int32 multiplies with wrap-around, then sums; float32 is
+ * x0 * s, then fmaf(x1, s, acc) (NCCL's FuncPreMulSum, as its average). */
+static void body_premul(rank_ctx *x) {
+  ncclComm_t c = x->comm;
+  cudaStream_t s = x->stream;
+  enum { N = 64 };
+  int32_t hi[N], gi[N];
+  float hf[N], gf[N];
+  for (int i = 0; i < N; i++) {
+    hi[i] = (int32_t)(0x12345 * (i + 1) * (x->rank + 3)) ^ (i << 20);
+    hf[i] = (float)(i + 1) * (x->rank ? 0.37f : -1.13f) + 0.001f * (float)i;
+  }
+  int32_t *di;
+  float *df;
+  CK(cudaMalloc((void **)&di, sizeof hi));
+  CK(cudaMalloc((void **)&df, sizeof hf));
+  CK(cudaMemcpy(di, hi, sizeof hi, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(df, hf, sizeof hf, cudaMemcpyHostToDevice));
+  int32_t si = -7;
+  float sf = 0.3f;
+  ncclRedOp_t oi, of;
+  NK(ncclRedOpCreatePreMulSum(&oi, &si, ncclInt32, ncclScalarHostImmediate, c));
+  NK(ncclRedOpCreatePreMulSum(&of, &sf, ncclFloat32, ncclScalarHostImmediate, c));
+  NK(ncclAllReduce(di, di, N, ncclInt32, oi, c, s));
+  NK(ncclAllReduce(df, df, N, ncclFloat32, of, c, s));
+  NK(ncclRedOpDestroy(oi, c)); /* allowed once the call returned: the operation keeps the scalar */
+  NK(ncclRedOpDestroy(of, c));
+  CK(cudaStreamSynchronize(s));
+  CK(cudaMemcpy(gi, di, sizeof gi, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(gf, df, sizeof gf, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < N; i++) {
+    int32_t a = (int32_t)(0x12345 * (i + 1) * 3) ^ (i << 20), b = (int32_t)(0x12345 * (i + 1) * 4) ^ (i << 20);
+    int32_t want = (int32_t)((uint32_t)a * (uint32_t)si + (uint32_t)b * (uint32_t)si);
+    EXPECT(gi[i] == want, "int32 element %d: %d, want %d", i, gi[i], want);
+    float f0 = (float)(i + 1) * -1.13f + 0.001f * (float)i, f1 = (float)(i + 1) * 0.37f + 0.001f * (float)i;
+    /* a chunk of an all-reduce starts at rank k + 1: with one chunk per rank, element i of the
+     * first half starts at rank 1, of the second half at rank 0 */
+    int first = i < N / 2 ? 1 : 0;
+    float a0 = first ? f1 : f0, a1 = first ? f0 : f1;
+    volatile float p = a0 * sf;
+    float wf = fmaf(a1, sf, p);
+    EXPECT(gf[i] == wf, "float32 element %d: %a, want %a", i, gf[i], wf);
+  }
+  CK(cudaFree(di));
+  CK(cudaFree(df));
+}
+
 void test_nccl_args(void) {
+  run_world(2, body_premul, NULL, 0);
   run_world(2, body_args, NULL, 0);
   printf("  NCCL argument errors ok\n");
 }

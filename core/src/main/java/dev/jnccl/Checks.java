@@ -68,6 +68,29 @@ final class Checks {
                     + "); use a numeric type");
         }
         checkSupported(operation, dtype);
+        checkScaledSum(operation, dtype, op);
+    }
+
+    /** A pre-multiplied sum: the loaded NCCL has it, and its factor fits the tensor's type. */
+    private void checkScaledSum(String operation, DType dtype, ReduceOp op) {
+        if (op.kind() != ReduceOp.Kind.SCALED_SUM) {
+            return;
+        }
+        NcclFeature feature = NcclFeature.PRE_MUL_SUM;
+        if (!libraries.supports(feature) || !feature.isLinked()) {
+            throw new IllegalArgumentException(operation + ": " + op + " needs NCCL " + feature.since()
+                    + " or newer (ncclRedOpCreatePreMulSum); this is NCCL " + libraries.nccl());
+        }
+        if (worldSize == 1 && (dtype == DType.FP8_E4M3 || dtype == DType.FP8_E5M2)) {
+            // NCCL 2.28's single-rank path (src/device/onerank.cu) has no FP8 kernel: it answers ncclInvalidArgument.
+            throw new IllegalArgumentException(operation + ": " + op + " on " + dtype + " tensors needs at least 2"
+                    + " ranks (NCCL has no single-rank pre-multiplied sum for FP8 types)");
+        }
+        String problem = NcclTypes.scalarProblem(dtype, op.factor());
+        if (problem != null) {
+            throw new IllegalArgumentException(operation + ": scaledSum factor " + op.factor() + " cannot scale "
+                    + dtype + " tensors: " + problem);
+        }
     }
 
     void requireStream(String operation, CudaStream stream) {

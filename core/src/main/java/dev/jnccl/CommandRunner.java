@@ -98,16 +98,19 @@ final class CommandRunner {
             case Command.AllGather gather -> comm.allGather(gather.shard(), gather.full(), stream);
             // In place in NCCL's sense: the receive buffer is this rank's shard of the send buffer.
             case Command.ReduceScatter scatter -> comm.reduceScatter(scatter.tensor(),
-                    scatter.tensor().shard(rank, worldSize), ncclOp(scatter.op()), stream);
-            case Command.AllReduce allReduce -> comm.allReduce(allReduce.tensor(), ncclOp(allReduce.op()), stream);
+                    scatter.tensor().shard(rank, worldSize), ncclOp(scatter.op(), scatter.tensor().dtype()), stream);
+            case Command.AllReduce allReduce -> comm.allReduce(allReduce.tensor(),
+                    ncclOp(allReduce.op(), allReduce.tensor().dtype()), stream);
             case Command.Broadcast broadcast -> comm.broadcast(broadcast.tensor(), broadcast.root(), stream);
             case Command.Send send -> comm.send(send.tensor(), send.peer(), stream);
             case Command.Recv recv -> comm.recv(recv.tensor(), recv.peer(), stream);
             case Command.AllToAll allToAll -> allToAll(allToAll);
-            case Command.AllReduceOutOfPlace a -> comm.allReduce(a.src(), a.dst(), ncclOp(a.op()), stream);
-            case Command.ReduceScatterOutOfPlace r -> comm.reduceScatter(r.src(), r.dst(), ncclOp(r.op()), stream);
+            case Command.AllReduceOutOfPlace a ->
+                    comm.allReduce(a.src(), a.dst(), ncclOp(a.op(), a.src().dtype()), stream);
+            case Command.ReduceScatterOutOfPlace r ->
+                    comm.reduceScatter(r.src(), r.dst(), ncclOp(r.op(), r.src().dtype()), stream);
             case Command.BroadcastOutOfPlace b -> comm.broadcast(b.src(), b.dst(), b.root(), stream);
-            case Command.Reduce r -> comm.reduce(r.src(), r.dst(), ncclOp(r.op()), r.root(), stream);
+            case Command.Reduce r -> comm.reduce(r.src(), r.dst(), ncclOp(r.op(), r.src().dtype()), r.root(), stream);
             case Command.Gather gather -> gather(gather);
             case Command.Scatter scatter -> scatter(scatter);
             case Command.UnevenAllToAll allToAll -> {
@@ -195,10 +198,16 @@ final class CommandRunner {
     }
 
     /**
-     * The ncclRedOp_t for {@code op}. With one rank the average is the sum (bit for bit: NCCL
-     * multiplies by 1/1), and NCCL 2.28 refuses ncclAvg on FP8 for a single rank, so SUM is issued.
+     * The ncclRedOp_t for {@code op} on {@code dtype} tensors: the one conversion every reducing
+     * command goes through. With one rank the average is the sum (bit for bit: NCCL multiplies by
+     * 1/1), and NCCL 2.28 refuses ncclAvg on FP8 for a single rank, so SUM is issued. A scaled sum
+     * is the communicator's pre-multiplied sum operator for that type and factor (made at its
+     * first use, inside the open group: creating one is local and enqueues nothing).
      */
-    private int ncclOp(ReduceOp op) {
+    private int ncclOp(ReduceOp op, DType dtype) {
+        if (op.kind() == ReduceOp.Kind.SCALED_SUM) {
+            return comm.preMulSum(dtype, op.factor());
+        }
         return NcclTypes.of(op == ReduceOp.AVG && worldSize == 1 ? ReduceOp.SUM : op);
     }
 }

@@ -5,8 +5,10 @@ import dev.jnccl.cuda.Cuda;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaGraph;
 import dev.jnccl.cuda.CudaStream;
+import dev.jnccl.cuda.DeviceMemory;
 import dev.jnccl.internal.Backoff;
 import dev.jnccl.internal.Deadlines;
+import dev.jnccl.internal.Pins;
 import dev.jnccl.internal.Resources;
 import dev.jnccl.spi.Command;
 import dev.jnccl.spi.HostSide;
@@ -16,8 +18,10 @@ import dev.jnccl.spi.RankParts;
 import dev.jnccl.spi.Transport;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Objects;
+import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.Optional;
@@ -82,6 +86,8 @@ public final class Communicator implements AutoCloseable {
     private final Children children = new Children(lifecycle);
     private final Checks checks;
     private final CommandRunner commands;
+    /** Registrations not yet closed; the communicator's close drops them. Under the native lock. */
+    private final Set<Registration> registrations = new HashSet<>();
 
     private volatile State state = State.OPEN;
     private volatile String abortReason;
@@ -95,7 +101,7 @@ public final class Communicator implements AutoCloseable {
                          RankParts parts) {
         this(rank, worldSize, device, options, parts, null, new ReentrantLock(),
                 lock -> NcclComm.init(Objects.requireNonNull(id, "Communicator: unique id is null"), rank, worldSize,
-                        device, options.mode(), options.initTimeout(), parts.host()::cancellation, lock));
+                        device, options, options.initTimeout(), parts.host()::cancellation, lock));
     }
 
     /** A member of a split: takes over the split's NCCL communicator (on failure the caller aborts it). */
@@ -1015,6 +1021,11 @@ public final class Communicator implements AutoCloseable {
                 state = State.CLOSED;
             }
             comm.closeArena();
+            // Deregistered by the finalize above, or gone with an abort: the memory may be freed now.
+            for (Registration registration : List.copyOf(registrations)) {
+                registration.dropped();
+            }
+            registrations.clear();
             recorder.closeEvents();
             try {
                 transport.close();
@@ -1063,6 +1074,72 @@ public final class Communicator implements AutoCloseable {
         host.beforeAbortedException(abortReason);
         return new CommunicatorAbortedException(operation + ": communicator of rank " + rank
                 + " was aborted while the call was in NCCL: " + abortReason, failure);
+    }
+
+    // ---------------------------------------------------------------- registration
+
+    /**
+     * Registers {@code memory} with this communicator (ncclCommRegister), so that NCCL may move data
+     * from and to it without staging copies; most useful with memory from
+     * {@link DeviceMemory#allocateForNccl}. Commands on its tensors work as on any other memory.
+     * Close the returned registration (ncclCommDeregister) once the work using it has completed;
+     * closing this communicator deregisters what is still registered. While registered, the
+     * memory's {@link DeviceMemory#close()} is refused.
+     *
+     * @param memory open device memory on this communicator's device, not empty
+     * @return the registration, to be closed by the caller
+     * @throws IllegalArgumentException     when the memory is on another device or empty
+     * @throws IllegalStateException        when the memory or this communicator is closed
+     * @throws CommunicatorAbortedException when this communicator was aborted
+     * @throws NcclException                when NCCL refuses
+     */
+    public Registration register(DeviceMemory memory) {
+        Objects.requireNonNull(memory, "register: memory is null");
+        requireUsable("register");
+        if (memory.device() != device) {
+            throw new IllegalArgumentException("register: " + memory + " is on device " + memory.device()
+                    + ", the communicator of rank " + rank + " on device " + device);
+        }
+        if (memory.bytes() == 0) {
+            throw new IllegalArgumentException("register: " + memory + " is empty: expected at least 1 byte");
+        }
+        String holder = "the communicator of rank " + rank + " of " + worldSize + " (device " + device + ")";
+        nativeLock.lock();
+        try {
+            requireUsable("register");
+            if (!Pins.pin(memory, holder, memory::isClosed)) {
+                throw new IllegalStateException("register: " + memory + " is closed");
+            }
+            long handle;
+            try {
+                handle = comm.register(memory.address(), memory.bytes());
+            } catch (RuntimeException e) {
+                Pins.unpin(memory, holder);
+                throw e;
+            }
+            Registration registration = new Registration(memory, handle, holder, this::deregister);
+            registrations.add(registration);
+            return registration;
+        } finally {
+            nativeLock.unlock();
+        }
+    }
+
+    /** A registration's close: ncclCommDeregister while this communicator is open, nothing after. */
+    private void deregister(Registration registration) {
+        nativeLock.lock();
+        try {
+            if (registrations.remove(registration) && state == State.OPEN) {
+                comm.deregister(registration.handle());
+            }
+        } finally {
+            nativeLock.unlock();
+        }
+    }
+
+    /** {@return the NCCL side of this communicator (tests ask the emulation about its handle)} */
+    NcclComm ncclComm() {
+        return comm;
     }
 
     /** {@return how this communicator enqueues commands (tests force NCCL's older paths through it)} */

@@ -23,9 +23,30 @@ import java.util.Objects;
  *                           1 to 65536)
  * @param mode               how NCCL is driven (default {@link CommunicatorMode#BLOCKING_SPLIT}: bounded
  *                           init, blocking-speed transactions); see {@link CommunicatorMode}
+ * @param minCTAs            ncclConfig_t.minCTAs: the fewest CTAs (channels) NCCL uses per collective,
+ *                           1 to 64, or {@link #NCCL_DEFAULT} (default: NCCL's, 1)
+ * @param maxCTAs            ncclConfig_t.maxCTAs: the most CTAs NCCL uses per collective, 1 to 64 and at
+ *                           least {@code minCTAs}, or {@link #NCCL_DEFAULT} (default: NCCL's, 64); fewer
+ *                           leave more SMs to compute kernels that overlap the communication
+ * @param cgaClusterSize     ncclConfig_t.cgaClusterSize: the CUDA thread-block cluster size of NCCL's
+ *                           kernels (sm_90 and newer), 0 (no clusters) to 8, or {@link #NCCL_DEFAULT}
+ *                           (default: NCCL's, 4)
+ * @param name               ncclConfig_t.commName: the communicator's name in NCCL's logs
+ *                           ({@code NCCL_DEBUG=INFO}); {@code ""} (the default) for none; at most 256
+ *                           characters, no NUL
  */
 public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, Duration watchdogTimeout,
-                                  Duration watchdogInterval, int flightRecorderSize, CommunicatorMode mode) {
+                                  Duration watchdogInterval, int flightRecorderSize, CommunicatorMode mode,
+                                  int minCTAs, int maxCTAs, int cgaClusterSize, String name) {
+
+    /** The value of {@link #minCTAs}, {@link #maxCTAs} and {@link #cgaClusterSize} that leaves NCCL's default. */
+    public static final int NCCL_DEFAULT = -1;
+    /** NCCL's channel limit (MAXCHANNELS): it silently caps larger CTA counts, jnccl refuses them. */
+    private static final int MAX_CTAS = 64;
+    /** NCCL's largest CGA cluster (NCCL_MAX_CGA_CLUSTER_SIZE). */
+    private static final int MAX_CGA_CLUSTER_SIZE = 8;
+    /** The longest communicator name. */
+    private static final int MAX_NAME_LENGTH = 256;
 
     /** The shortest timeout: a shorter one could not even cover one poll of the native state. */
     private static final Duration MIN_TIMEOUT = Duration.ofMillis(1);
@@ -57,6 +78,22 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
     }
 
     /**
+     * The options with NCCL's default tuning and no name.
+     *
+     * @param initTimeout        how long init waits for the other ranks
+     * @param closeTimeout       how long close waits for pending work and finalize
+     * @param watchdogTimeout    the watchdog's timeout ({@link Duration#ZERO}: no watchdog)
+     * @param watchdogInterval   how often the watchdog polls
+     * @param flightRecorderSize how many recent transactions the flight recorder keeps
+     * @param mode               how NCCL is driven
+     */
+    public CommunicatorOptions(Duration initTimeout, Duration closeTimeout, Duration watchdogTimeout,
+                               Duration watchdogInterval, int flightRecorderSize, CommunicatorMode mode) {
+        this(initTimeout, closeTimeout, watchdogTimeout, watchdogInterval, flightRecorderSize, mode, NCCL_DEFAULT,
+                NCCL_DEFAULT, NCCL_DEFAULT, "");
+    }
+
+    /**
      * Checks every value; see the component descriptions.
      *
      * @throws NullPointerException     naming the option that is null
@@ -72,6 +109,27 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
         OptionChecks.duration(NAME, "watchdogInterval", watchdogInterval, MIN_WATCHDOG_INTERVAL, MAX_WATCHDOG_INTERVAL);
         OptionChecks.range(NAME, "flightRecorderSize", flightRecorderSize, 1, MAX_FLIGHT_RECORDER_SIZE);
         Objects.requireNonNull(mode, NAME + ": mode is null");
+        ctas("minCTAs", minCTAs);
+        ctas("maxCTAs", maxCTAs);
+        if (minCTAs != NCCL_DEFAULT && maxCTAs != NCCL_DEFAULT && minCTAs > maxCTAs) {
+            throw new IllegalArgumentException(NAME + ": minCTAs " + minCTAs + " is more than maxCTAs " + maxCTAs
+                    + ": expected minCTAs <= maxCTAs");
+        }
+        if (cgaClusterSize != NCCL_DEFAULT) {
+            OptionChecks.range(NAME, "cgaClusterSize", cgaClusterSize, 0, MAX_CGA_CLUSTER_SIZE);
+        }
+        Objects.requireNonNull(name, NAME + ": name is null (\"\" for none)");
+        if (name.length() > MAX_NAME_LENGTH || name.indexOf('\0') >= 0) {
+            throw new IllegalArgumentException(NAME + ": name \"" + name + "\" is not valid: expected at most "
+                    + MAX_NAME_LENGTH + " characters and no NUL (it has " + name.length() + ")");
+        }
+    }
+
+    private static void ctas(String option, int value) {
+        if (value != NCCL_DEFAULT && (value < 1 || value > MAX_CTAS)) {
+            throw new IllegalArgumentException(NAME + ": " + option + " " + value + " is out of range: expected 1 to "
+                    + MAX_CTAS + ", or NCCL_DEFAULT (" + NCCL_DEFAULT + ")");
+        }
     }
 
     private static void timeout(String option, Duration value) {
@@ -86,7 +144,8 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
      */
     public static CommunicatorOptions defaults() {
         return new CommunicatorOptions(Duration.ofSeconds(120), Duration.ofSeconds(30), Duration.ofMinutes(10),
-                Duration.ofMillis(100), 64, CommunicatorMode.BLOCKING_SPLIT);
+                Duration.ofMillis(100), 64, CommunicatorMode.BLOCKING_SPLIT, NCCL_DEFAULT, NCCL_DEFAULT, NCCL_DEFAULT,
+                "");
     }
 
     /** The mutable copy the {@code with*} methods change one value of; the constructor checks them all. */
@@ -97,6 +156,10 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
         Duration watchdogInterval;
         int flightRecorderSize;
         CommunicatorMode mode;
+        int minCTAs;
+        int maxCTAs;
+        int cgaClusterSize;
+        String name;
     }
 
     private interface Change {
@@ -111,9 +174,13 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
         copy.watchdogInterval = watchdogInterval;
         copy.flightRecorderSize = flightRecorderSize;
         copy.mode = mode;
+        copy.minCTAs = minCTAs;
+        copy.maxCTAs = maxCTAs;
+        copy.cgaClusterSize = cgaClusterSize;
+        copy.name = name;
         change.apply(copy);
         return new CommunicatorOptions(copy.initTimeout, copy.closeTimeout, copy.watchdogTimeout, copy.watchdogInterval,
-                copy.flightRecorderSize, copy.mode);
+                copy.flightRecorderSize, copy.mode, copy.minCTAs, copy.maxCTAs, copy.cgaClusterSize, copy.name);
     }
 
     /**
@@ -190,6 +257,44 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
      */
     public CommunicatorOptions withMode(CommunicatorMode mode) {
         return with(c -> c.mode = mode);
+    }
+
+    /**
+     * These options with other CTA bounds (ncclConfig_t.minCTAs / maxCTAs, applied at init and to
+     * split communicators): NCCL uses between {@code min} and {@code max} CTAs (channels) per
+     * collective. Fewer leave more SMs to compute kernels that overlap the communication.
+     *
+     * @param min the fewest CTAs, 1 to 64, or {@link #NCCL_DEFAULT}
+     * @param max the most CTAs, 1 to 64 and at least {@code min}, or {@link #NCCL_DEFAULT}
+     * @return a copy with {@code minCTAs} and {@code maxCTAs} replaced
+     */
+    public CommunicatorOptions withCTAs(int min, int max) {
+        return with(c -> {
+            c.minCTAs = min;
+            c.maxCTAs = max;
+        });
+    }
+
+    /**
+     * These options with another CGA cluster size (ncclConfig_t.cgaClusterSize; sm_90 and newer).
+     *
+     * @param size 0 (no clusters) to 8, or {@link #NCCL_DEFAULT}
+     * @return a copy with {@code cgaClusterSize} replaced
+     */
+    public CommunicatorOptions withCgaClusterSize(int size) {
+        return with(c -> c.cgaClusterSize = size);
+    }
+
+    /**
+     * These options with another communicator name (ncclConfig_t.commName), which NCCL shows in its
+     * logs ({@code NCCL_DEBUG=INFO}) so that the communicators of one job can be told apart. Split
+     * communicators get the same name.
+     *
+     * @param name at most 256 characters, no NUL; {@code ""} for none
+     * @return a copy with {@code name} replaced
+     */
+    public CommunicatorOptions withName(String name) {
+        return with(c -> c.name = name);
     }
 
     /** {@return whether the watchdog runs} */

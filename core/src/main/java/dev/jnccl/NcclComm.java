@@ -2,9 +2,11 @@ package dev.jnccl;
 
 import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
+import static java.lang.foreign.ValueLayout.JAVA_LONG;
 
 import dev.jnccl.bindings.NcclConfigs;
 import dev.jnccl.bindings.NcclRootedCollectives;
+import dev.jnccl.bindings.NcclRedOps;
 import dev.jnccl.bindings.nccl.Nccl;
 import dev.jnccl.bindings.nccl.ncclConfig_t;
 import dev.jnccl.cuda.CudaException;
@@ -15,6 +17,10 @@ import dev.jnccl.internal.Native;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Supplier;
@@ -55,6 +61,8 @@ final class NcclComm {
     private final int worldSize;
     private final int device;
     private final CommunicatorMode mode;
+    /** The ncclConfig_t tuning of every communicator this one creates (init, its blocking child, splits). */
+    private final CommunicatorOptions tuning;
     private final ReentrantLock lock;
     /** Native memory that must outlive asynchronous NCCL jobs (the split's output slot); closed last. */
     private final Arena arena = Arena.ofShared();
@@ -67,12 +75,26 @@ final class NcclComm {
     private volatile MemorySegment child;
     /** System.nanoTime() when the current (possibly blocking) enqueue into NCCL began, 0 when none runs. */
     private volatile long callStartedNanos;
+    /**
+     * The pre-multiplied sum operators made on the work communicator, by data type and scalar (the
+     * factor as NCCL reads it): made at first use, destroyed before the work communicator is
+     * finalized, forgotten once it is aborted. Under the lock.
+     */
+    private final Map<PreMulSumKey, Integer> preMulSums = new HashMap<>();
+    /**
+     * The ncclCommRegister handles not yet deregistered, on the work communicator, once per
+     * registration (NCCL counts a range registered twice under one handle). Under the lock.
+     */
+    private final List<Long> registrations = new ArrayList<>();
 
-    private NcclComm(int rank, int worldSize, int device, CommunicatorMode mode, ReentrantLock lock) {
+    private record PreMulSumKey(DType dtype, long scalar) {}
+
+    private NcclComm(int rank, int worldSize, int device, CommunicatorOptions tuning, ReentrantLock lock) {
         this.rank = rank;
         this.worldSize = worldSize;
         this.device = device;
-        this.mode = mode;
+        this.mode = tuning.mode();
+        this.tuning = tuning;
         this.lock = lock;
         this.asyncErrorSlot = arena.allocate(JAVA_INT);
         this.childSlot = arena.allocate(ADDRESS);
@@ -86,9 +108,9 @@ final class NcclComm {
      * @throws NcclException                when NCCL refuses
      * @throws CommunicatorAbortedException at the deadline or on cancellation
      */
-    static NcclComm init(UniqueId id, int rank, int worldSize, int device, CommunicatorMode mode,
+    static NcclComm init(UniqueId id, int rank, int worldSize, int device, CommunicatorOptions options,
                                 Duration timeout, Supplier<String> cancellation, ReentrantLock lock) {
-        NcclComm comm = new NcclComm(rank, worldSize, device, mode, lock);
+        NcclComm comm = new NcclComm(rank, worldSize, device, options, lock);
         try {
             comm.initialize(id, timeout, cancellation);
             return comm;
@@ -102,8 +124,7 @@ final class NcclComm {
     private void initialize(UniqueId id, Duration timeout, Supplier<String> cancellation) {
         long deadline = Deadlines.deadline(timeout);
         try (Arena call = Arena.ofConfined()) {
-            MemorySegment config = NcclConfigs.allocate(call);
-            ncclConfig_t.blocking(config, 0);
+            MemorySegment config = config(call, 0);
             MemorySegment out = call.allocate(ADDRESS);
             int result = Nccl.ncclCommInitRankConfig(out, worldSize, NcclTypes.segment(id, call), rank, config);
             parent = nullToNull(out.get(ADDRESS, 0));
@@ -122,8 +143,7 @@ final class NcclComm {
             return;
         }
         try (Arena call = Arena.ofConfined()) {
-            MemorySegment config = NcclConfigs.allocate(call);
-            ncclConfig_t.blocking(config, 1);
+            MemorySegment config = config(call, 1);
             ncclConfig_t.splitShare(config, 1);
             childSlot.set(ADDRESS, 0, MemorySegment.NULL);
             // One colour, key = rank: the child has the parent's ranks in the parent's order.
@@ -168,7 +188,7 @@ final class NcclComm {
     NcclComm split(int color, int key, int childRank, int childSize, Duration timeout,
                           Supplier<String> cancellation, ReentrantLock childLock) {
         long deadline = Deadlines.deadline(timeout);
-        NcclComm result = new NcclComm(childRank, childSize, device, mode, childLock);
+        NcclComm result = new NcclComm(childRank, childSize, device, tuning, childLock);
         boolean settled = true; // whether no split job of NCCL can still write result's slot
         boolean done = false;
         try {
@@ -178,8 +198,7 @@ final class NcclComm {
                         + " was aborted");
             }
             try (Arena call = Arena.ofConfined()) {
-                MemorySegment config = NcclConfigs.allocate(call);
-                ncclConfig_t.blocking(config, 0);
+                MemorySegment config = result.config(call, 0);
                 result.childSlot.set(ADDRESS, 0, MemorySegment.NULL);
                 int result0 = Nccl.ncclCommSplit(source, color < 0 ? Nccl.NCCL_SPLIT_NOCOLOR() : color, key,
                         result.childSlot, config);
@@ -260,6 +279,30 @@ final class NcclComm {
             checkInitDeadline(deadline, timeout, cancellation, waitingFor);
             Backoff.park(POLL_NANOS);
         }
+    }
+
+    /**
+     * A config for a communicator this object will own: {@code blocking}, and the options' tuning.
+     * NCCL keeps the commName pointer (it does not copy it), so the name lives in this object's
+     * arena, which lives as long as its handles. NCCL 2.28 refuses a minCTAs set with maxCTAs left
+     * undefined (it compares it with NCCL_CONFIG_UNDEF_INT), so one bound set sets both, the other
+     * at NCCL's default (1 and 64).
+     */
+    private MemorySegment config(Arena call, int blocking) {
+        MemorySegment config = NcclConfigs.allocate(call);
+        ncclConfig_t.blocking(config, blocking);
+        int unset = CommunicatorOptions.NCCL_DEFAULT;
+        if (tuning.minCTAs() != unset || tuning.maxCTAs() != unset) {
+            ncclConfig_t.minCTAs(config, tuning.minCTAs() == unset ? 1 : tuning.minCTAs());
+            ncclConfig_t.maxCTAs(config, tuning.maxCTAs() == unset ? 64 : tuning.maxCTAs());
+        }
+        if (tuning.cgaClusterSize() != unset) {
+            ncclConfig_t.cgaClusterSize(config, tuning.cgaClusterSize());
+        }
+        if (!tuning.name().isEmpty()) {
+            ncclConfig_t.commName(config, arena.allocateFrom(tuning.name()));
+        }
+        return config;
     }
 
     private void checkInitDeadline(long deadline, Duration timeout, Supplier<String> cancellation, String waitingFor) {
@@ -416,6 +459,77 @@ final class NcclComm {
     }
 
     /**
+     * The ncclRedOp_t of a pre-multiplied sum by {@code factor} for {@code dtype} tensors, made with
+     * ncclRedOpCreatePreMulSum (host scalar) at its first use and kept until the communicator
+     * ends: NCCL's operators are per communicator and data type. Caller holds the lock.
+     */
+    int preMulSum(DType dtype, double factor) {
+        PreMulSumKey key = new PreMulSumKey(dtype, NcclTypes.scalarBits(dtype, factor));
+        Integer known = preMulSums.get(key);
+        if (known != null) {
+            return known;
+        }
+        MemorySegment work = work("ncclRedOpCreatePreMulSum");
+        try (Arena call = Arena.ofConfined()) {
+            MemorySegment out = call.allocate(JAVA_INT);
+            // NCCL copies sizeof(dtype) bytes: the low bytes of the little-endian long.
+            MemorySegment scalar = call.allocate(JAVA_LONG);
+            scalar.set(JAVA_LONG, 0, key.scalar());
+            check(NcclRedOps.ncclRedOpCreatePreMulSum(out, scalar, NcclTypes.of(dtype),
+                    NcclRedOps.SCALAR_HOST_IMMEDIATE, work), "ncclRedOpCreatePreMulSum", work);
+            int op = out.get(JAVA_INT, 0);
+            preMulSums.put(key, op);
+            return op;
+        }
+    }
+
+    /** ncclCommRegister of {@code bytes} at {@code address}; the handle (an address) for {@link #deregister}. Caller holds the lock. */
+    long register(long address, long bytes) {
+        MemorySegment work = work("ncclCommRegister");
+        try (Arena call = Arena.ofConfined()) {
+            MemorySegment out = call.allocate(ADDRESS);
+            check(Nccl.ncclCommRegister(work, segment(address), bytes, out), "ncclCommRegister", work);
+            long handle = out.get(ADDRESS, 0).address();
+            registrations.add(handle);
+            return handle;
+        }
+    }
+
+    /**
+     * ncclCommDeregister of a handle from {@link #register}; nothing once the communicator was
+     * aborted (its registrations went with it) or for a handle already deregistered. Caller holds the lock.
+     */
+    void deregister(long handle) {
+        if (!registrations.remove(Long.valueOf(handle)) || isReleased()) {
+            return;
+        }
+        MemorySegment work = work("ncclCommDeregister");
+        check(Nccl.ncclCommDeregister(work, segment(handle)), "ncclCommDeregister", work);
+    }
+
+    /**
+     * Destroys the operators and deregisters the buffers still held on the work communicator
+     * {@code work}, before it is finalized: after that NCCL would be given a destroyed
+     * communicator. A failure is logged: the finalize that follows frees them anyway.
+     */
+    private void releaseUserState(MemorySegment work) {
+        for (int op : preMulSums.values()) {
+            warnIfFailed(NcclRedOps.ncclRedOpDestroy(op, work), "ncclRedOpDestroy");
+        }
+        preMulSums.clear();
+        List<Long> handles = new ArrayList<>(registrations);
+        registrations.clear();
+        for (long handle : handles) {
+            warnIfFailed(Nccl.ncclCommDeregister(work, segment(handle)), "ncclCommDeregister");
+        }
+    }
+
+    /** {@return the handle of the communicator that runs the work, for tests that ask the emulation about it} */
+    MemorySegment workHandle() {
+        return work("workHandle");
+    }
+
+    /**
      * The asynchronous error of the communicator that runs the work, as a reason for an abort, or
      * null when there is none (still in progress counts as none). Caller holds the lock.
      */
@@ -494,6 +608,7 @@ final class NcclComm {
             if (status != SUCCESS) {
                 return "close: the blocking communicator reports " + status + " (" + Native.ncclErrorText(status) + ")";
             }
+            releaseUserState(blocking);
             int result = Nccl.ncclCommFinalize(blocking);
             if (result != SUCCESS) {
                 return "close: ncclCommFinalize of the blocking communicator failed: "
@@ -507,6 +622,9 @@ final class NcclComm {
             }
         }
         MemorySegment handle = parent;
+        if (mode != CommunicatorMode.BLOCKING_SPLIT) {
+            releaseUserState(handle);
+        }
         int result = Nccl.ncclCommFinalize(handle);
         while (result == IN_PROGRESS) {
             if (Deadlines.passed(deadlineNanos)) {

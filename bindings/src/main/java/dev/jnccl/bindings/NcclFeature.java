@@ -10,6 +10,8 @@ import java.lang.foreign.SymbolLookup;
 public enum NcclFeature {
     /** ncclBfloat16 and the ncclAvg reduction. */
     BFLOAT16_AND_AVG(2, 10),
+    /** ncclRedOpCreatePreMulSum / ncclRedOpDestroy: a sum that pre-multiplies each input by a scalar. */
+    PRE_MUL_SUM(2, 11, "ncclRedOpCreatePreMulSum"),
     /** ncclCommInitRankConfig and non-blocking communicators (ncclConfig_t.blocking = 0). */
     CONFIG_AND_NONBLOCKING(2, 14),
     /** ncclCommSplit. */

@@ -2,14 +2,22 @@ package dev.jnccl.cuda;
 
 import dev.jnccl.DType;
 import dev.jnccl.DeviceTensor;
+import dev.jnccl.NcclException;
+import dev.jnccl.bindings.NcclFeature;
 import dev.jnccl.bindings.cuda.CudaRuntime;
+import dev.jnccl.bindings.nccl.Nccl;
+import dev.jnccl.internal.Native;
+import dev.jnccl.internal.Pins;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.util.List;
 import java.util.Objects;
+import java.util.function.ToIntFunction;
 
 /**
- * Device memory: allocated with cudaMalloc (and freed on {@link #close()}), or a pointer from
- * another library {@linkplain #wrap wrapped} without taking ownership. Copies to and from host
+ * Device memory: allocated with cudaMalloc (and freed on {@link #close()}), with NCCL's allocator
+ * ({@link #allocateForNccl}), or a pointer from another library {@linkplain #wrap wrapped} without
+ * taking ownership. Copies to and from host
  * memory take any {@link MemorySegment}: native segments go straight to cudaMemcpy, heap segments
  * through a temporary native buffer.
  */
@@ -41,6 +49,48 @@ public final class DeviceMemory implements AutoCloseable {
         }
         return new DeviceMemory(CudaHandle.create("device memory", "cudaMalloc(" + bytes + " bytes)",
                 out -> CudaRuntime.cudaMalloc(out, bytes), CudaRuntime::cudaFree, "cudaFree"), bytes);
+    }
+
+    /**
+     * Allocates {@code bytes} on the calling thread's current device with NCCL's allocator
+     * (ncclMemAlloc, freed with ncclMemFree on {@link #close()}; NCCL 2.19+). NCCL picks an
+     * allocation its fast paths can use once the memory is {@linkplain dev.jnccl.Communicator#register
+     * registered} with a communicator (CUDA's VMM with the handle types and granularity NVLink
+     * SHARP and zero-copy transports need, where the system has them; plain cudaMalloc otherwise).
+     * The memory is used like any other: tensors, copies, every command.
+     *
+     * @param bytes the size in bytes, positive
+     * @return the memory, to be closed by the caller
+     * @throws IllegalArgumentException      when {@code bytes} is not positive
+     * @throws UnsupportedOperationException when the loaded NCCL has no ncclMemAlloc
+     * @throws NcclException                 when ncclMemAlloc fails (e.g. out of memory)
+     */
+    public static DeviceMemory allocateForNccl(long bytes) {
+        if (bytes <= 0) {
+            throw new IllegalArgumentException("allocateForNccl: bytes " + bytes + " must be positive");
+        }
+        var libraries = CudaCalls.libraries();
+        NcclFeature feature = NcclFeature.MEM_ALLOC_AND_REGISTER;
+        if (!libraries.supports(feature)) {
+            throw new UnsupportedOperationException("allocateForNccl: ncclMemAlloc needs NCCL " + feature.since()
+                    + " or newer; this is NCCL " + libraries.nccl());
+        }
+        int device = Cuda.currentDevice();
+        return new DeviceMemory(CudaHandle.create("device memory", "ncclMemAlloc(" + bytes + " bytes)",
+                nccl("ncclMemAlloc(" + bytes + " bytes)", device, out -> Nccl.ncclMemAlloc(out, bytes)),
+                nccl("ncclMemFree", device, Nccl::ncclMemFree), "ncclMemFree"), bytes);
+    }
+
+    /** An NCCL call as CudaHandle's create or destroy: its failure is an {@link NcclException}. */
+    private static ToIntFunction<MemorySegment> nccl(String function, int device, ToIntFunction<MemorySegment> call) {
+        return segment -> {
+            int result = call.applyAsInt(segment);
+            if (result != 0) {
+                throw new NcclException(function, result, Native.ncclErrorText(result),
+                        Native.ncclLastError(MemorySegment.NULL), -1, device);
+            }
+            return 0;
+        };
     }
 
     /**
@@ -237,10 +287,20 @@ public final class DeviceMemory implements AutoCloseable {
         }
     }
 
-    /** Frees owned memory; idempotent. Make sure no stream still uses it. */
+    /**
+     * Frees owned memory; idempotent. Make sure no stream still uses it.
+     *
+     * @throws IllegalStateException while the memory is {@linkplain dev.jnccl.Communicator#register
+     *                               registered} with a communicator (close the registration first:
+     *                               NCCL would keep a registration of freed memory)
+     */
     @Override
     public void close() {
-        handle.close();
+        List<String> holders = Pins.unlessPinned(this, handle::close);
+        if (holders != null) {
+            throw new IllegalStateException("close: " + this + " is still registered with " + String.join(", ", holders)
+                    + "; close the registration first");
+        }
     }
 
     @Override

@@ -103,23 +103,25 @@ final class Data {
 
     /**
      * FP32 {@code op} over {@code inputs} (one array per rank) for elements [from, from + count), in
-     * ring order, every step rounded to float; AVG: x * (1/n), then a fused multiply-add per step.
+     * ring order, every step rounded to float; AVG: x * (1/n), then a fused multiply-add per step;
+     * a scaled sum: the same with its factor (NCCL's pre-multiplied sum, which its AVG is).
      */
     static float[] reduce(List<float[]> inputs, ReduceOp op, int from, int count, Ring ring) {
         int n = inputs.size();
-        float scale = 1.0f / n;
+        boolean scaled = op.kind() == ReduceOp.Kind.SCALED_SUM;
+        float scale = scaled ? (float) op.factor() : 1.0f / n;
         float[] out = new float[count];
         for (int i = 0; i < count; i++) {
             int first = ring.first(from + i);
             float acc = inputs.get(first)[from + i];
-            if (op == ReduceOp.AVG) {
+            if (op == ReduceOp.AVG || scaled) {
                 acc = acc * scale;
             }
             for (int k = 1; k < n; k++) {
                 float x = inputs.get((first + k) % n)[from + i];
-                acc = switch (op) {
+                acc = switch (op.kind()) {
                     case SUM -> acc + x;
-                    case AVG -> Math.fma(x, scale, acc);
+                    case AVG, SCALED_SUM -> Math.fma(x, scale, acc);
                     case PROD -> acc * x;
                     case MAX -> Math.max(acc, x);
                     case MIN -> Math.min(acc, x);
@@ -132,23 +134,25 @@ final class Data {
 
     /**
      * BF16 {@code op}: as {@link #reduce(List, ReduceOp, int, int, Ring)} with every step rounded to
-     * BF16 (NCCL reduces BF16 pairwise); AVG scales by 1/n rounded to BF16.
+     * BF16 (NCCL reduces BF16 pairwise); AVG scales by 1/n rounded to BF16, a scaled sum by its
+     * factor rounded to BF16 (through FP32).
      */
     static short[] reduceBf16(List<short[]> inputs, ReduceOp op, int from, int count, Ring ring) {
         int n = inputs.size();
-        float scale = LowPrecision.bf16ToFloat(LowPrecision.floatToBf16(1.0f / n));
+        boolean scaled = op.kind() == ReduceOp.Kind.SCALED_SUM;
+        float scale = roundBf16(scaled ? (float) op.factor() : 1.0f / n);
         short[] out = new short[count];
         for (int i = 0; i < count; i++) {
             int first = ring.first(from + i);
             float acc = LowPrecision.bf16ToFloat(inputs.get(first)[from + i]);
-            if (op == ReduceOp.AVG) {
+            if (op == ReduceOp.AVG || scaled) {
                 acc = roundBf16(acc * scale);
             }
             for (int k = 1; k < n; k++) {
                 float x = LowPrecision.bf16ToFloat(inputs.get((first + k) % n)[from + i]);
-                acc = roundBf16(switch (op) {
+                acc = roundBf16(switch (op.kind()) {
                     case SUM -> acc + x;
-                    case AVG -> Math.fma(x, scale, acc);
+                    case AVG, SCALED_SUM -> Math.fma(x, scale, acc);
                     case PROD -> acc * x;
                     case MAX -> Math.max(acc, x);
                     case MIN -> Math.min(acc, x);
@@ -163,15 +167,23 @@ final class Data {
         return LowPrecision.bf16ToFloat(LowPrecision.floatToBf16(value));
     }
 
-    /** INT32 {@code op} with wrap-around (AVG: wrapped sum divided by n, truncating). */
+    /**
+     * INT32 {@code op} with wrap-around (AVG: wrapped sum divided by n, truncating; a scaled sum:
+     * each input times the factor, then summed).
+     */
     static int[] reduceInt(List<int[]> inputs, ReduceOp op, int from, int count) {
         int n = inputs.size();
         int[] out = new int[count];
+        int factor = (int) op.factor();
         for (int i = 0; i < count; i++) {
             int acc = inputs.get(0)[from + i];
+            if (op.kind() == ReduceOp.Kind.SCALED_SUM) {
+                acc *= factor;
+            }
             for (int j = 1; j < n; j++) {
                 int x = inputs.get(j)[from + i];
-                acc = switch (op) {
+                acc = switch (op.kind()) {
+                    case SCALED_SUM -> acc + x * factor;
                     case SUM, AVG -> acc + x;
                     case PROD -> acc * x;
                     case MAX -> Math.max(acc, x);

@@ -123,6 +123,8 @@ public final class MpiRank {
                 CollectiveScenarios.reduceToEveryRoot(c);
                 CollectiveScenarios.gatherAndScatterOfEveryDtype(c);
                 CollectiveScenarios.unevenAllToAllOfEveryDtype(c);
+                BufferScenarios.scaledSums(c);
+                BufferScenarios.registeredNcclMemory(c);
             }
             verdict(comm, "scenarios=all");
         });

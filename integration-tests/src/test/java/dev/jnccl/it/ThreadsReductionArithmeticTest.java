@@ -28,7 +28,8 @@ import org.junit.jupiter.params.provider.MethodSource;
  * reduced along NCCL's ring from rank r + 1 to r, every step rounded in the type; the average is
  * NCCL's pre-multiplied sum with 1/n rounded to the type. At 3 ranks that differs from the exact
  * mean, which is what this pins (found on an H200 with NCCL 2.30.7, see
- * bindings/src/test/c/reduction_dump.c).
+ * bindings/src/test/c/reduction_dump.c). A {@linkplain ReduceOp#scaledSum scaled sum} is the same
+ * pre-multiplied sum with the user's factor rounded to the type.
  *
  * <p>Inputs are random bit patterns of moderate magnitude (about 0.25 to 8, both signs, every
  * mantissa bit used), so rounding happens at almost every step.
@@ -49,11 +50,12 @@ class ThreadsReductionArithmeticTest {
 
     @ParameterizedTest(name = "world {0}, {1}")
     @MethodSource("cases")
-    void reduceScatterSumAndAverageMatchNcclBitForBit(int world, DType dtype) {
+    void reduceScatterSumAverageAndScaledSumMatchNcclBitForBit(int world, DType dtype) {
         Packs.run(world, ThreadsOptions.defaults(), c -> {
             int n = c.world;
             int size = dtype.size();
-            for (ReduceOp op : new ReduceOp[] {ReduceOp.SUM, ReduceOp.AVG}) {
+            for (ReduceOp op : new ReduceOp[] {ReduceOp.SUM, ReduceOp.AVG, ReduceOp.scaledSum(0.3),
+                    ReduceOp.scaledSum(-1.7)}) {
                 List<long[]> inputs = new ArrayList<>();
                 for (int r = 0; r < n; r++) {
                     inputs.add(bits(dtype, new SplittableRandom(c.seed(r, "arith." + dtype + "." + op)), n * SHARD));
@@ -92,23 +94,25 @@ class ThreadsReductionArithmeticTest {
     /** NCCL's reduction of element {@code index}: ring order from {@code first}, each step rounded. */
     static long reference(DType dtype, ReduceOp op, List<long[]> inputs, int index, int first) {
         int n = inputs.size();
+        boolean scaled = op.kind() == ReduceOp.Kind.SCALED_SUM;
+        boolean premultiplied = scaled || op == ReduceOp.AVG;
         if (dtype == DType.FP32) {
-            float scale = 1.0f / n;
+            float scale = scaled ? (float) op.factor() : 1.0f / n;
             float acc = Float.intBitsToFloat((int) inputs.get(first)[index]);
-            acc = op == ReduceOp.AVG ? acc * scale : acc;
+            acc = premultiplied ? acc * scale : acc;
             for (int k = 1; k < n; k++) {
                 float x = Float.intBitsToFloat((int) inputs.get((first + k) % n)[index]);
-                acc = op == ReduceOp.AVG ? Math.fma(x, scale, acc) : acc + x;
+                acc = premultiplied ? Math.fma(x, scale, acc) : acc + x;
             }
             return Float.floatToRawIntBits(acc) & 0xFFFFFFFFL;
         }
         boolean fp8 = dtype.size() == 1;
-        float scale = round(dtype, 1.0f / n);
+        float scale = round(dtype, scaled ? (float) op.factor() : 1.0f / n);
         float acc = decode(dtype, inputs.get(first)[index]);
-        acc = op == ReduceOp.AVG ? round(dtype, acc * scale) : acc;
+        acc = premultiplied ? round(dtype, acc * scale) : acc;
         for (int k = 1; k < n; k++) {
             float x = decode(dtype, inputs.get((first + k) % n)[index]);
-            if (op == ReduceOp.AVG) {
+            if (premultiplied) {
                 // 16-bit types: one fused multiply-add (__hfma); fp8: the product is rounded first.
                 acc = round(dtype, fp8 ? acc + round(dtype, x * scale) : Math.fma(x, scale, acc));
             } else {

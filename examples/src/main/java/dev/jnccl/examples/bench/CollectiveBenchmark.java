@@ -185,7 +185,7 @@ public final class CollectiveBenchmark {
                                         ExampleSupport.bytes(shape.sizeBytes(type)), ++step, steps,
                                         (System.nanoTime() - started) / 1e9));
                             }
-                            long seed = 0x5EEDL + 1_000_003L * s + 7919L * type.ordinal() + 104_729L * reduction.ordinal();
+                            long seed = 0x5EEDL + 1_000_003L * s + 7919L * type.ordinal() + 104_729L * reduction.kind().ordinal();
                             BenchRun.Measurement outOfPlace = measure(buffers, shape, type, reduction, false, seed);
                             BenchRun.Measurement inPlace = op.inPlace()
                                     ? measure(buffers, shape, type, reduction, true, seed + 17) : null;

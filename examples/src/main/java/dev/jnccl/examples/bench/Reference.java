@@ -22,11 +22,12 @@ final class Reference {
         for (int q = 1; q < ranks; q++) {
             long v = type.reductionValue(seed, q, index, op, ranks);
             magnitude += Math.abs((double) v);
-            acc = switch (op) {
+            acc = switch (op.kind()) {
                 case SUM, AVG -> acc + v;
                 case PROD -> acc * v;
                 case MAX -> Math.max(acc, v);
                 case MIN -> Math.min(acc, v);
+                case SCALED_SUM -> throw new IllegalArgumentException("the benchmark has no " + op);
             };
         }
         if (type.isInteger()) {

@@ -48,7 +48,7 @@ class ReferenceTest {
                         long acc = type.reductionValue(7, 0, index, op, ranks);
                         for (int q = 1; q < ranks; q++) {
                             long v = type.reductionValue(7, q, index, op, ranks);
-                            acc = switch (op) {
+                            acc = switch (op.kind()) {
                                 case PROD -> acc * v;
                                 case MAX -> Math.max(acc, v);
                                 case MIN -> Math.min(acc, v);
