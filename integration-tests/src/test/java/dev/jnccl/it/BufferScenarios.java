@@ -63,6 +63,24 @@ final class BufferScenarios {
         Verify.ints(c.what("allReduce INT32 " + minusThree), Data.reduceInt(i32, minusThree, 0, N), c.ints(ti));
         Verify.ints(c.what("reduceScatter INT32 " + minusThree), Data.reduceInt(i32rs, minusThree, from, shard),
                 c.ints(tirs.shard(c.rank, n)));
+        // The out-of-place and rooted commands take the same operator (one conversion for every reducing command).
+        List<int[]> oop = c.int32All("scaled.oop", N);
+        DeviceTensor src = c.upload(oop.get(c.rank));
+        DeviceTensor dst = c.upload(Data.int32(c.seed(c.rank, "scaled.oop.dst"), N));
+        int root = n - 1;
+        DeviceTensor rooted = c.rank == root ? c.upload(Data.int32(c.seed(c.rank, "scaled.reduce.dst"), N)) : null;
+        CudaEvent rootedSignal = c.event();
+        try (Transaction tx = c.comm.begin(c.compute())) {
+            tx.allReduce(src, dst, minusThree).reduce(src, rooted, minusThree, root);
+            tx.execute(rootedSignal);
+        }
+        c.comm.await(rootedSignal);
+        int[] expected = Data.reduceInt(oop, minusThree, 0, N);
+        Verify.ints(c.what("allReduce INT32 out of place " + minusThree), expected, c.ints(dst));
+        Verify.ints(c.what("out-of-place source unchanged"), oop.get(c.rank), c.ints(src));
+        if (rooted != null) {
+            Verify.ints(c.what("reduce INT32 " + minusThree + " to rank " + root), expected, c.ints(rooted));
+        }
         // The convenience call takes a scaled sum too (the communicator's operator is made once).
         List<float[]> again = c.fp32All("scaled.again", N);
         DeviceTensor ta = c.upload(again.get(c.rank));
