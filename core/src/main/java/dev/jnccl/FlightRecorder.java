@@ -86,7 +86,12 @@ final class FlightRecorder {
         String describe(long now, boolean tracked, boolean probed) {
             StringBuilder sb = new StringBuilder("#").append(sequence).append(" age ")
                     .append(Duration.ofNanos(now - executedNanos).toMillis()).append(" ms, ");
-            if (completedNanos != 0) {
+            if (replayOf != 0) {
+                sb.append("replay of graph #").append(replayOf).append(", ");
+            }
+            if (capturedInto != 0) {
+                sb.append("captured into graph #").append(capturedInto).append(" (runs only in its replays)");
+            } else if (completedNanos != 0) {
                 sb.append("completed within ").append((completedNanos - executedNanos) / 1000).append(" us");
             } else if (!tracked) {
                 sb.append("completion not tracked");
