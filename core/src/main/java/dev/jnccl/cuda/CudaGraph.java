@@ -28,7 +28,7 @@ import java.util.concurrent.atomic.AtomicLong;
  *     stream.waitFor(done); // joins the comms stream back into the capture
  * })) {
  *     for (int i = 0; i < steps; i++) {
- *         step.launch(stream);
+ *         comm.launch(step, stream); // tracked by the communicator's watchdog; step.launch(stream) is not
  *     }
  *     stream.synchronize();
  * }
