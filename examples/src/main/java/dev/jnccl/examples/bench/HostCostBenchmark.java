@@ -152,12 +152,20 @@ public class HostCostBenchmark {
             queue = new QueueBound(commsStream::synchronize);
             System.out.println("# jnccl backend " + ExampleSupport.backendName(comm.backend()) + ", NCCL " + comm.ncclVersion() + ", "
                     + count + " x FP32, communicator mode " + comm.options().mode());
+            prepared();
         }
+
+        /** What a subclass adds once the communicator is ready (JMH does not order a subclass's setup after this one). */
+        void prepared() {}
+
+        /** What a subclass closes before the communicator. */
+        void closing() {}
 
         /** Closes what setUp made. */
         @TearDown(Level.Trial)
         public void tearDown() {
             compute.synchronize();
+            closing();
             comm.close();
             memory.close();
             signal.close();
@@ -168,8 +176,8 @@ public class HostCostBenchmark {
 
     /**
      * {@link JncclState} plus a step of {@code transactions} transactions (a reduce-scatter and an
-     * all-gather each, begun on the compute stream) captured once into a CUDA graph. JMH runs the
-     * inherited setup first and this class's teardown first: the graph is closed before the communicator.
+     * all-gather each, begun on the compute stream) captured once into a CUDA graph, made and closed
+     * through the hooks of {@link JncclState}'s setup and teardown.
      */
     @State(Scope.Thread)
     public static class GraphState extends JncclState {
@@ -182,18 +190,15 @@ public class HostCostBenchmark {
 
         CudaGraph graph;
 
-        /** Captures the step. */
-        @Setup(Level.Trial)
-        public void capture() {
+        @Override
+        void prepared() {
             graph = CudaGraph.capture(compute, () -> step(this));
             compute.synchronize();
         }
 
-        /** Closes the graph. */
-        @TearDown(Level.Trial)
-        public void closeGraph() {
-            compute.synchronize();
-            graph.close();
+        @Override
+        void closing() {
+            graph.close(); // before the communicator, which refuses to close while it is open
         }
     }
 
