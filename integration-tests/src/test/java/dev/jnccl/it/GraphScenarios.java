@@ -31,6 +31,37 @@ final class GraphScenarios {
         }
     }
 
+    /**
+     * Rank 0 captures its step before a barrier, the others after it: the launch-queue pace must not
+     * count captured transactions (with a lead of 1 rank 0 would wait in its second transaction for
+     * ranks that wait for it in the barrier). Then every rank replays its graph, against the eager step.
+     */
+    static void capturesOfRanksAtDifferentTimes(RankContext c) {
+        int k = 8;
+        CudaStream stream = c.newStream();
+        DeviceTensor[] captured = buffers(c, k + 1, "graph.staggered");
+        DeviceTensor[] eager = buffers(c, k + 1, "graph.staggered");
+        if (c.rank != 0) {
+            c.comm.barrier();
+        }
+        CudaGraph graph = CudaGraph.capture(stream, () -> step(c, stream, captured));
+        if (c.rank == 0) {
+            c.comm.barrier();
+        }
+        try (graph) {
+            int[] input = Data.int32(c.seed(c.rank, "graph.staggered.input"), N);
+            c.write(captured[0], input);
+            c.write(eager[0], input);
+            c.comm.launch(graph, stream);
+            step(c, stream, eager);
+            stream.synchronize();
+            for (int j = 0; j <= k; j++) {
+                Verify.ints(c.what("staggered captures, buffer " + j + " against the eager step"), c.ints(eager[j]),
+                        c.ints(captured[j]));
+            }
+        }
+    }
+
     /** The copy-engine transport refuses a capture, clearly; the communicator goes on working eagerly. */
     static void copyEngineRefusesCaptures(RankContext c) {
         CudaStream stream = c.newStream();

@@ -22,6 +22,12 @@ class ThreadsGraphTest {
 
     @ParameterizedTest(name = "world {0}")
     @ValueSource(ints = {2, 3})
+    void capturedTransactionsAreNotPacedAsIfTheyRan(int world) {
+        Packs.run(world, ThreadsOptions.defaults().withMaxLead(1), GraphScenarios::capturesOfRanksAtDifferentTimes);
+    }
+
+    @ParameterizedTest(name = "world {0}")
+    @ValueSource(ints = {2, 3})
     void theCopyEngineTransportRefusesACapture(int world) {
         Packs.run(world, ThreadsOptions.defaults().withMemcpyAllGather(true).withMemcpySendRecv(true),
                 GraphScenarios::copyEngineRefusesCaptures);
