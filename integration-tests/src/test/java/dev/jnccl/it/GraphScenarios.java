@@ -49,16 +49,7 @@ final class GraphScenarios {
             c.comm.barrier();
         }
         try (graph) {
-            int[] input = Data.int32(c.seed(c.rank, "graph.staggered.input"), N);
-            c.write(captured[0], input);
-            c.write(eager[0], input);
-            c.comm.launch(graph, stream);
-            step(c, stream, eager);
-            stream.synchronize();
-            for (int j = 0; j <= k; j++) {
-                Verify.ints(c.what("staggered captures, buffer " + j + " against the eager step"), c.ints(eager[j]),
-                        c.ints(captured[j]));
-            }
+            replayAndCompare(c, graph, stream, captured, eager, "graph.staggered.input", "staggered captures");
         }
     }
 
@@ -86,20 +77,29 @@ final class GraphScenarios {
         try (CudaGraph graph = CudaGraph.capture(stream, () -> step(c, stream, captured))) {
             for (int replay = 0; replay < REPLAYS; replay++) {
                 String tag = "graph." + k + ".input." + replay;
-                int[] input = Data.int32(c.seed(c.rank, tag), N);
-                c.write(captured[0], input);
-                c.write(eager[0], input);
-                c.comm.launch(graph, stream);
-                step(c, stream, eager);
-                stream.synchronize();
-                for (int j = 0; j <= k; j++) {
-                    Verify.ints(c.what("K " + k + ", replay " + replay + ", buffer " + j + " against the eager step"),
-                            c.ints(eager[j]), c.ints(captured[j]));
-                }
+                replayAndCompare(c, graph, stream, captured, eager, tag, "K " + k + ", replay " + replay);
                 checkFirstReduceScatter(c, tag, captured);
             }
         }
         assertFalse(c.comm.isAborted(), c.what("aborted: " + c.comm.abortReason()));
+    }
+
+    /**
+     * New input {@code tag} in both first buffers, one replay of {@code graph} and the same step run
+     * eagerly, then every buffer of the replay against the eager one.
+     */
+    private static void replayAndCompare(RankContext c, CudaGraph graph, CudaStream stream, DeviceTensor[] captured,
+                                         DeviceTensor[] eager, String tag, String what) {
+        int[] input = Data.int32(c.seed(c.rank, tag), N);
+        c.write(captured[0], input);
+        c.write(eager[0], input);
+        c.comm.launch(graph, stream);
+        step(c, stream, eager);
+        stream.synchronize();
+        for (int j = 0; j < captured.length; j++) {
+            Verify.ints(c.what(what + ", buffer " + j + " against the eager step"), c.ints(eager[j]),
+                    c.ints(captured[j]));
+        }
     }
 
     /** Buffers with the same random contents on every call with the same tag (the untouched parts compare too). */
