@@ -20,8 +20,11 @@ import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
+import java.util.OptionalLong;
 import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.Optional;
@@ -88,6 +91,12 @@ public final class Communicator implements AutoCloseable {
     private final CommandRunner commands;
     /** Registrations not yet closed; the communicator's close drops them. Under the native lock. */
     private final Set<Registration> registrations = new HashSet<>();
+    /**
+     * The commands of the transactions captured into each CUDA graph (by graph id), in capture
+     * order: what {@link #launch(CudaGraph, CudaStream)} runs and the flight recorder lists. Written
+     * by the capturing thread holding the native lock; read by launch and close.
+     */
+    private final Map<Long, List<Command>> capturedByGraph = new ConcurrentHashMap<>();
 
     private volatile State state = State.OPEN;
     private volatile String abortReason;
@@ -372,7 +381,12 @@ public final class Communicator implements AutoCloseable {
             // Outside the lock: the launcher may wait here for slower ranks, and an abort from
             // another thread (a failing pack, the watchdog) must not wait for this one meanwhile.
             // Called directly, not through onHost: no lambda per transaction on the hot path.
-            host.pace(hostTimeoutNanos);
+            if (CudaGraph.currentCaptureId().isEmpty()) {
+                host.pace(hostTimeoutNanos);
+            }
+            // Inside a capture the pace is skipped: a captured transaction puts nothing in the launch
+            // queue the pace bounds (it runs only in the graph's replays), and each replay is paced
+            // once by launch(graph, stream); every rank capturing the same step skips the same count.
         } catch (RuntimeException e) {
             if (e instanceof CommunicatorAbortedException) {
                 abort(e.getMessage()); // as onHost does
@@ -381,30 +395,40 @@ public final class Communicator implements AutoCloseable {
             buffer.clear();
             throw e;
         }
+        long graph;
         nativeLock.lock();
         try {
             if (openTransaction == transaction) {
                 openTransaction = null;
             }
             requireUsable("execute");
-            enqueue(transaction, signal, buffer, executed);
+            graph = enqueue(transaction, signal, buffer, executed);
         } finally {
             nativeLock.unlock();
         }
         if (LOG.isDebugEnabled()) {
-            LOG.debug("rank {} transaction #{}: {} command(s), {} bytes: {}", rank, transaction.number(),
-                    executed.size(), CommandRunner.bytes(executed), executed);
+            LOG.debug("rank {} transaction #{}{}: {} command(s), {} bytes: {}", rank, transaction.number(),
+                    graph == 0 ? "" : " (captured into graph #" + graph + ")", executed.size(),
+                    CommandRunner.bytes(executed), executed);
         }
-        event.commit(rank, transaction.number(), executed); // sizes summed only when JFR records it
+        // Sizes summed only when JFR records it.
+        event.commit(rank, transaction.number(), executed, graph == 0 ? "" : "captured into graph #" + graph);
     }
 
-    private void enqueue(Transaction transaction, CudaEvent signal, CommandBuffer buffer, List<Command> executed) {
+    /** Enqueues the transaction; returns the id of the graph it was captured into, 0 when it runs. */
+    private long enqueue(Transaction transaction, CudaEvent signal, CommandBuffer buffer, List<Command> executed) {
+        // A ready event recorded in a capture makes the comms stream join it (a fork); one recorded
+        // outside while the comms stream captures becomes an external wait (CudaStream.waitFor).
         stream.waitFor(transaction.ready());
+        long graph = capturedInto();
         boolean enqueuing = false;
         // Counted before the commands go to NCCL: a rank held inside this enqueue (real NCCL connects
         // to its peers in the first collective, in ncclGroupEnd) has committed to this transaction,
         // and a peer that closed after fewer will never join it (the watchdog's poll of the host side).
-        this.executed++; // only this thread, holding the lock, writes it
+        // A captured transaction runs only in replays, each counted by launch(graph, stream).
+        if (graph == 0) {
+            this.executed++; // only this thread, holding the lock, writes it
+        }
         try {
             transport.beforeCommands(executed, stream);
             enqueuing = true;
@@ -428,7 +452,112 @@ public final class Communicator implements AutoCloseable {
         } finally {
             buffer.clear();
         }
-        recorder.add(transaction.number(), executed); // the watchdog probes completion off this path
+        if (graph == 0) {
+            recorder.add(transaction.number(), executed); // the watchdog probes completion off this path
+        } else {
+            recorder.addCaptured(transaction.number(), executed, graph);
+            capturedByGraph.computeIfAbsent(graph, this::startCapturedList).addAll(executed);
+        }
+        return graph;
+    }
+
+    /**
+     * The graph the comms stream is capturing into for this thread's {@link CudaGraph#capture}, or 0.
+     * Asks CUDA only inside a capture: outside, one volatile read.
+     */
+    private long capturedInto() {
+        OptionalLong capture = CudaGraph.currentCaptureId();
+        return capture.isPresent() && stream.isCapturing() ? capture.getAsLong() : 0;
+    }
+
+    /** The list of a graph's first captured transaction; drops the lists of graphs closed since. */
+    private List<Command> startCapturedList(long graph) {
+        capturedByGraph.keySet().removeIf(id -> id != graph && !CudaGraph.isOpen(id));
+        return new ArrayList<>();
+    }
+
+    // ---------------------------------------------------------------- graph replays
+
+    /**
+     * Launches {@code graph}, which captured transactions of this communicator
+     * ({@link CudaGraph#capture} around {@link #begin} or the convenience operations), on
+     * {@code stream}, tracked as one transaction: after the same pace as a transaction, the comms
+     * stream waits for {@code stream}'s work so far, launches the graph and {@code stream} waits for
+     * it; the flight recorder lists the replay ("replay of graph #id") with every command the graph
+     * captured, and the watchdog probes its completion, so a replay that never completes is dumped
+     * and aborted like a stuck transaction. On the comms stream the replay stays in order with this
+     * communicator's other transactions, as NCCL needs on every rank.
+     *
+     * <p>Every rank must launch its own graph of the same step, as every rank executes the same
+     * transactions. {@link CudaGraph#launch} also replays it, untracked and unpaced.
+     *
+     * @param graph  an open graph that captured transactions of this communicator
+     * @param stream the stream the replay is ordered with (on this communicator's device, not capturing)
+     * @throws IllegalArgumentException     when the graph captured no transaction of this communicator
+     * @throws IllegalStateException        when the graph or this communicator is closed, a transaction
+     *                                      is open, or the calling thread is inside a capture
+     * @throws CommunicatorAbortedException when this communicator was aborted
+     */
+    public void launch(CudaGraph graph, CudaStream stream) {
+        Objects.requireNonNull(graph, "launch: graph is null");
+        checks.requireStream("launch", stream);
+        refuseInsideCapture("launch");
+        requireUsable("launch");
+        List<Command> captured = capturedByGraph.get(graph.id());
+        if (captured == null) {
+            throw new IllegalArgumentException("launch: " + graph + " captured no transaction of rank " + rank
+                    + " of " + worldSize + " (device " + device + "); replay graphs without its work with"
+                    + " CudaGraph.launch");
+        }
+        if (graph.isClosed()) {
+            throw new IllegalStateException("launch: " + graph + " is closed");
+        }
+        Events.Transaction event = new Events.Transaction();
+        event.begin();
+        try {
+            host.pace(hostTimeoutNanos);
+        } catch (CommunicatorAbortedException e) {
+            abort(e.getMessage()); // as execute does
+            throw e;
+        }
+        long number;
+        nativeLock.lock();
+        try {
+            requireUsable("launch");
+            requireNoOpenTransaction("launch");
+            number = ++sequence;
+            stream.record(transactionReady);
+            this.stream.waitFor(transactionReady);
+            try {
+                graph.launch(this.stream);
+            } catch (RuntimeException e) {
+                if (state == State.ABORTED) {
+                    throw abortedDuring("launch of " + graph, e);
+                }
+                throw e;
+            }
+            this.executed++;
+            recorder.addReplay(number, captured, graph.id());
+            this.stream.record(commsDone);
+            stream.waitFor(commsDone);
+        } finally {
+            nativeLock.unlock();
+        }
+        event.commit(rank, number, captured, "replay of graph #" + graph.id());
+    }
+
+    /**
+     * Refuses to close while a graph that captured this communicator's transactions is open: its
+     * NCCL nodes use this communicator's resources, and a replay after the close would use them freed.
+     */
+    private void refuseOpenGraphs() {
+        for (Map.Entry<Long, List<Command>> captured : capturedByGraph.entrySet()) {
+            if (CudaGraph.isOpen(captured.getKey())) {
+                throw new IllegalStateException("close: CUDA graph #" + captured.getKey() + " captured "
+                        + captured.getValue().size() + " command(s) of rank " + rank + " of " + worldSize
+                        + " and is still open: close the graph first (its NCCL nodes use this communicator)");
+            }
+        }
     }
 
     // ---------------------------------------------------------------- convenience operations
@@ -969,6 +1098,9 @@ public final class Communicator implements AutoCloseable {
      * Waits for pending communication, finalizes and destroys the communicator, within
      * {@link CommunicatorOptions#closeTimeout()}; past the deadline it aborts instead. Idempotent.
      * Communicators {@linkplain #split split} from this one that are still open are closed first.
+     *
+     * @throws IllegalStateException (nothing closed) while a {@link CudaGraph} that captured
+     *         transactions of this communicator is open, or when called inside a capture
      */
     @Override
     public void close() {
@@ -977,6 +1109,8 @@ public final class Communicator implements AutoCloseable {
                 return;
             }
         }
+        refuseInsideCapture("close"); // the close waits for the comms stream: CUDA forbids it in a capture
+        refuseOpenGraphs();
         for (Communicator child : children.live()) {
             child.close(); // bounded and idempotent like this one
         }

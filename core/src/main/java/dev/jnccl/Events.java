@@ -65,10 +65,18 @@ final class Events {
         @Label("Operations") public String operations;
         /** The bytes of all commands. */
         @Label("Bytes") @DataAmount public long bytes;
+        /** Empty for a transaction run at once, else "captured into graph #g" or "replay of graph #g". */
+        @Label("Graph") public String graph;
 
         /** Fills in and commits the event when JFR records it (nothing otherwise). */
         public void commit(int rank, long sequence, List<Command> commands) {
+            commit(rank, sequence, commands, "");
+        }
+
+        /** {@link #commit(int, long, List)} for a captured transaction or a graph replay, {@code graph} says which. */
+        public void commit(int rank, long sequence, List<Command> commands, String graph) {
             if (shouldCommit()) {
+                this.graph = graph;
                 this.rank = rank;
                 this.sequence = sequence;
                 this.commands = commands.size();

@@ -27,12 +27,32 @@ final class FlightRecorder {
         final long sequence;
         final List<Command> commands;
         final long executedNanos;
+        /** The graph this transaction was captured into (it never runs itself), or 0. */
+        final long capturedInto;
+        /** The graph this entry is a replay of ({@code Communicator.launch}), or 0. */
+        final long replayOf;
         volatile long completedNanos;
 
         Entry(long sequence, List<Command> commands, long executedNanos) {
+            this(sequence, commands, executedNanos, 0, 0);
+        }
+
+        Entry(long sequence, List<Command> commands, long executedNanos, long capturedInto, long replayOf) {
             this.sequence = sequence;
             this.commands = commands;
             this.executedNanos = executedNanos;
+            this.capturedInto = capturedInto;
+            this.replayOf = replayOf;
+        }
+
+        /** {@return whether the entry is a transaction captured into a graph: it never completes itself} */
+        boolean isCaptured() {
+            return capturedInto != 0;
+        }
+
+        /** {@return how the entry is named in messages: "transaction #n" or "replay #n of graph #g"} */
+        String name() {
+            return replayOf != 0 ? "replay #" + sequence + " of graph #" + replayOf : "transaction #" + sequence;
         }
 
         /**
@@ -66,7 +86,12 @@ final class FlightRecorder {
         String describe(long now, boolean tracked, boolean probed) {
             StringBuilder sb = new StringBuilder("#").append(sequence).append(" age ")
                     .append(Duration.ofNanos(now - executedNanos).toMillis()).append(" ms, ");
-            if (completedNanos != 0) {
+            if (replayOf != 0) {
+                sb.append("replay of graph #").append(replayOf).append(", ");
+            }
+            if (capturedInto != 0) {
+                sb.append("captured into graph #").append(capturedInto).append(" (runs only in its replays)");
+            } else if (completedNanos != 0) {
                 sb.append("completed within ").append((completedNanos - executedNanos) / 1000).append(" us");
             } else if (!tracked) {
                 sb.append("completion not tracked");
@@ -152,10 +177,38 @@ final class FlightRecorder {
      * @param commands the executed commands
      */
     synchronized void add(long sequence, List<Command> commands) {
+        addEntry(new Entry(sequence, commands, System.nanoTime()));
+    }
+
+    /**
+     * Adds a transaction captured into graph {@code graph}: listed, never probed as complete (it
+     * never runs; its replays are entries of their own, {@link #addReplay}).
+     *
+     * @param sequence the transaction's number
+     * @param commands the captured commands
+     * @param graph    the graph's id
+     */
+    synchronized void addCaptured(long sequence, List<Command> commands, long graph) {
+        addEntry(new Entry(sequence, commands, System.nanoTime(), graph, 0));
+    }
+
+    /**
+     * Adds a replay of graph {@code graph}, tracked as a transaction: a replay that never completes
+     * is caught by the watchdog like one.
+     *
+     * @param sequence the replay's number (from the transactions' sequence)
+     * @param commands every command the graph captured, in capture order
+     * @param graph    the graph's id
+     */
+    synchronized void addReplay(long sequence, List<Command> commands, long graph) {
+        addEntry(new Entry(sequence, commands, System.nanoTime(), 0, graph));
+    }
+
+    private void addEntry(Entry entry) {
         if (entries.size() == capacity) {
             entries.removeFirst();
         }
-        entries.addLast(new Entry(sequence, commands, System.nanoTime()));
+        entries.addLast(entry);
     }
 
     /**
@@ -203,7 +256,7 @@ final class FlightRecorder {
             freeEvents.addLast(done.event());
         }
         for (Entry entry : entries) {
-            if (entry.completedNanos == 0 && entry.sequence <= completedThrough) {
+            if (entry.completedNanos == 0 && !entry.isCaptured() && entry.sequence <= completedThrough) {
                 entry.completedNanos = now;
             }
         }
@@ -211,7 +264,7 @@ final class FlightRecorder {
             return null;
         }
         for (Entry entry : entries) {
-            if (entry.completedNanos == 0 && entry.sequence <= probes.peekFirst().covers()) {
+            if (entry.completedNanos == 0 && !entry.isCaptured() && entry.sequence <= probes.peekFirst().covers()) {
                 return entry;
             }
         }
@@ -226,7 +279,7 @@ final class FlightRecorder {
      */
     synchronized long oldestUnfinishedAgeNanos(long now) {
         for (Entry entry : entries) {
-            if (entry.completedNanos == 0) {
+            if (entry.completedNanos == 0 && !entry.isCaptured()) {
                 return entry.ageNanos(now);
             }
         }

@@ -135,7 +135,7 @@ final class Watchdog {
         FlightRecorder.Entry pending = recorder.pollOldestPending();
         long pendingAge = pending == null ? -1 : pending.ageNanos(System.nanoTime());
         if (pending != null && pendingAge > timeoutNanos) {
-            return "transaction #" + pending.sequence() + " not complete after "
+            return pending.name() + " not complete after "
                     + TimeUnit.NANOSECONDS.toMillis(pendingAge) + " ms (timeout " + Deadlines.toMillis(timeout) + " ms)";
         }
         // A rank waiting inside an enqueue waits for its peers as much as one waiting for a tracked

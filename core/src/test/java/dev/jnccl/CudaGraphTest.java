@@ -7,8 +7,10 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import dev.jnccl.cuda.Cuda;
+import dev.jnccl.testsupport.NativeEnv;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaException;
 import dev.jnccl.cuda.CudaGraph;
@@ -50,6 +52,9 @@ class CudaGraphTest {
 
     @AfterEach
     void close() {
+        if (stream != null) {
+            stream.synchronize();
+        }
         if (stream != null) {
             stream.close();
         }
@@ -196,24 +201,202 @@ class CudaGraphTest {
     }
 
     @Test
-    void aReadyEventRecordedOutsideTheCaptureIsCudasIsolationError() {
+    void aReadyEventRecordedOutsideTheCaptureBecomesAnExternalWait() {
         try (Communicator comm = communicator(CommunicatorOptions.defaults()); CudaEvent ready = CudaEvent.create();
              CudaEvent outside = CudaEvent.create(); CudaEvent signal = CudaEvent.create();
+             CudaStream producer = CudaStream.create(); DeviceMemory in = upload(randomFloats());
+             DeviceMemory staging = DeviceMemory.allocate(in.bytes());
+             DeviceMemory work = DeviceMemory.allocate(in.bytes()); DeviceMemory out = DeviceMemory.allocate(in.bytes())) {
+            DeviceTensor tensor = work.tensor(DType.FP32);
+            outside.record(producer);
+            // A plain wait on "outside" would be CUDA's isolation error (905): the comms stream, already in
+            // the capture through "ready", waits on it as an external event at each launch instead.
+            try (CudaGraph graph = CudaGraph.capture(stream, () -> {
+                ready.record(stream);
+                comm.begin(ready).allReduce(tensor, ReduceOp.SUM).execute(null); // the comms stream joins
+                comm.begin(outside).allReduce(in.tensor(DType.FP32), tensor, ReduceOp.MAX).execute(signal);
+                stream.waitFor(signal);
+                stream.copyAsync(tensor, out.tensor(DType.FP32));
+            })) {
+                for (int launch = 0; launch < LAUNCHES; launch++) {
+                    MemorySegment data = randomFloats();
+                    // The producer's copy is what "outside" marks: each launch waits for its newest record.
+                    staging.copyFromHost(data);
+                    producer.copyAsync(staging.tensor(DType.FP32), in.tensor(DType.FP32));
+                    outside.record(producer);
+                    comm.launch(graph, stream);
+                    stream.synchronize();
+                    assertBits(data.toArray(ValueLayout.JAVA_FLOAT), download(out), "launch " + launch);
+                }
+            }
+            assertFalse(comm.isAborted(), "aborted: " + comm.recentTransactions());
+        }
+    }
+
+    private static void assertBits(float[] expected, float[] actual, String what) {
+        assertEquals(expected.length, actual.length, what + ": length");
+        for (int i = 0; i < expected.length; i++) {
+            assertEquals(Float.floatToRawIntBits(expected[i]), Float.floatToRawIntBits(actual[i]),
+                    what + ", element " + i);
+        }
+    }
+
+    /**
+     * K transactions chained through K + 1 buffers (reduce-scatter, all-gather, send/recv to itself,
+     * in turn), each begun on the capturing stream, the comms stream joined back by waitOnComms.
+     */
+    static void chain(Communicator comm, CudaStream stream, DeviceTensor[] buffers) {
+        for (int j = 0; j + 1 < buffers.length; j++) {
+            DeviceTensor src = buffers[j];
+            DeviceTensor dst = buffers[j + 1];
+            Transaction transaction = comm.begin(stream);
+            switch (j % 3) {
+                case 0 -> transaction.reduceScatter(src, dst.shard(0, 1), ReduceOp.SUM);
+                case 1 -> transaction.allGather(src.shard(0, 1), dst);
+                default -> transaction.send(src, 0).recv(dst, 0);
+            }
+            transaction.execute(null);
+        }
+        comm.waitOnComms(stream);
+    }
+
+    @Test
+    void stepsOfOneEightAndThirtyTwoTransactionsReplayAsTheEagerOnes() {
+        try (Communicator comm = communicator(CommunicatorOptions.defaults())) {
+            for (int k : new int[] {1, 8, 32}) {
+                DeviceMemory[] captured = new DeviceMemory[k + 1];
+                DeviceMemory[] eager = new DeviceMemory[k + 1];
+                try {
+                    for (int j = 0; j <= k; j++) {
+                        MemorySegment initial = randomFloats();
+                        captured[j] = upload(initial);
+                        eager[j] = upload(initial);
+                    }
+                    DeviceTensor[] capturedTensors = tensors(captured);
+                    DeviceTensor[] eagerTensors = tensors(eager);
+                    try (CudaGraph graph = CudaGraph.capture(stream, () -> chain(comm, stream, capturedTensors))) {
+                        for (int launch = 0; launch < LAUNCHES; launch++) {
+                            MemorySegment input = randomFloats();
+                            captured[0].copyFromHost(input);
+                            eager[0].copyFromHost(input);
+                            comm.launch(graph, stream);
+                            if (launch == 0) {
+                                String dump = comm.recentTransactions();
+                                assertTrue(dump.contains("captured into graph #" + graph.id())
+                                        && dump.contains("replay of graph #" + graph.id()), dump);
+                            }
+                            chain(comm, stream, eagerTensors);
+                            stream.synchronize();
+                            for (int j = 0; j <= k; j++) {
+                                assertBits(download(eager[j]), download(captured[j]),
+                                        "K " + k + ", launch " + launch + ", buffer " + j);
+                            }
+                            assertBits(input.toArray(ValueLayout.JAVA_FLOAT), download(captured[k]),
+                                    "K " + k + ", launch " + launch + ": world 1 passes the input through");
+                        }
+                    }
+                } finally {
+                    for (int j = 0; j <= k; j++) {
+                        if (captured[j] != null) {
+                            captured[j].close();
+                        }
+                        if (eager[j] != null) {
+                            eager[j].close();
+                        }
+                    }
+                }
+            }
+            assertFalse(comm.isAborted(), "aborted: " + comm.recentTransactions());
+        }
+    }
+
+    private static DeviceTensor[] tensors(DeviceMemory[] memory) {
+        DeviceTensor[] tensors = new DeviceTensor[memory.length];
+        for (int i = 0; i < memory.length; i++) {
+            tensors[i] = memory[i].tensor(DType.FP32);
+        }
+        return tensors;
+    }
+
+    @Test
+    void closeWithAnOpenGraphAndLaunchAfterCloseOrAbortAreRefused() {
+        Communicator comm = communicator(CommunicatorOptions.defaults());
+        try (DeviceMemory work = upload(randomFloats())) {
+            DeviceTensor tensor = work.tensor(DType.FP32);
+            CudaGraph graph = CudaGraph.capture(stream, () -> comm.allReduce(tensor, ReduceOp.SUM, stream));
+            IllegalStateException close = assertThrows(IllegalStateException.class, comm::close);
+            assertTrue(close.getMessage().startsWith("close: CUDA graph #" + graph.id()), close.getMessage());
+            assertFalse(comm.isClosed());
+            try (CudaGraph empty = CudaGraph.capture(stream, () -> { })) {
+                IllegalArgumentException none = assertThrows(IllegalArgumentException.class,
+                        () -> comm.launch(empty, stream));
+                assertTrue(none.getMessage().contains("captured no transaction"), none.getMessage());
+            }
+            IllegalStateException inside = assertThrows(IllegalStateException.class,
+                    () -> CudaGraph.capture(stream, comm::close));
+            assertTrue(inside.getMessage().startsWith("close:"), inside.getMessage());
+            comm.launch(graph, stream);
+            graph.close();
+            IllegalStateException closedGraph = assertThrows(IllegalStateException.class,
+                    () -> comm.launch(graph, stream));
+            assertEquals("launch: " + graph + " is closed", closedGraph.getMessage());
+            comm.close(); // the graph is closed now
+            assertTrue(comm.isClosed());
+            IllegalStateException afterClose = assertThrows(IllegalStateException.class,
+                    () -> comm.launch(graph, stream));
+            assertTrue(afterClose.getMessage().startsWith("launch: communicator of rank 0 is closed"),
+                    afterClose.getMessage());
+        } finally {
+            comm.close();
+        }
+        try (Communicator aborted = communicator(CommunicatorOptions.defaults());
              DeviceMemory work = upload(randomFloats())) {
             DeviceTensor tensor = work.tensor(DType.FP32);
-            outside.record(stream);
-            CudaException e = assertThrows(CudaException.class, () -> CudaGraph.capture(stream, () -> {
-                ready.record(stream);
-                comm.begin(ready).allReduce(tensor, ReduceOp.SUM).execute(signal); // the comms stream joins
-                comm.begin(outside).allReduce(tensor, ReduceOp.SUM).execute(signal); // waits on work outside
-            }));
-            assertEquals(905, e.code(), e.getMessage()); // cudaErrorStreamCaptureIsolation, from the wait
-            assertEquals("cudaStreamWaitEvent", e.function(), e.getMessage());
-            assertFalse(stream.isCapturing());
-            assertFalse(comm.isAborted(), "a failure before enqueueing leaves the communicator usable");
-            comm.begin(stream).allReduce(tensor, ReduceOp.SUM).execute(signal);
-            stream.waitFor(signal);
-            stream.synchronize();
+            try (CudaGraph graph = CudaGraph.capture(stream, () -> aborted.allReduce(tensor, ReduceOp.SUM, stream))) {
+                aborted.abort("test abort");
+                CommunicatorAbortedException e = assertThrows(CommunicatorAbortedException.class,
+                        () -> aborted.launch(graph, stream));
+                assertTrue(e.getMessage().startsWith("launch:") && e.getMessage().contains("test abort"),
+                        e.getMessage());
+            }
+        }
+    }
+
+    @Test
+    void aReplayThatNeverCompletesIsAbortedByTheWatchdogWithADumpNamingIt() throws InterruptedException {
+        Backend backend = JncclRuntime.query().backend();
+        assumeTrue(backend == Backend.HOST, "needs the host emulation's fault injection (backend is " + backend + ")");
+        CommunicatorOptions options = CommunicatorOptions.defaults().withWatchdog(Duration.ofMillis(500))
+                .withWatchdogInterval(Duration.ofMillis(20));
+        // Two captured all-reduces (counted when they run): the first replay runs operations 1 and 2,
+        // the second hangs on 3.
+        try (NativeEnv _ = NativeEnv.set("JNCCL_HOST_FAULT", "hang", "JNCCL_HOST_FAULT_RANK", "0",
+                "JNCCL_HOST_FAULT_AT", "3");
+             Communicator comm = communicator(options); DeviceMemory work = upload(randomFloats())) {
+            DeviceTensor tensor = work.tensor(DType.FP32);
+            try (CudaGraph graph = CudaGraph.capture(stream, () -> {
+                comm.allReduce(tensor, ReduceOp.SUM, stream);
+                comm.allReduce(tensor, ReduceOp.MAX, stream);
+            })) {
+                comm.launch(graph, stream);
+                comm.synchronize();
+                assertFalse(comm.isAborted(), "the first replay completes: " + comm.recentTransactions());
+                comm.launch(graph, stream);
+                long deadline = System.nanoTime() + Duration.ofSeconds(30).toNanos();
+                while (!comm.isAborted() && System.nanoTime() < deadline) {
+                    Thread.sleep(20);
+                }
+                assertTrue(comm.isAborted(), "the watchdog did not abort: " + comm.recentTransactions());
+                String reason = comm.abortReason();
+                // The first replay (#3) is named when no probe covered it alone before the hang: the
+                // oldest replay not known complete.
+                assertTrue(reason.matches("(?s).*watchdog: replay #[34] of graph #" + graph.id() + " not complete.*"),
+                        reason);
+                String dump = comm.recentTransactions();
+                assertTrue(dump.contains("replay of graph #" + graph.id() + ", NOT COMPLETED")
+                        && dump.contains("captured into graph #" + graph.id()), dump);
+                assertThrows(CommunicatorAbortedException.class, () -> comm.launch(graph, stream));
+            }
         }
     }
 

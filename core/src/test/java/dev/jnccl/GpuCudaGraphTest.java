@@ -4,8 +4,10 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Tag;
 
 /**
- * {@link CudaGraphTest} on a real GPU with real CUDA and NCCL: copies, a fill and a world-1
- * transaction captured and replayed, and the refused calls; skipped, with the reason, elsewhere.
+ * {@link CudaGraphTest} on a real GPU with real CUDA and NCCL: copies, a fill and world-1
+ * transactions captured and replayed (steps of 1, 8 and 32 transactions through
+ * {@code Communicator.launch} against the eager ones, a ready event recorded outside the capture),
+ * and the refused calls; skipped, with the reason, elsewhere (the hung-replay case needs the emulation).
  */
 @Tag("gpu")
 class GpuCudaGraphTest extends CudaGraphTest {

@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.cuda.CudaGraph;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
 import java.nio.file.Files;
@@ -47,7 +48,38 @@ class TelemetryTest {
             assertEquals(2, transaction.getInt("commands"));
             assertEquals(2 * 512 * 2L, transaction.getLong("bytes"));
             assertEquals("[ReduceScatter, AllGather]", transaction.getString("operations"));
+            assertEquals("", transaction.getString("graph"));
             assertEquals("telemetry test", only(events, "jnccl.Abort").getString("reason"));
+        } finally {
+            Files.deleteIfExists(file);
+        }
+    }
+
+    @Test
+    void aCapturedTransactionAndItsReplaysSayWhichGraph() throws Exception {
+        Path file = Files.createTempFile("jnccl-telemetry-graph-", ".jfr");
+        long graphId;
+        try (Recording recording = new Recording()) {
+            recording.enable("jnccl.Transaction");
+            recording.start();
+            try (Communicator comm = Communicator.single(0); CudaStream stream = CudaStream.create();
+                 DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 256)) {
+                try (CudaGraph graph = CudaGraph.capture(stream,
+                        () -> comm.allReduce(memory.tensor(DType.FP32), ReduceOp.SUM, stream))) {
+                    graphId = graph.id();
+                    comm.launch(graph, stream);
+                    comm.launch(graph, stream);
+                    stream.synchronize();
+                }
+            }
+            recording.stop();
+            recording.dump(file);
+            List<String> graphs = RecordingFile.readAllEvents(file).stream()
+                    .filter(e -> e.getEventType().getName().equals("jnccl.Transaction"))
+                    .map(e -> e.getLong("sequence") + " " + e.getString("operations") + " " + e.getString("graph"))
+                    .toList();
+            assertEquals(List.of("1 [AllReduce] captured into graph #" + graphId,
+                    "2 [AllReduce] replay of graph #" + graphId, "3 [AllReduce] replay of graph #" + graphId), graphs);
         } finally {
             Files.deleteIfExists(file);
         }

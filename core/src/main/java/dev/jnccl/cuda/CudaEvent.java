@@ -128,6 +128,12 @@ public final class CudaEvent implements AutoCloseable {
      * Refuses a wait or query that CUDA forbids: from the capturing thread, or of a record made in a
      * capture (it completes only in a launch of the graph).
      */
+    /** {@return whether the most recent record was made on a stream that is still capturing} */
+    boolean recordedInActiveCapture() {
+        CudaStream capturing = capturedOn;
+        return capturing != null && !capturing.isClosed() && capturing.isCapturing();
+    }
+
     private void refuseDuringCapture(String operation) {
         handle.requireOpen(operation, this);
         if (!CudaGraph.anyCapture()) {

@@ -9,6 +9,9 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.util.Objects;
 import java.util.Optional;
+import java.util.OptionalLong;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 
@@ -25,7 +28,7 @@ import java.util.concurrent.atomic.AtomicLong;
  *     stream.waitFor(done); // joins the comms stream back into the capture
  * })) {
  *     for (int i = 0; i < steps; i++) {
- *         step.launch(stream);
+ *         comm.launch(step, stream); // tracked by the communicator's watchdog; step.launch(stream) is not
  *     }
  *     stream.synchronize();
  * }
@@ -45,6 +48,10 @@ public final class CudaGraph implements AutoCloseable {
     private static final AtomicInteger CAPTURES = new AtomicInteger();
     /** The stream the current thread captures on, inside {@link #capture}. */
     private static final ThreadLocal<CudaStream> CAPTURING = new ThreadLocal<>();
+    /** The id the graph captured by the current thread will have, inside {@link #capture}. */
+    private static final ThreadLocal<Long> CAPTURE_ID = new ThreadLocal<>();
+    /** The ids of the graphs instantiated and not closed yet: a communicator asks before it closes. */
+    private static final Set<Long> LIVE = ConcurrentHashMap.newKeySet();
 
     private final long id;
     private final MemorySegment exec;
@@ -95,7 +102,11 @@ public final class CudaGraph implements AutoCloseable {
         CudaCalls.check(CudaGraphs.cudaStreamBeginCapture(handle, CudaGraphs.CAPTURE_MODE_THREAD_LOCAL),
                 "cudaStreamBeginCapture", stream.device());
         Throwable failure = null;
+        // The id is taken when the capture begins: the work captured meanwhile (jnccl transactions)
+        // is filed under the id the graph will have.
+        long id = IDS.incrementAndGet();
         CAPTURING.set(stream);
+        CAPTURE_ID.set(id);
         CAPTURES.incrementAndGet();
         try {
             body.run();
@@ -103,6 +114,7 @@ public final class CudaGraph implements AutoCloseable {
             failure = t;
         } finally {
             CAPTURING.remove();
+            CAPTURE_ID.remove();
             CAPTURES.decrementAndGet();
         }
         try (Arena arena = Arena.ofConfined()) {
@@ -120,7 +132,9 @@ public final class CudaGraph implements AutoCloseable {
                 CudaCalls.check(ended, "cudaStreamEndCapture", stream.device());
                 CudaCalls.check(CudaGraphs.cudaGraphInstantiate(out, graph, 0), "cudaGraphInstantiate",
                         stream.device());
-                return new CudaGraph(IDS.incrementAndGet(), out.get(ValueLayout.ADDRESS, 0), stream.device());
+                CudaGraph made = new CudaGraph(id, out.get(ValueLayout.ADDRESS, 0), stream.device());
+                LIVE.add(id);
+                return made;
             } finally {
                 if (!graph.equals(MemorySegment.NULL)) {
                     // The executable graph does not need the graph it was made from.
@@ -142,6 +156,32 @@ public final class CudaGraph implements AutoCloseable {
      */
     public static Optional<CudaStream> currentCapture() {
         return CAPTURES.get() == 0 ? Optional.empty() : Optional.ofNullable(CAPTURING.get());
+    }
+
+    /**
+     * The {@link #id()} that the graph the calling thread is capturing (inside {@link #capture}'s
+     * body) will have: work captured meanwhile can be filed under it (a communicator keeps the
+     * transactions each graph captured, for {@code Communicator.launch} and its flight recorder).
+     *
+     * @return the id, or empty outside a capture
+     */
+    public static OptionalLong currentCaptureId() {
+        if (CAPTURES.get() == 0) {
+            return OptionalLong.empty();
+        }
+        Long id = CAPTURE_ID.get();
+        return id == null ? OptionalLong.empty() : OptionalLong.of(id);
+    }
+
+    /**
+     * Whether the graph numbered {@code id} was instantiated and is not closed yet (a capture that
+     * failed made no graph).
+     *
+     * @param id a graph's {@link #id()}
+     * @return whether that graph is open
+     */
+    public static boolean isOpen(long id) {
+        return LIVE.contains(id);
     }
 
     /**
@@ -183,6 +223,7 @@ public final class CudaGraph implements AutoCloseable {
     public synchronized void close() {
         if (!closed) {
             closed = true;
+            LIVE.remove(id);
             CudaCalls.check(CudaGraphs.cudaGraphExecDestroy(exec), "cudaGraphExecDestroy", device);
         }
     }

@@ -157,12 +157,22 @@ public final class CudaStream implements AutoCloseable {
     /**
      * Makes later work on this stream wait until {@code event}'s most recent record has completed.
      *
+     * <p>While this stream captures a CUDA graph ({@link CudaGraph#capture}): an event recorded in
+     * the capture orders the captured work (a stream not capturing yet joins the capture through
+     * it); an event whose last record was made outside any capture becomes an external wait node
+     * ({@code cudaEventWaitExternal}): each launch of the graph waits for the event's most recent
+     * record at that time, where CUDA would refuse a plain wait ({@code cudaErrorStreamCaptureIsolation}).
+     *
      * @param event the event to wait for
      */
     public void waitFor(CudaEvent event) {
         handle.requireOpen("waitFor", this);
         Objects.requireNonNull(event, "waitFor: event is null");
-        CudaCalls.check(CudaRuntime.cudaStreamWaitEvent(handle.segment(), event.handle(), 0), "cudaStreamWaitEvent",
+        MemorySegment eventHandle = event.handle();
+        // Only while jnccl captures somewhere: the hot path pays one volatile read.
+        int flags = CudaGraph.anyCapture() && !event.recordedInActiveCapture() && isCapturing()
+                ? CudaGraphs.EVENT_WAIT_EXTERNAL : CudaGraphs.EVENT_WAIT_DEFAULT;
+        CudaCalls.check(CudaRuntime.cudaStreamWaitEvent(handle.segment(), eventHandle, flags), "cudaStreamWaitEvent",
                 handle.device());
     }
 

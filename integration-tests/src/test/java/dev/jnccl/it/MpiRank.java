@@ -125,6 +125,7 @@ public final class MpiRank {
                 CollectiveScenarios.unevenAllToAllOfEveryDtype(c);
                 BufferScenarios.scaledSums(c);
                 BufferScenarios.registeredNcclMemory(c);
+                GraphScenarios.capturedSteps(c);
             }
             verdict(comm, "scenarios=all");
         });

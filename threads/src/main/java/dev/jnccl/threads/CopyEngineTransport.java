@@ -2,6 +2,7 @@ package dev.jnccl.threads;
 
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.cuda.CudaGraph;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.spi.Command;
 import dev.jnccl.spi.HostSide;
@@ -113,6 +114,15 @@ final class CopyEngineTransport implements Transport {
 
     @Override
     public void beforeCommands(List<Command> commands, CudaStream stream) {
+        if (CudaGraph.currentCapture().isPresent() && stream.isCapturing()) {
+            // The copies pair with the peers' events exchanged on the host at each transaction; a
+            // replay of the graph would skip that exchange and copy from buffers nobody vouched for.
+            throw new IllegalStateException("execute: rank " + rank + " cannot capture a transaction into a CUDA"
+                    + " graph with threads mode's copy-engine transport (ThreadsOptions.memcpyAllGather "
+                    + options.memcpyAllGather() + ", memcpySendRecv " + options.memcpySendRecv() + "): it exchanges"
+                    + " the peers' events on the host at each transaction, which a replay cannot do; turn it off with"
+                    + " ThreadsOptions.withMemcpyAllGather(false).withMemcpySendRecv(false) to capture through NCCL");
+        }
         this.stream = stream;
         stream.record(readyForPeers);
         published = pack.exchange("execute", rank, new Published(rank, commands, readyForPeers, doneReading),

@@ -24,6 +24,8 @@ import java.util.Map;
  * @param ranks       {@code -g}: ranks in this process (threads mode); 1 per process under MPI
  * @param warmup      {@code -w}
  * @param iterations  {@code -n}
+ * @param graphLaunches {@code -G}: 0 runs the timed operations one by one; N captures the {@code -n}
+ *                    operations into a CUDA graph once and times N launches of it ({@code Communicator.launch})
  * @param types       {@code -d} (all: every type)
  * @param ops         {@code -o} (all: every operation)
  * @param root        {@code -r}
@@ -37,7 +39,7 @@ import java.util.Map;
  * @param args        the command line as given
  */
 record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepBytes, long stepFactor, int ranks,
-                    int warmup, int iterations, List<BenchType> types, List<ReduceOp> ops, int root, int checks,
+                    int warmup, int iterations, int graphLaunches, List<BenchType> types, List<ReduceOp> ops, int root, int checks,
                     int average, String launcher, CommunicatorMode mode, List<String> transports, String json, String svg, List<String> args) {
 
     /** A bad command line; the message says what was wrong. */
@@ -67,7 +69,8 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
     static {
         String[][] pairs = {{"-b", "minbytes"}, {"-e", "maxbytes"}, {"-i", "stepbytes"}, {"-f", "stepfactor"},
             {"-g", "ngpus"}, {"-t", "nthreads"}, {"-w", "warmup_iters"}, {"-n", "iters"}, {"-d", "datatype"},
-            {"-o", "op"}, {"-r", "root"}, {"-c", "check"}, {"-a", "average"}, {"-J", "output_file"}};
+            {"-o", "op"}, {"-r", "root"}, {"-c", "check"}, {"-a", "average"}, {"-G", "cudagraph"},
+            {"-J", "output_file"}};
         for (String[] pair : pairs) {
             FLAGS.put(pair[0], pair[1]);
         }
@@ -89,6 +92,8 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
                   -g,--ngpus N         ranks in this process (threads launcher; default 1)
                   -w,--warmup_iters N  untimed operations per size before the timed ones (default 1)
                   -n,--iters N         timed operations per size (default 20)
+                  -G,--cudagraph N     capture the -n operations into a CUDA graph and time N launches of it
+                                       (default 0: no graph; not with --transport memcpy)
                   -d,--datatype T      int8 uint8 int32 uint32 int64 uint64 half float double bfloat16
                                        f8e4m3 f8e5m2, or all (default float)
                   -o,--op OP           sum prod max min avg, or all (default sum)
@@ -184,6 +189,7 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
         int ranks = (int) integer(values, "ngpus", 1, 1, 1024);
         int warmup = (int) integer(values, "warmup_iters", 1, 0, 1_000_000);
         int iterations = (int) integer(values, "iters", 20, 1, 1_000_000);
+        int graphLaunches = (int) integer(values, "cudagraph", 0, 0, 1_000_000);
         List<BenchType> types = types(values.getOrDefault("datatype", "float"));
         List<ReduceOp> ops = ops(values.getOrDefault("op", "sum"));
         int root = (int) integer(values, "root", 0, 0, 1023);
@@ -205,13 +211,17 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
                 throw new UsageException("--transport memcpy needs --launcher threads (it copies between the devices of "
                         + "one process)");
             }
+            if (graphLaunches > 0 && t.equals("memcpy")) {
+                throw new UsageException("-G " + graphLaunches + " with --transport memcpy: threads mode's copy-engine"
+                        + " transport cannot be captured into a CUDA graph (use --transport nccl)");
+            }
             if (transports.contains(t)) {
                 throw new UsageException("--transport lists '" + t + "' twice");
             }
             transports.add(t);
         }
         String json = values.containsKey("json") ? values.get("json") : values.get("output_file");
-        return new BenchOptions(op, min, max, stepBytes, stepFactor, ranks, warmup, iterations, types, ops, root,
+        return new BenchOptions(op, min, max, stepBytes, stepFactor, ranks, warmup, iterations, graphLaunches, types, ops, root,
                 checks, average, launcher, mode, List.copyOf(transports), json, values.get("svg"), args);
     }
 

@@ -4,6 +4,7 @@ import dev.jnccl.Communicator;
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.ReduceOp;
 import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.cuda.CudaGraph;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
 import dev.jnccl.examples.ExampleSupport;
@@ -243,13 +244,7 @@ public final class CollectiveBenchmark {
             for (int i = 0; i < options.warmup(); i++) {
                 op.enqueue(call);
             }
-            b.start().record(comm.stream());
-            for (int i = 0; i < options.iterations(); i++) {
-                op.enqueue(call);
-            }
-            b.stop().record(comm.stream());
-            comm.await(b.stop());
-            double micros = b.stop().elapsedMillis(b.start()) * 1000.0 / options.iterations();
+            double micros = options.graphLaunches() > 0 ? timeGraph(b, call) : timeOneByOne(b, call);
             double time = combine(comm.allGatherLongsHost(Double.doubleToLongBits(micros)));
             double algBw = shape.sizeBytes(type) / 1e3 / time; // bytes per microsecond / 1000 = GB/s
             double busBw = algBw * op.busFactor(ranks);
@@ -268,6 +263,43 @@ public final class CollectiveBenchmark {
                 }
             }
             return new BenchRun.Measurement(time, algBw, busBw, wrong);
+        }
+
+        /** Microseconds per operation, the {@code -n} operations enqueued one by one. */
+        private double timeOneByOne(Buffers b, CollectiveOp.Call call) {
+            b.start().record(comm.stream());
+            for (int i = 0; i < options.iterations(); i++) {
+                op.enqueue(call);
+            }
+            b.stop().record(comm.stream());
+            comm.await(b.stop());
+            return b.stop().elapsedMillis(b.start()) * 1000.0 / options.iterations();
+        }
+
+        /**
+         * Microseconds per operation with {@code -G}: the {@code -n} operations captured once on the
+         * compute stream (the ready event recorded there forks the comms stream into the capture,
+         * waitOnComms joins it back), one untimed launch, then {@code -G} launches timed on the
+         * compute stream, as nccl-tests' {@code -G} does.
+         */
+        private double timeGraph(Buffers b, CollectiveOp.Call call) {
+            CudaStream compute = b.compute();
+            try (CudaGraph graph = CudaGraph.capture(compute, () -> {
+                compute.record(b.ready());
+                for (int i = 0; i < options.iterations(); i++) {
+                    op.enqueue(call);
+                }
+                comm.waitOnComms(compute);
+            })) {
+                comm.launch(graph, compute);
+                b.start().record(compute);
+                for (int i = 0; i < options.graphLaunches(); i++) {
+                    comm.launch(graph, compute);
+                }
+                b.stop().record(compute);
+                comm.await(b.stop());
+            }
+            return b.stop().elapsedMillis(b.start()) * 1000.0 / ((double) options.iterations() * options.graphLaunches());
         }
 
         /** The ranks' times combined as {@code -a} says. */

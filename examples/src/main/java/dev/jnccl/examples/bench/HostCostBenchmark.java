@@ -15,6 +15,7 @@ import dev.jnccl.bindings.nccl.Nccl;
 import dev.jnccl.bindings.nccl.ncclConfig_t;
 import dev.jnccl.bindings.nccl.ncclUniqueId;
 import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.cuda.CudaGraph;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
 import dev.jnccl.examples.ExampleSupport;
@@ -55,6 +56,8 @@ import org.openjdk.jmh.infra.IterationParams;
  *   <li>{@code allReduceEnqueue}: {@code comm.allReduce(t, SUM, compute)} — an ncclAllReduce in a
  *       group plus the ordering with the caller's stream (2 event records, 2 stream waits).</li>
  *   <li>{@code allReduceEnqueueRaw}: ncclAllReduce alone on the comms stream, through the bindings.</li>
+ *   <li>{@code graphStepEager} / {@code graphReplay}: a step of 8 or 32 such transactions, enqueued one
+ *       by one, or captured once into a CUDA graph and replayed with {@code comm.launch(graph, compute)}.</li>
  * </ul>
  *
  * <p>Every variant synchronizes the comms stream after every 256th operation
@@ -149,18 +152,62 @@ public class HostCostBenchmark {
             queue = new QueueBound(commsStream::synchronize);
             System.out.println("# jnccl backend " + ExampleSupport.backendName(comm.backend()) + ", NCCL " + comm.ncclVersion() + ", "
                     + count + " x FP32, communicator mode " + comm.options().mode());
+            prepared();
         }
+
+        /** What a subclass adds once the communicator is ready (JMH does not order a subclass's setup after this one). */
+        void prepared() {}
+
+        /** What a subclass closes before the communicator. */
+        void closing() {}
 
         /** Closes what setUp made. */
         @TearDown(Level.Trial)
         public void tearDown() {
             compute.synchronize();
+            closing();
             comm.close();
             memory.close();
             signal.close();
             ready.close();
             compute.close();
         }
+    }
+
+    /**
+     * {@link JncclState} plus a step of {@code transactions} transactions (a reduce-scatter and an
+     * all-gather each, begun on the compute stream) captured once into a CUDA graph, made and closed
+     * through the hooks of {@link JncclState}'s setup and teardown.
+     */
+    @State(Scope.Thread)
+    public static class GraphState extends JncclState {
+        /** Created by JMH. */
+        public GraphState() {}
+
+        /** Transactions in the step. */
+        @Param({"8", "32"})
+        public int transactions;
+
+        CudaGraph graph;
+
+        @Override
+        void prepared() {
+            graph = CudaGraph.capture(compute, () -> step(this));
+            compute.synchronize();
+        }
+
+        @Override
+        void closing() {
+            graph.close(); // before the communicator, which refuses to close while it is open
+        }
+    }
+
+    /** The step of {@link GraphState}: {@code transactions} transactions after the compute stream, which waits for them. */
+    static void step(GraphState s) {
+        for (int i = 0; i < s.transactions; i++) {
+            s.comm.begin(s.compute).reduceScatter(s.tensor).allGather(s.shard, s.tensor).execute(null);
+        }
+        s.comm.waitOnComms(s.compute);
     }
 
     /** Raw bindings: a communicator, streams, events and memory made directly with the generated bindings. */
@@ -329,6 +376,31 @@ public class HostCostBenchmark {
                 "ncclAllGather");
         s.ended(Nccl.ncclGroupEnd(), "ncclGroupEnd");
         RawState.cuda(CudaRuntime.cudaEventRecord(s.signal, s.commsStream), "cudaEventRecord");
+        s.queue.tick();
+    }
+
+    /**
+     * A step of {@code transactions} transactions enqueued one by one: the eager baseline of
+     * {@link #graphReplay} (its score is per step, not per transaction).
+     *
+     * @param s the state
+     */
+    @Benchmark
+    public void graphStepEager(GraphState s) {
+        step(s);
+        s.queue.tick();
+    }
+
+    /**
+     * The same step replayed from its CUDA graph through {@code Communicator.launch}: pace, one
+     * cudaGraphLaunch on the comms stream between two event records and two stream waits, one
+     * flight recorder entry, whatever the number of transactions.
+     *
+     * @param s the state
+     */
+    @Benchmark
+    public void graphReplay(GraphState s) {
+        s.comm.launch(s.graph, s.compute);
         s.queue.tick();
     }
 

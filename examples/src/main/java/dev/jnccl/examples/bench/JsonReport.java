@@ -72,7 +72,7 @@ final class JsonReport {
         key(j, "iterations", true).append(options.iterations());
         key(j, "aggregated_iterations", true).append(1);
         key(j, "validation", true).append(options.checks());
-        key(j, "graph", true).append(0);
+        key(j, "graph", true).append(options.graphLaunches());
         key(j, "blocking_collectives", true).append(str("false"));
         key(j, "per_iter_timing", true).append(str("false"));
         key(j, "per_iter_skip", true).append(0);

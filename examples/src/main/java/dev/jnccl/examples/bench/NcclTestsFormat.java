@@ -26,7 +26,7 @@ final class NcclTestsFormat {
                         + "validation: %d graph: %d unalign: %d%n", 1, options.ranks(), options.minBytes(),
                 options.maxBytes(), options.stepFactor() > 1 ? options.stepFactor() : options.stepBytes(),
                 options.stepFactor() > 1 ? "factor" : "bytes", options.warmup(), options.iterations(), 1,
-                options.checks(), 0, 0);
+                options.checks(), options.graphLaunches(), 0);
         out.printf("# jnccl: launcher %s, mode %s, transport %s, %d rank(s); time: CUDA events on the comms stream, %s over ranks%n",
                 run.launcher, run.mode, run.transport, run.ranks, averageName(options.average()));
         if (!options.op().inPlace()) {

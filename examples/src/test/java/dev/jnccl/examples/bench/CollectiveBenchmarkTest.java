@@ -104,6 +104,21 @@ class CollectiveBenchmarkTest {
         checkSvg(svg, op, 4);
     }
 
+    @ParameterizedTest
+    @ValueSource(strings = {"all_reduce", "reduce_scatter", "sendrecv"})
+    void cudaGraphLaunchesAreTimedAndReported(String op) throws Exception {
+        Path json = dir.resolve("graph.json");
+        Output o = run(op, "-b", "64", "-e", "1K", "-f", "4", "-g", "2", "-w", "1", "-n", "3", "-G", "2",
+                "--json", json.toString());
+        assertEquals(0, o.status(), o.out() + o.err());
+        assertTrue(o.out().contains(" iters: 3 agg iters: 1 validation: 1 graph: 2 unalign: 0\n"), o.out());
+        assertTrue(o.out().contains("\n# Out of bounds values : 0 OK\n"), o.out());
+        Map<String, Object> config = cast(cast(MiniJson.parse(Files.readString(json))).get("config"));
+        assertEquals(2L, ((Number) config.get("graph")).longValue());
+        assertUsage("-G 2 with --transport memcpy", "all_gather", "-G", "2", "--transport", "memcpy");
+        assertUsage("--cudagraph -1: out of range [0, 1000000]", "all_reduce", "-G", "-1");
+    }
+
     @Test
     void modeSelectsTheCommunicatorMode() throws Exception {
         Path json = dir.resolve("mode.json");
