@@ -54,6 +54,10 @@ import java.util.function.Supplier;
  * over a network transport) or, at the latest, when its own watchdog (or host timeout) fires and
  * aborts it. A launcher that knows more (Spark kills the other tasks of a failed barrier stage)
  * ends the peers sooner.
+ *
+ * <p><b>Ranks sharing a device.</b> The buffer is freed when the communicator closes, and
+ * {@code cudaFree} waits for the whole device: close a communicator only when the ranks that share
+ * its device have no collective pending that waits for this rank.
  */
 public final class NcclHostSide implements HostSide {
     private static final long SLOT_ALIGNMENT = Long.BYTES;
@@ -65,6 +69,8 @@ public final class NcclHostSide implements HostSide {
     private CudaStream stream;
     private CudaEvent done;
     private DeviceMemory buffer;
+    /** Buffers outgrown by a longer host gather (each at least twice the one before). */
+    private final List<DeviceMemory> retired = new ArrayList<>();
     private Arena hostArena;
     private MemorySegment host;
 
@@ -169,7 +175,7 @@ public final class NcclHostSide implements HostSide {
         DeviceTensor shard = memory.tensor(DType.INT64).slice(world, 1);
         upload(MemorySegment.ofArray(new long[] {length}), shard);
         run("allGatherBytesHost", deadline, transaction -> transaction.allGather(shard, full));
-        return download(memory, (long) world * Long.BYTES).toArray(ValueLayout.JAVA_LONG);
+        return download(memory, (long) world * Long.BYTES).toArray(ValueLayout.JAVA_LONG_UNALIGNED);
     }
 
     @Override
@@ -224,10 +230,11 @@ public final class NcclHostSide implements HostSide {
         long needed = (communicator.worldSize() + 1L) * slot;
         if (buffer == null || buffer.bytes() < needed) {
             if (buffer != null) {
-                buffer.close(); // the last collective on it is complete: every call waits for its own
+                // Freed with the host side, not now: cudaFree waits for the whole device, and a rank
+                // sharing it may be inside a collective that waits for this one.
+                retired.add(buffer);
             }
-            buffer = null;
-            buffer = DeviceMemory.allocate(Math.max(needed, 256));
+            buffer = DeviceMemory.allocate(Math.max(needed, Math.max(256, 2 * (buffer == null ? 0 : buffer.bytes()))));
         }
         return buffer;
     }
@@ -308,9 +315,11 @@ public final class NcclHostSide implements HostSide {
             // an interrupted or failed sync: the stream is destroyed all the same
         }
         if (buffer != null) {
-            buffer.close();
+            retired.add(buffer);
             buffer = null;
         }
+        retired.forEach(DeviceMemory::close);
+        retired.clear();
         done.close();
         stream.close();
         stream = null;

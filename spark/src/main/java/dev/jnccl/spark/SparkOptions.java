@@ -67,7 +67,7 @@ public final class SparkOptions implements Serializable {
 
     /**
      * These options with the communicator's options made by {@code setup}, e.g.
-     * {@code withCommunicator(o -> o.withWatchdogTimeout(Duration.ofSeconds(30)))}.
+     * {@code withCommunicator(o -> o.withWatchdog(Duration.ofSeconds(30)))}.
      *
      * @param setup applied on the executor to {@link CommunicatorOptions#defaults()}
      * @return a copy with the setup replaced
