@@ -180,10 +180,17 @@ public final class SparkCommunicators {
         ClassTag<Object> anyRef = (ClassTag<Object>) (ClassTag<?>) ClassTag$.MODULE$.apply(Object.class);
         RDD<Object> ranks = spark.parallelize(IntStream.range(0, tasks).boxed().toList(), tasks).rdd().barrier()
                 .mapPartitions(new BarrierTask<>(options, work), false, anyRef);
-        Object[] results = (Object[]) ranks.collect();
+        // Through a shuffle: Spark retries a failed barrier stage only when it is a shuffle map stage
+        // (a barrier result stage fails the job at once).
+        Object[] results = (Object[]) ranks.coalesce(1, true, Option.empty(), null).collect();
+        Object[] ordered = new Object[tasks];
+        for (Object result : results) {
+            Object[] rankAndResult = (Object[]) result;
+            ordered[(Integer) rankAndResult[0]] = rankAndResult[1];
+        }
         @SuppressWarnings("unchecked")
-        List<R> ordered = (List<R>) Arrays.asList(results); // collect keeps partition (rank) order
-        return Collections.unmodifiableList(ordered);
+        List<R> list = (List<R>) Arrays.asList(ordered);
+        return Collections.unmodifiableList(list);
     }
 
     /**
@@ -227,7 +234,8 @@ public final class SparkCommunicators {
             } finally {
                 communicator.close();
             }
-            return CollectionConverters.asScala(Collections.singletonList(result).iterator());
+            Object rankAndResult = new Object[] {communicator.rank(), result};
+            return CollectionConverters.asScala(Collections.singletonList(rankAndResult).iterator());
         }
     }
 
@@ -293,8 +301,9 @@ public final class SparkCommunicators {
     /** Whether the loaded NCCL lets ranks of one process share a GPU. */
     private static boolean devicesShareable() {
         JncclRuntime runtime = JncclRuntime.query();
-        return runtime.backend() == Backend.HOST
-                || (runtime.nccl().atLeast(2, 30) && "1".equals(System.getenv("NCCL_MULTI_RANK_GPU_ENABLE")));
+        // The host emulation follows the variable as NCCL 2.30+ does.
+        return "1".equals(System.getenv("NCCL_MULTI_RANK_GPU_ENABLE"))
+                && (runtime.backend() == Backend.HOST || runtime.nccl().atLeast(2, 30));
     }
 
     /**
