@@ -286,6 +286,15 @@ public final class NcclHostSide implements HostSide {
                 throw interrupted(operation, new InterruptedException(operation + " interrupted"));
             }
         }
+        // A collective that a peer's abort or failure ended still completes its event: NCCL says so
+        // only through the asynchronous error, which await checks on a completed event (aborting
+        // this rank). Without it the host call would return as if every rank had taken part.
+        try {
+            communicator.await(done);
+        } catch (CommunicatorAbortedException e) {
+            throw new CommunicatorAbortedException(operation + ": rank " + communicator.rank()
+                    + "'s collective with the other ranks failed: " + communicator.abortReason(), e);
+        }
     }
 
     private CommunicatorAbortedException timedOut(String operation, String why) {

@@ -116,6 +116,36 @@ class InitRankHostSideTest {
     }
 
     @Test
+    void aPeerAbortingDuringTheBarrierFailsItInsteadOfCompletingIt() throws Exception {
+        assumeWorld(2);
+        // The watchdog bounds the wait where NCCL does not report a peer's abort (real NCCL on one node).
+        CommunicatorOptions options = CommunicatorOptions.defaults().withWatchdog(Duration.ofSeconds(5));
+        AtomicReferenceArray<Throwable> seen = new AtomicReferenceArray<>(2);
+        CountDownLatch rank0Done = new CountDownLatch(1);
+        long[] millis = new long[1];
+        ranks(2, options, comm -> {
+            if (comm.rank() == 1) {
+                Thread.sleep(500); // rank 0 is inside its barrier's all-reduce by now
+                long aborted = System.nanoTime();
+                comm.abort("the test's rank 1 aborts instead of joining the barrier");
+                assertTrue(rank0Done.await(30, TimeUnit.SECONDS), "rank 0 did not end after rank 1's abort");
+                millis[0] = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - aborted);
+                return;
+            }
+            try {
+                comm.barrier();
+            } catch (CommunicatorAbortedException e) {
+                seen.set(0, e);
+            } finally {
+                rank0Done.countDown();
+            }
+            assertTrue(comm.isAborted(), "a barrier that failed aborts its communicator");
+        });
+        assertNotNull(seen.get(0), "rank 0's barrier returned although rank 1 aborted instead of joining it");
+        assertTrue(millis[0] < 10_000, "rank 0 ended " + millis[0] + " ms after rank 1's abort (watchdog 5 s)");
+    }
+
+    @Test
     void anInterruptEndsAHostGatherAndAbortsTheRank() throws Exception {
         assumeWorld(2);
         AtomicReferenceArray<Throwable> seen = new AtomicReferenceArray<>(2);
