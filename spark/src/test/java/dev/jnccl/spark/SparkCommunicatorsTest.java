@@ -25,7 +25,6 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import org.apache.spark.BarrierTaskContext;
-import org.apache.spark.SparkConf;
 import org.apache.spark.SparkException;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.junit.jupiter.api.AfterAll;
@@ -50,10 +49,7 @@ class SparkCommunicatorsTest {
 
     @BeforeAll
     static void startSpark() {
-        SparkConf conf = new SparkConf().setMaster("local[4,2]").setAppName("jnccl-spark-test")
-                .set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
-                .set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false");
-        spark = new JavaSparkContext(conf);
+        spark = LocalSpark.start("local[4,2]", "jnccl-spark-test");
     }
 
     @AfterAll
