@@ -18,9 +18,6 @@ previous=""
 for arg in "$@"; do # --launcher spark: the same program as a Spark barrier stage (jnccl-spark's test code)
   if [ "$arg" = --launcher=spark ] || { [ "$previous" = --launcher ] && [ "$arg" = spark ]; }; then
     example_module=spark main=dev.jnccl.spark.SparkRingAllToAll
-    # Spark's off-heap code without its warnings; Spark's log4j2 (src/test/resources/log4j2.properties),
-    # not the test-scope logback also on that class path.
-    export JAVA_OPTS="--sun-misc-unsafe-memory-access=allow -Dslf4j.provider=org.apache.logging.slf4j.SLF4JServiceProvider ${JAVA_OPTS:-}"
   fi
   previous=$arg
 done

@@ -24,7 +24,12 @@ run_example_main() {
     ./mvnw -B -q -pl "$module" dependency:build-classpath $scope -Dmdep.outputFile="$PWD/$cp_file" >/dev/null
   fi
   classes="$root/$module/target/classes"
-  [ "$module" = spark ] && classes="$root/spark/target/test-classes:$classes"
+  if [ "$module" = spark ]; then
+    classes="$root/spark/target/test-classes:$classes"
+    # Spark's off-heap code without its warnings; Spark's log4j2 (spark/src/test/resources/log4j2.properties),
+    # not the test-scope logback also on that class path.
+    export JAVA_OPTS="--sun-misc-unsafe-memory-access=allow -Dslf4j.provider=org.apache.logging.slf4j.SLF4JServiceProvider ${JAVA_OPTS:-}"
+  fi
   JNCCL_CLASS_PATH="<the $module module's class path: not built yet>"
   [ -s "$cp_file" ] && JNCCL_CLASS_PATH="$classes:$(cat "$cp_file")"
   export JNCCL_CLASS_PATH JNCCL_JAVA="$JAVA_HOME/bin/java"
