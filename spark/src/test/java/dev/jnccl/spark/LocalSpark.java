@@ -3,6 +3,7 @@ package dev.jnccl.spark;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.Set;
+import java.util.function.Function;
 import org.apache.spark.SparkConf;
 import org.apache.spark.api.java.JavaSparkContext;
 
@@ -24,6 +25,60 @@ final class LocalSpark {
                 .set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
                 .set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false");
         return new JavaSparkContext(conf);
+    }
+
+    /** Exit status of the programs for a bad command line. */
+    static final int EXIT_USAGE = 2;
+    /** Exit status of the programs when jnccl or Spark failed. */
+    static final int EXIT_ERROR = 3;
+
+    /** A program's work once its command line is parsed. */
+    interface Body {
+        /**
+         * Runs it.
+         *
+         * @param options the parsed {@code --name value} options
+         * @return the exit status
+         * @throws UsageException when an option's value is out of range (before Spark starts)
+         */
+        int run(Map<String, String> options);
+    }
+
+    /**
+     * Runs a program of this module: parses {@code args} against {@code names}, prints {@code usage}
+     * for {@code --help} (status 0) or after a bad command line (status {@link #EXIT_USAGE}), else runs
+     * {@code body}.
+     */
+    static int program(String name, String usage, String[] args, Set<String> names, Body body) {
+        try {
+            Map<String, String> options = options(args, names);
+            if (options.containsKey("--help")) {
+                System.out.println(usage);
+                return 0;
+            }
+            return body.run(options);
+        } catch (UsageException e) {
+            System.err.println(name + ": " + e.getMessage() + "\n" + usage);
+            return EXIT_USAGE;
+        }
+    }
+
+    /**
+     * Runs {@code stage} on a fresh {@code local[tasks]} context, stopped before this returns (so a
+     * program's report is its last output).
+     *
+     * @return what {@code stage} returned, or null after printing a {@code FAILED} line when it threw
+     */
+    static <T> T stage(int tasks, String name, Function<JavaSparkContext, T> stage) {
+        JavaSparkContext spark = start("local[" + tasks + "]", name);
+        try {
+            return stage.apply(spark);
+        } catch (Exception | Error e) { // Spark's SparkException (checked) carries the failed task's exception
+            System.out.println("FAILED: " + dev.jnccl.examples.ExampleSupport.describeFailure(e));
+            return null;
+        } finally {
+            spark.stop();
+        }
     }
 
     /** A bad command line; the message says what was wrong. */

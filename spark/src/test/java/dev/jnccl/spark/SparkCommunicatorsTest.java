@@ -114,14 +114,7 @@ class SparkCommunicatorsTest {
             return (int) comm.allGatherLongsHost(comm.rank() + 10)[2];
         });
         assertEquals(List.of(12, 12, 12), results);
-        long thrown = TIMES.get("thrown");
-        for (int rank : new int[] {0, 2}) {
-            Long aborted = awaitTime("aborted " + rank);
-            assertTrue(aborted != null, "rank " + rank + " of the failed attempt did not see an abort: " + TIMES);
-            long millis = TimeUnit.NANOSECONDS.toMillis(aborted - thrown);
-            System.out.println("failed attempt: rank " + rank + " aborted " + millis + " ms after rank 1 threw");
-            assertTrue(millis < 10_000, "rank " + rank + " aborted " + millis + " ms after rank 1 threw");
-        }
+        assertEndedWithin(10_000, TIMES.get("thrown"), "rank 1 threw", "aborted ", 0, 2);
         for (int rank = 0; rank < 3; rank++) {
             Communicator first = COMMUNICATORS.get("0/" + rank);
             assertTrue(first.isClosed(), "attempt 0, rank " + rank + ": " + first);
@@ -162,13 +155,7 @@ class SparkCommunicatorsTest {
         long cancelled = System.nanoTime();
         spark.cancelJobGroup(group);
         assertTrue(driver.join(java.time.Duration.ofSeconds(30)), "the job did not end after its cancel");
-        for (int rank : new int[] {1, 2}) {
-            Long ended = awaitTime("ended " + rank);
-            assertTrue(ended != null, "rank " + rank + " did not end with an abort: " + TIMES);
-            long millis = TimeUnit.NANOSECONDS.toMillis(ended - cancelled);
-            System.out.println("cancelled job: rank " + rank + " ended " + millis + " ms after the cancel");
-            assertTrue(millis < 5_000, "rank " + rank + " ended " + millis + " ms after the cancel");
-        }
+        assertEndedWithin(5_000, cancelled, "the cancel", "ended ", 1, 2);
         assertNoJncclThreads();
     }
 
@@ -186,6 +173,22 @@ class SparkCommunicatorsTest {
         assertThrows(IllegalArgumentException.class, () -> SparkOptions.defaults().withDevice(-2));
         assertThrows(IllegalArgumentException.class, () -> SparkCommunicators.run(spark, 0, SparkOptions.defaults(),
                 Communicator::rank));
+    }
+
+    /**
+     * Each of {@code ranks} recorded (under {@code key + rank}) that its wait ended with an exception,
+     * less than {@code limitMillis} after {@code since} (when {@code event} happened).
+     */
+    private static void assertEndedWithin(long limitMillis, long since, String event, String key, int... ranks)
+            throws InterruptedException {
+        for (int rank : ranks) {
+            Long ended = awaitTime(key + rank);
+            assertTrue(ended != null, "rank " + rank + " did not record '" + key + "' (its wait did not end with an"
+                    + " exception): " + TIMES);
+            long millis = TimeUnit.NANOSECONDS.toMillis(ended - since);
+            System.out.println("rank " + rank + " ended " + millis + " ms after " + event);
+            assertTrue(millis < limitMillis, "rank " + rank + " ended " + millis + " ms after " + event);
+        }
     }
 
     /** A time a task records; a killed task may still be ending when Spark reports the job. */

@@ -3,11 +3,9 @@ package dev.jnccl.spark;
 import dev.jnccl.Communicator;
 import java.util.Arrays;
 import java.util.List;
-import java.util.Map;
 import java.util.Random;
 import java.util.Set;
 import org.apache.spark.BarrierTaskContext;
-import org.apache.spark.api.java.JavaSparkContext;
 
 /**
  * The host-side cost in Spark barrier mode, per call: the communicator's {@link Communicator#barrier()}
@@ -19,6 +17,8 @@ import org.apache.spark.api.java.JavaSparkContext;
  * [--tasks N] [--calls N] [--warmup N] [--spark-barriers N]}; docs/performance.md has its figures.
  */
 public final class SparkHostCost {
+    private static final String USAGE = "usage: SparkHostCost [--tasks N] [--calls N] [--warmup N] [--spark-barriers N]";
+
     private SparkHostCost() {}
 
     /**
@@ -33,42 +33,32 @@ public final class SparkHostCost {
     }
 
     static int run(String[] args) {
-        int tasks;
-        int calls;
-        int warmup;
-        int sparkBarriers;
-        try {
-            Map<String, String> options = LocalSpark.options(args,
-                    Set.of("--tasks", "--calls", "--warmup", "--spark-barriers"));
-            if (options.containsKey("--help")) {
-                System.out.println("usage: SparkHostCost [--tasks N] [--calls N] [--warmup N] [--spark-barriers N]");
-                return 0;
-            }
-            tasks = (int) LocalSpark.number(options, "--tasks", 2, 1, 64);
-            calls = (int) LocalSpark.number(options, "--calls", 2000, 1, 10_000_000);
-            warmup = (int) LocalSpark.number(options, "--warmup", 2000, 0, 10_000_000);
-            sparkBarriers = (int) LocalSpark.number(options, "--spark-barriers", 5, 0, 1000);
-        } catch (LocalSpark.UsageException e) {
-            System.err.println("SparkHostCost: " + e.getMessage());
-            return 2;
-        }
-        JavaSparkContext spark = LocalSpark.start("local[" + tasks + "]", "jnccl-spark-host-cost");
-        List<long[][]> perTask;
-        String backend;
-        try {
-            List<Object[]> results = SparkCommunicators.run(spark, tasks, SparkOptions.defaults(),
-                    comm -> new Object[] {measure(comm, calls, warmup, sparkBarriers), comm.backend().toString()});
-            perTask = results.stream().map(r -> (long[][]) r[0]).toList();
-            backend = (String) results.get(0)[1];
-        } catch (Exception | Error e) { // Spark's SparkException (checked) carries the failed task's exception
-            System.out.println("FAILED: " + e);
-            return 3;
-        } finally {
-            spark.stop();
-        }
-        System.out.printf("Spark %s barrier mode, local[%d], backend %s, %d call(s) after %d warm-up, %d core(s), "
-                + "Java %s%n", spark.version(), tasks, backend, calls, warmup,
-                Runtime.getRuntime().availableProcessors(), Runtime.version());
+        return LocalSpark.program("SparkHostCost", USAGE, args,
+                Set.of("--tasks", "--calls", "--warmup", "--spark-barriers"), options -> {
+                    int tasks = (int) LocalSpark.number(options, "--tasks", 2, 1, 64);
+                    int calls = (int) LocalSpark.number(options, "--calls", 2000, 1, 10_000_000);
+                    int warmup = (int) LocalSpark.number(options, "--warmup", 2000, 0, 10_000_000);
+                    int sparkBarriers = (int) LocalSpark.number(options, "--spark-barriers", 5, 0, 1000);
+                    String[] version = new String[1];
+                    List<Object[]> results = LocalSpark.stage(tasks, "jnccl-spark-host-cost", spark -> {
+                        version[0] = spark.version();
+                        return SparkCommunicators.run(spark, tasks, SparkOptions.defaults(), comm ->
+                                new Object[] {measure(comm, calls, warmup, sparkBarriers), comm.backend()});
+                    });
+                    if (results == null) {
+                        return LocalSpark.EXIT_ERROR;
+                    }
+                    System.out.printf("Spark %s barrier mode, local[%d], backend %s, %d call(s) after %d warm-up,"
+                            + " %d core(s), Java %s%n", version[0], tasks,
+                            results.get(0)[1], calls, warmup, Runtime.getRuntime().availableProcessors(),
+                            Runtime.version());
+                    report(results.stream().map(r -> (long[][]) r[0]).toList());
+                    return 0;
+                });
+    }
+
+    /** Per operation: the median and mean per call of the slowest task. */
+    private static void report(List<long[][]> perTask) {
         String[] names = {"Communicator.barrier()", "Communicator.allGatherBytesHost(64 B)",
             "BarrierTaskContext.barrier() (Spark)"};
         for (int op = 0; op < names.length; op++) {
@@ -86,7 +76,6 @@ public final class SparkHostCost {
             System.out.printf("%-40s median %10.1f us, mean %10.1f us per call (slowest task, %d call(s))%n",
                     names[op], worstMedian, worstMean, perTask.get(0)[op].length);
         }
-        return 0;
     }
 
     /** One task's times per call (ns): barrier, 64-byte host all-gather, Spark's barrier. */
