@@ -208,12 +208,18 @@ public final class SparkCommunicators {
         return run(JavaSparkContext.fromSparkContext(spark), tasks, options, work);
     }
 
-    /** One barrier task of {@link #run}: its communicator, the work, and the result as the partition's one element. */
+    /**
+     * One barrier task of {@link #run}: its communicator, the work, and the result as the partition's one element.
+     *
+     * @param <R> the result of one rank
+     */
     private static final class BarrierTask<R> extends AbstractFunction1<scala.collection.Iterator<Integer>,
             scala.collection.Iterator<Object>> implements Serializable {
         @Serial
         private static final long serialVersionUID = 1L;
+        /** The device override and the communicator's options, shipped with the task. */
         private final SparkOptions options;
+        /** What the rank does. */
         private final RankFunction<R> work;
 
         BarrierTask(SparkOptions options, RankFunction<R> work) {

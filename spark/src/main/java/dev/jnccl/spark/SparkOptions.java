@@ -31,7 +31,9 @@ public final class SparkOptions implements Serializable {
         CommunicatorOptions apply(CommunicatorOptions defaults);
     }
 
+    /** The CUDA device of every task without a Spark-assigned GPU; -1 for none. */
     private final int device;
+    /** Makes the communicator's options from the defaults, where the task runs. */
     private final CommunicatorSetup communicator;
 
     private SparkOptions(int device, CommunicatorSetup communicator) {
