@@ -9,16 +9,29 @@
 # nothing). The arguments, --launcher mpi / --ranks N, JNCCL_BACKEND and JAVA_OPTS: see
 # scripts/lib/launch.sh, which runs the program here as it does in the bundle.
 
+#
+# example_module=spark (set by the caller before run_example_main): the main class is one of
+# jnccl-spark's test-scope programs (Spark barrier mode), run on that module's test class path, so
+# that Spark stays off the examples' own.
 run_example_main() {
   local name=$1 main=$2; shift 2
-  local cp_file=examples/target/example-classpath.txt root=$PWD
+  local module=${example_module:-examples} scope="" classes
+  [ "$module" = spark ] && scope=-Dmdep.includeScope=test
+  local cp_file=$module/target/example-classpath.txt root=$PWD
   if [ "${DRY_RUN:-0}" != 1 ] && { [ "${SKIP_BUILD:-0}" != 1 ] || [ ! -s "$cp_file" ]; }; then
-    echo "$name: building (./mvnw install -pl examples -am, tests skipped)" >&2
-    ./mvnw -B -q -DskipTests -Djnccl.skipSanitizers=true install -pl examples -am
-    ./mvnw -B -q -pl examples dependency:build-classpath -Dmdep.outputFile="$PWD/$cp_file" >/dev/null
+    echo "$name: building (./mvnw install -pl $module -am, tests skipped)" >&2
+    ./mvnw -B -q -DskipTests -Djnccl.skipSanitizers=true install -pl "$module" -am
+    ./mvnw -B -q -pl "$module" dependency:build-classpath $scope -Dmdep.outputFile="$PWD/$cp_file" >/dev/null
   fi
-  JNCCL_CLASS_PATH="<the examples' class path: not built yet>"
-  [ -s "$cp_file" ] && JNCCL_CLASS_PATH="$root/examples/target/classes:$(cat "$cp_file")"
+  classes="$root/$module/target/classes"
+  if [ "$module" = spark ]; then
+    classes="$root/spark/target/test-classes:$classes"
+    # Spark's off-heap code without its warnings; Spark's log4j2 (spark/src/test/resources/log4j2.properties),
+    # not the test-scope logback also on that class path.
+    export JAVA_OPTS="--sun-misc-unsafe-memory-access=allow -Dslf4j.provider=org.apache.logging.slf4j.SLF4JServiceProvider ${JAVA_OPTS:-}"
+  fi
+  JNCCL_CLASS_PATH="<the $module module's class path: not built yet>"
+  [ -s "$cp_file" ] && JNCCL_CLASS_PATH="$classes:$(cat "$cp_file")"
   export JNCCL_CLASS_PATH JNCCL_JAVA="$JAVA_HOME/bin/java"
   cd "${caller_dir:-$root}"
   exec sh "$root/scripts/lib/launch.sh" "$name" "$main" "$@"

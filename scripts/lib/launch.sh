@@ -60,8 +60,11 @@ if [ "$launcher" = mpi ] && ! mpi_inside_job; then
   run "$MPI_RUN" -np "$ranks" $MPI_FLAGS "$MPI_ENV_FLAG" JNCCL_MPI_LIBRARY \
     "$java" --enable-native-access=ALL-UNNAMED ${JAVA_OPTS:-} $progress \
     -Djnccl.backend="${JNCCL_BACKEND:-auto}" -cp "$class_path" "$main" "$@"
+elif [ "$launcher" = spark ]; then
+  # Spark's local mode: one JVM, the program starts local[N] itself.
+  set -- "$@" --ranks "${ranks:-2}"
 elif [ -n "$ranks" ]; then
-  echo "$name: --ranks needs --launcher mpi (threads mode: --gpus / -g)" >&2
+  echo "$name: --ranks needs --launcher mpi or spark (threads mode: --gpus / -g)" >&2
   exit 2
 fi
 # shellcheck disable=SC2086 # JAVA_OPTS is a list of options

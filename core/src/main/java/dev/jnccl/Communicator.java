@@ -14,6 +14,7 @@ import dev.jnccl.spi.Command;
 import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.Membership;
 import dev.jnccl.spi.Modes;
+import dev.jnccl.spi.NcclHostSide;
 import dev.jnccl.spi.RankParts;
 import dev.jnccl.spi.Transport;
 import java.nio.ByteBuffer;
@@ -42,7 +43,7 @@ import org.slf4j.LoggerFactory;
  *
  * <p><b>Making one.</b> Through a launcher ({@code ThreadsCommunicators}, {@code MpiCommunicators}),
  * {@link #single} for one rank, or {@link #initRank} for a rank of a world whose processes a launcher
- * of the caller's own started (then the host-side helpers are not available).
+ * of the caller's own started (then the host-side helpers run over NCCL itself).
  *
  * <p><b>Threads.</b> Create and use a communicator from the thread whose current CUDA device is
  * {@link #device()} (the factories set it). Calls are serialized internally; {@link #abort},
@@ -210,9 +211,14 @@ public final class Communicator implements AutoCloseable {
      * (a scheduler, a container orchestrator), which hands the id from rank 0 to the others. Waits,
      * up to {@link CommunicatorOptions#initTimeout()}, for every rank to join.
      *
-     * <p>Transactions and convenience operations work as with any launcher. The host-side helpers
-     * ({@link #barrier()}, host gathers) and {@link #split} need a launcher that knows how the ranks
-     * meet on the host: here they throw {@link UnsupportedOperationException}.
+     * <p>Transactions and convenience operations work as with any launcher. With no host channel
+     * between the ranks, the host-side helpers run over this communicator's own NCCL collectives
+     * ({@link dev.jnccl.spi.NcclHostSide}): {@link #barrier()} is a one-element all-reduce, the host
+     * gathers an all-gather of the lengths and then of the padded bytes, {@link #split} exchanges the
+     * colors and keys the same way. Each is a transaction of this communicator (so none may be open
+     * on the calling thread) and waits at most the watchdog's timeout. A rank that aborts cannot tell
+     * the others: they end when NCCL fails their collective or, at the latest, when their own
+     * watchdog (or host-side timeout) fires.
      *
      * @param id        the unique id, made by one rank with {@link UniqueId#generate()} and given to all
      * @param rank      this rank, in {@code [0, worldSize)}
@@ -226,7 +232,7 @@ public final class Communicator implements AutoCloseable {
      */
     public static Communicator initRank(UniqueId id, int rank, int worldSize, int device,
                                         CommunicatorOptions options) {
-        return create(id, rank, worldSize, device, options, new RankParts(HostSides.NONE, Transport.NCCL));
+        return create(id, rank, worldSize, device, options, NcclHostSide.parts(() -> null));
     }
 
     // ---------------------------------------------------------------- identity
@@ -982,7 +988,7 @@ public final class Communicator implements AutoCloseable {
      * @param key the order of this rank in its group
      * @return the new communicator, or empty for a negative color
      * @throws IllegalStateException         when a transaction is open or this communicator is closed
-     * @throws UnsupportedOperationException when the launcher has no sub-communicators ({@link #initRank})
+     * @throws UnsupportedOperationException when the launcher has no sub-communicators
      * @throws NcclException                 when NCCL refuses the split
      * @throws CommunicatorAbortedException  when the other ranks did not split in time, or on abort
      */

@@ -6,7 +6,7 @@ import dev.jnccl.spi.RankParts;
 import dev.jnccl.spi.Transport;
 import java.util.List;
 
-/** The host sides core itself supplies: one rank alone, and a rank of a world without a launcher. */
+/** The host side core itself supplies for one rank alone ({@link dev.jnccl.spi.NcclHostSide} serves {@link Communicator#initRank}). */
 final class HostSides {
     private HostSides() {}
 
@@ -28,30 +28,6 @@ final class HostSides {
         @Override
         public RankParts split(Membership membership) {
             return new RankParts(this, Transport.NCCL);
-        }
-    };
-
-    /** {@link Communicator#initRank}: the ranks meet only through the unique id, so no host-side collectives. */
-    static final HostSide NONE = new HostSide() {
-        @Override
-        public void barrier(long timeoutNanos) {
-            throw unsupported("barrier");
-        }
-
-        @Override
-        public List<byte[]> gather(byte[] local, int root, long timeoutNanos) {
-            throw unsupported("gatherBytesHost");
-        }
-
-        @Override
-        public List<byte[]> allGather(byte[] local, long timeoutNanos) {
-            throw unsupported("allGatherBytesHost");
-        }
-
-        private UnsupportedOperationException unsupported(String operation) {
-            return new UnsupportedOperationException(operation + ": a communicator made by Communicator.initRank has"
-                    + " no host side (the ranks meet only through the unique id); use a launcher (threads, MPI)"
-                    + " for host-side collectives and split");
         }
     };
 }

@@ -22,7 +22,7 @@ class PublicApiTest {
 
     @Test
     void theLauncherSeamIsExportedToTheLauncherModulesOnly() {
-        assertEquals(Set.of("dev.jnccl.threads", "dev.jnccl.mpi"),
+        assertEquals(Set.of("dev.jnccl.threads", "dev.jnccl.mpi", "dev.jnccl.spark"),
                 ExportedApi.exportTargets(Communicator.class, "dev.jnccl.spi"));
     }
 

@@ -161,6 +161,44 @@ public final class RingAllToAll {
         return status[0];
     }
 
+    /**
+     * One rank of the example under a launcher this module does not depend on (Spark barrier mode:
+     * jnccl-spark's {@code SparkRingAllToAll}, which keeps Spark off this module's class path): the
+     * iterations and checks of {@link #main}, the result encoded for {@link #report(List, long, long)}.
+     *
+     * @param comm       this rank's communicator
+     * @param elements   INT32 elements per slot, 1 or more
+     * @param iterations all-to-all + ring rounds, 1 or more
+     * @return this rank's result, to be gathered (in rank order) by the launcher
+     * @throws IllegalArgumentException when {@code elements} or {@code iterations} is below 1, or the
+     *         world is larger than the value encoding allows (100 ranks)
+     */
+    public static byte[] runRank(Communicator comm, long elements, int iterations) {
+        if (elements < 1 || iterations < 1) {
+            throw new IllegalArgumentException("runRank: elements " + elements + " and iterations " + iterations
+                    + " must be in [1, " + Long.MAX_VALUE + "] and [1, " + Integer.MAX_VALUE + "]");
+        }
+        if (comm.worldSize() > MAX_WORLD) {
+            throw new IllegalArgumentException("runRank: world size " + comm.worldSize() + " is out of range [1, "
+                    + MAX_WORLD + "]");
+        }
+        return encode(rank(comm, elements, iterations));
+    }
+
+    /**
+     * Prints the report of {@link #main} for the results of {@link #runRank} (every rank's, in rank
+     * order), ending with {@code OK} when every element matched.
+     *
+     * @param results   every rank's encoded result, index = rank
+     * @param elements  INT32 elements per slot
+     * @param wallNanos the whole run's time, start-up included
+     * @return the exit status: 0 OK, 1 verification failed
+     */
+    public static int report(List<byte[]> results, long elements, long wallNanos) {
+        return report(results.stream().map(RingAllToAll::decodeResult).toArray(RankResult[]::new), elements, false,
+                wallNanos);
+    }
+
     private static byte[] encode(RankResult result) {
         java.io.ByteArrayOutputStream bytes = new java.io.ByteArrayOutputStream();
         try (java.io.DataOutputStream out = new java.io.DataOutputStream(bytes)) {

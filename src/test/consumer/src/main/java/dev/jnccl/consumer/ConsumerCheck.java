@@ -7,9 +7,11 @@ import dev.jnccl.Transaction;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
+import dev.jnccl.spark.SparkOptions;
 import dev.jnccl.threads.ThreadsCommunicators;
 import dev.jnccl.threads.ThreadsOptions;
 import java.lang.foreign.MemorySegment;
+import java.time.Duration;
 import java.util.SplittableRandom;
 
 /**
@@ -32,8 +34,25 @@ public final class ConsumerCheck {
     public static void main(String[] args) {
         long seed = System.nanoTime();
         ThreadsCommunicators.run(WORLD, ThreadsOptions.defaults(), comm -> check(comm, seed));
+        sparkOptions();
         System.out.println("jnccl consumer check: " + WORLD + " ranks, reduce-scatter + all-gather of " + COUNT
                 + " FP32 elements on backend " + System.getProperty("jnccl.backend") + " (seed " + seed + "): OK");
+    }
+
+    /**
+     * jnccl-spark resolves through the BOM and its API loads without Spark on the module path (the
+     * cluster provides Spark): the options a driver ships to the barrier tasks, applied as a task would.
+     */
+    private static void sparkOptions() {
+        Duration watchdog = Duration.ofSeconds(30 + new SplittableRandom().nextInt(60));
+        SparkOptions options = SparkOptions.defaults().withDevice(1).withCommunicator(o -> o.withWatchdog(watchdog));
+        if (options.device() != 1 || !options.communicator().watchdogTimeout().equals(watchdog)
+                || SparkOptions.defaults().device() != -1) {
+            throw new AssertionError("jnccl-spark: SparkOptions " + options + " lost its device or watchdog "
+                    + watchdog + ": " + options.communicator());
+        }
+        System.out.println("jnccl consumer check: jnccl-spark's SparkOptions (device " + options.device()
+                + ", watchdog " + watchdog + "): OK");
     }
 
     private static void check(Communicator comm, long seed) {
