@@ -17,9 +17,13 @@ import dev.jnccl.internal.Native;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Deque;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Consumer;
@@ -55,12 +59,20 @@ import java.util.function.Supplier;
  * aborts it. A launcher that knows more (Spark kills the other tasks of a failed barrier stage)
  * ends the peers sooner.
  *
- * <p><b>Ranks sharing a device.</b> The buffer is freed when the communicator closes, and
- * {@code cudaFree} waits for the whole device: close a communicator only when the ranks that share
- * its device have no collective pending that waits for this rank.
+ * <p><b>Memory.</b> The device buffer is not freed when the communicator closes but kept, per
+ * device, for the next host side (a few KiB per communicator, at most 64 buffers per device):
+ * {@code cudaFree} waits for the whole device, which ranks sharing it may still use.
  */
 public final class NcclHostSide implements HostSide {
     private static final long SLOT_ALIGNMENT = Long.BYTES;
+    /**
+     * Buffers of closed host sides, per device, for the next one: never handed to cudaFree while the
+     * process runs, because cudaFree waits for the whole device, and with ranks of one process sharing
+     * a GPU a peer may still be inside a collective whose kernels cannot launch until it returns (seen
+     * as a hang at close with threads of one JVM on one GPU). Bounded: beyond it a buffer is freed.
+     */
+    private static final Map<Integer, Deque<DeviceMemory>> SPARE = new ConcurrentHashMap<>();
+    private static final int SPARE_PER_DEVICE = 64;
 
     private final Supplier<String> cancellation;
     private final ReentrantLock lock = new ReentrantLock();
@@ -230,13 +242,47 @@ public final class NcclHostSide implements HostSide {
         long needed = (communicator.worldSize() + 1L) * slot;
         if (buffer == null || buffer.bytes() < needed) {
             if (buffer != null) {
-                // Freed with the host side, not now: cudaFree waits for the whole device, and a rank
-                // sharing it may be inside a collective that waits for this one.
+                // Kept with the host side, not freed now: cudaFree waits for the whole device, and a
+                // rank sharing it may be inside a collective that waits for this one.
                 retired.add(buffer);
             }
-            buffer = DeviceMemory.allocate(Math.max(needed, Math.max(256, 2 * (buffer == null ? 0 : buffer.bytes()))));
+            long size = Math.max(needed, Math.max(256, 2 * (buffer == null ? 0 : buffer.bytes())));
+            buffer = spare(communicator.device(), needed);
+            if (buffer == null) {
+                buffer = DeviceMemory.allocate(size);
+            }
         }
         return buffer;
+    }
+
+    /** A spare buffer of {@code device} with at least {@code bytes}, or null. */
+    private static DeviceMemory spare(int device, long bytes) {
+        Deque<DeviceMemory> spares = SPARE.get(device);
+        if (spares == null) {
+            return null;
+        }
+        synchronized (spares) {
+            for (var it = spares.iterator(); it.hasNext(); ) {
+                DeviceMemory memory = it.next();
+                if (memory.bytes() >= bytes) {
+                    it.remove();
+                    return memory;
+                }
+            }
+        }
+        return null;
+    }
+
+    /** Keeps {@code memory} for a later host side of its device (see {@link #SPARE}). */
+    private static void keep(DeviceMemory memory) {
+        Deque<DeviceMemory> spares = SPARE.computeIfAbsent(memory.device(), d -> new ArrayDeque<>());
+        synchronized (spares) {
+            if (spares.size() < SPARE_PER_DEVICE) {
+                spares.add(memory);
+                return;
+            }
+        }
+        memory.close();
     }
 
     /** Copies {@code bytes} into {@code target} in order on the internal stream, which the next transaction waits for. */
@@ -327,7 +373,7 @@ public final class NcclHostSide implements HostSide {
             retired.add(buffer);
             buffer = null;
         }
-        retired.forEach(DeviceMemory::close);
+        retired.forEach(NcclHostSide::keep);
         retired.clear();
         done.close();
         stream.close();
