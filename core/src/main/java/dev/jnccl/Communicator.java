@@ -428,16 +428,17 @@ public final class Communicator implements AutoCloseable {
         stream.waitFor(transaction.ready());
         long graph = capturedInto();
         boolean enqueuing = false;
-        // Counted before the commands go to NCCL: a rank held inside this enqueue (real NCCL connects
-        // to its peers in the first collective, in ncclGroupEnd) has committed to this transaction,
-        // and a peer that closed after fewer will never join it (the watchdog's poll of the host side).
-        // A captured transaction runs only in replays, each counted by launch(graph, stream).
-        if (graph == 0) {
-            this.executed++; // only this thread, holding the lock, writes it
-        }
         try {
             transport.beforeCommands(executed, stream);
             enqueuing = true;
+            // Counted before the commands go to NCCL (not before the transport, which may refuse the
+            // transaction and leave the communicator usable): a rank held inside this enqueue (real
+            // NCCL connects to its peers in the first collectives, in ncclGroupEnd) has committed to
+            // it, and a peer that closed after fewer will never join it (the watchdog's poll of the
+            // host side). A captured transaction runs only in replays, each counted by launch.
+            if (graph == 0) {
+                this.executed++; // only this thread, holding the lock, writes it
+            }
             commands.run(executed);
             transport.afterCommands(stream);
             if (signal != null) {
