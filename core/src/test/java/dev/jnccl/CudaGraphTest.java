@@ -449,6 +449,15 @@ class CudaGraphTest {
                 graph.launch(stream);
                 stream.synchronize();
             }
+            // After the capture, a launch does not record the event for the host (CUDA answers its
+            // query with invalid argument): refused with the reason until it is recorded again outside.
+            IllegalStateException ended = assertThrows(IllegalStateException.class, event::isComplete);
+            assertTrue(ended.getMessage().contains("recorded inside a CUDA graph capture, which has ended"),
+                    ended.getMessage());
+            assertThrows(IllegalStateException.class, event::synchronize);
+            assertThrows(IllegalStateException.class, () -> comm.await(event));
+            event.record(stream);
+            event.synchronize();
             assertTrue(event.isComplete());
             comm.synchronize();
             assertFalse(comm.isAborted());

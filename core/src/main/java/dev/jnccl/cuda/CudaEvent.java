@@ -124,28 +124,36 @@ public final class CudaEvent implements AutoCloseable {
         }
     }
 
-    /**
-     * Refuses a wait or query that CUDA forbids: from the capturing thread, or of a record made in a
-     * capture (it completes only in a launch of the graph).
-     */
     /** {@return whether the most recent record was made on a stream that is still capturing} */
     boolean recordedInActiveCapture() {
         CudaStream capturing = capturedOn;
         return capturing != null && !capturing.isClosed() && capturing.isCapturing();
     }
 
+    /**
+     * Refuses a wait or query that CUDA forbids: from the capturing thread, or of a record made in a
+     * capture. Such a record belongs to the graph: while the capture runs it has not happened, and
+     * once the capture has ended no launch of the graph records the event for the host either (CUDA
+     * answers cudaEventQuery with invalid argument until the event is recorded again outside).
+     */
     private void refuseDuringCapture(String operation) {
         handle.requireOpen(operation, this);
-        if (!CudaGraph.anyCapture()) {
+        CudaStream capturing = capturedOn;
+        if (capturing == null && !CudaGraph.anyCapture()) {
             return;
         }
         CudaGraph.refuseOnCapturingThread(operation, this);
-        CudaStream capturing = capturedOn;
-        if (capturing != null && !capturing.isClosed() && capturing.isCapturing()) {
+        if (capturing == null) {
+            return;
+        }
+        if (!capturing.isClosed() && capturing.isCapturing()) {
             throw new IllegalStateException(operation + ": " + this + " was last recorded on " + capturing
                     + " while it captured a CUDA graph: that record completes only when the graph is launched;"
                     + " record the event again outside the capture (or wait on the stream the graph is launched on)");
         }
+        throw new IllegalStateException(operation + ": " + this + " was last recorded inside a CUDA graph capture,"
+                + " which has ended: launches of the graph do not record it for the host; record the event again"
+                + " outside the capture (or wait on the stream the graph is launched on)");
     }
 
     /**
