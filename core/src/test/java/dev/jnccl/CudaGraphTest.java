@@ -403,11 +403,15 @@ class CudaGraphTest {
     @Test
     void unjoinedCommsStreamFailsTheCaptureWithCudasError() {
         try (Communicator comm = communicator(CommunicatorOptions.defaults()); CudaEvent ready = CudaEvent.create();
-             CudaEvent signal = CudaEvent.create(); DeviceMemory work = upload(randomFloats())) {
+             CudaEvent signal = CudaEvent.create(); DeviceMemory work = upload(randomFloats());
+             DeviceMemory out = upload(randomFloats())) {
             DeviceTensor tensor = work.tensor(DType.FP32);
+            DeviceTensor result = out.tensor(DType.FP32);
             CudaException e = assertThrows(CudaException.class, () -> CudaGraph.capture(stream, () -> {
                 ready.record(stream);
-                comm.begin(ready).allReduce(tensor, ReduceOp.SUM).execute(signal); // signal never waited for
+                // Out of place, so that the comms stream holds work: one rank's in-place sum enqueues
+                // nothing in NCCL, and CUDA then finds nothing unjoined (seen on the H200).
+                comm.begin(ready).allReduce(tensor, result, ReduceOp.SUM).execute(signal); // never waited for
             }));
             assertTrue(e.getMessage().contains("cudaStreamEndCapture"), e.getMessage());
             assertEquals(904, e.code(), e.getMessage()); // cudaErrorStreamCaptureUnjoined
