@@ -1,6 +1,7 @@
 package dev.jnccl;
 
 import java.util.List;
+import java.util.Objects;
 
 /**
  * A reduction: one of NCCL's built-in ncclRedOp_t ({@link #SUM}, {@link #PROD}, {@link #MAX},
@@ -77,11 +78,36 @@ public final class ReduceOp {
     }
 
     /**
-     * {@return NCCL's built-in operations, in the order SUM, PROD, MAX, MIN, AVG (the enum's
-     * {@code values()} of earlier versions)}
+     * {@return NCCL's built-in operations, in the order SUM, PROD, MAX, MIN, AVG: a new array each
+     * call, as the enum's {@code values()} of earlier versions}
      */
-    public static List<ReduceOp> values() {
-        return BUILT_IN;
+    public static ReduceOp[] values() {
+        return BUILT_IN.toArray(new ReduceOp[0]);
+    }
+
+    /**
+     * The built-in operation of that name, as the enum's {@code valueOf} of earlier versions.
+     *
+     * @param name {@code "SUM"}, {@code "PROD"}, {@code "MAX"}, {@code "MIN"} or {@code "AVG"}
+     * @return the operation
+     * @throws IllegalArgumentException when {@code name} names none of them (a scaled sum has no
+     *                                  name: {@link #scaledSum})
+     * @throws NullPointerException     when {@code name} is null
+     */
+    public static ReduceOp valueOf(String name) {
+        Objects.requireNonNull(name, "ReduceOp.valueOf: name is null");
+        for (ReduceOp op : BUILT_IN) {
+            if (op.kind.name().equals(name)) {
+                return op;
+            }
+        }
+        throw new IllegalArgumentException("ReduceOp.valueOf: no built-in operation named \"" + name
+                + "\": expected one of SUM, PROD, MAX, MIN, AVG (a scaled sum: ReduceOp.scaledSum(factor))");
+    }
+
+    /** {@return the name of this operation's {@link #kind()}, as the enum's {@code name()} of earlier versions} */
+    public String name() {
+        return kind.name();
     }
 
     /** {@return what this operation computes} */

@@ -131,7 +131,7 @@ class CommunicatorWorldOneTest {
     }
 
     static List<ReduceOp> builtInOps() {
-        return ReduceOp.values();
+        return List.of(ReduceOp.values());
     }
 
     @ParameterizedTest

@@ -20,7 +20,10 @@ class ScaledSumValuesTest {
 
     @Test
     void builtInsAndScaledSums() {
-        assertEquals(List.of(ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.AVG), ReduceOp.values());
+        assertEquals(List.of(ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.AVG), List.of(ReduceOp.values()));
+        assertEquals(ReduceOp.AVG, ReduceOp.valueOf("AVG"));
+        assertEquals("MAX", ReduceOp.MAX.name());
+        assertThrows(IllegalArgumentException.class, () -> ReduceOp.valueOf("SCALED_SUM"));
         assertEquals("AVG", ReduceOp.AVG.toString());
         assertEquals(ReduceOp.Kind.MIN, ReduceOp.MIN.kind());
         ReduceOp half = ReduceOp.scaledSum(0.5);

@@ -65,7 +65,7 @@ class ValuesTest {
         types.forEach((dtype, nccl) -> assertEquals(nccl, NcclTypes.of(dtype), dtype.toString()));
         Map<ReduceOp, Integer> ops = Map.of(ReduceOp.SUM, 0, ReduceOp.PROD, 1, ReduceOp.MAX, 2, ReduceOp.MIN, 3,
                 ReduceOp.AVG, 4);
-        assertEquals(Set.copyOf(ReduceOp.values()), ops.keySet(), "a ReduceOp without a reference value");
+        assertEquals(Set.of(ReduceOp.values()), ops.keySet(), "a ReduceOp without a reference value");
         ops.forEach((op, nccl) -> assertEquals(nccl, NcclTypes.of(op), op.toString()));
     }
 

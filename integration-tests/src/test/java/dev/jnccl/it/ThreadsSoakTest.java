@@ -321,7 +321,7 @@ class ThreadsSoakTest {
             Kind kind = kinds.get(random.nextInt(kinds.size()));
             boolean reduction = kind == Kind.REDUCE_SCATTER || kind == Kind.ALL_REDUCE;
             DType dtype = reduction ? REDUCED.get(random.nextInt(REDUCED.size())) : dtypes.get(random.nextInt(dtypes.size()));
-            ReduceOp op = ReduceOp.values().get(random.nextInt(ReduceOp.values().size()));
+            ReduceOp op = ReduceOp.values()[random.nextInt(ReduceOp.values().length)];
             boolean convenientReduceScatter = kinds == CONVENIENT && kind == Kind.REDUCE_SCATTER;
             if (convenientReduceScatter) {
                 op = ReduceOp.SUM; // the convenience reduce-scatter sums
