@@ -126,7 +126,7 @@ abstract class MpiWorldsChecks {
      * Waits for a line matching {@code startLine}, then for the job to end with a non-zero exit code
      * within {@code maxSeconds} of it; returns the job's output.
      */
-    private static String awaitFailureWithin(MpiJobs.Job job, String startLine, long maxSeconds)
+    static String awaitFailureWithin(MpiJobs.Job job, String startLine, long maxSeconds)
             throws InterruptedException {
         job.awaitLine(startLine, JOB_TIMEOUT);
         long started = System.nanoTime();
