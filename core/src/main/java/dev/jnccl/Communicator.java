@@ -1213,8 +1213,16 @@ public final class Communicator implements AutoCloseable {
     /** The exception for a native call that failed because the communicator was aborted meanwhile. */
     private CommunicatorAbortedException abortedDuring(String operation, RuntimeException failure) {
         host.beforeAbortedException(abortReason);
+        Throwable cause = failure;
+        if (Thread.currentThread().isInterrupted()) {
+            // The watchdog aborted because this thread was interrupted inside NCCL: as for the host
+            // side's waits, the interrupt is the cause (the status stays set), NCCL's failure beside it.
+            InterruptedException interrupted = new InterruptedException(operation + " interrupted inside NCCL");
+            interrupted.addSuppressed(failure);
+            cause = interrupted;
+        }
         return new CommunicatorAbortedException(operation + ": communicator of rank " + rank
-                + " was aborted while the call was in NCCL: " + abortReason, failure);
+                + " was aborted while the call was in NCCL: " + abortReason, cause);
     }
 
     // ---------------------------------------------------------------- registration

@@ -75,6 +75,8 @@ final class NcclComm {
     private volatile MemorySegment child;
     /** System.nanoTime() when the current (possibly blocking) enqueue into NCCL began, 0 when none runs. */
     private volatile long callStartedNanos;
+    /** The thread inside the enqueue that {@link #callStartedNanos} times, or null. */
+    private volatile Thread callThread;
     /**
      * The pre-multiplied sum operators made on the work communicator, by data type and scalar (the
      * factor as NCCL reads it): made at first use, destroyed before the work communicator is
@@ -336,6 +338,16 @@ final class NcclComm {
         return parent == null && child == null;
     }
 
+    /**
+     * The thread inside an enqueue, when it has been interrupted (for the watchdog), else null. An
+     * interrupt cannot reach a thread inside a native call, and real NCCL may hold one there for as
+     * long as its peers take to come (it connects ranks in the first collectives' ncclGroupEnd).
+     */
+    Thread interruptedCaller() {
+        Thread thread = callThread;
+        return thread != null && thread.isInterrupted() ? thread : null;
+    }
+
     /** Nanos since the enqueue now inside NCCL began, or -1 when none is (for the watchdog). */
     long enqueueAgeNanos(long now) {
         long started = callStartedNanos;
@@ -353,6 +365,7 @@ final class NcclComm {
         MemorySegment work = work("ncclGroupStart");
         check(Nccl.ncclGroupStart(), "ncclGroupStart", work);
         boolean open = true;
+        callThread = Thread.currentThread();
         callStartedNanos = System.nanoTime();
         try {
             body.run();
@@ -365,6 +378,7 @@ final class NcclComm {
             }
         } finally {
             callStartedNanos = 0;
+            callThread = null;
             if (open) {
                 Nccl.ncclGroupEnd(); // close it; the original failure is the one that matters
             }

@@ -21,6 +21,8 @@ import org.slf4j.LoggerFactory;
  */
 final class Watchdog {
     private static final Logger LOG = LoggerFactory.getLogger(Watchdog.class);
+    /** How an abort for a thread interrupted inside NCCL begins its reason (its exception's cause then is an InterruptedException). */
+    static final String INTERRUPTED_IN_NCCL = "a thread interrupted while inside NCCL";
 
     private final int rank;
     private final NcclComm comm;
@@ -125,6 +127,12 @@ final class Watchdog {
             } finally {
                 lock.unlock();
             }
+        }
+        Thread interrupted = comm.interruptedCaller();
+        if (interrupted != null) {
+            // Aborting is the only way to return it: the thread's call fails, and the rank's peers
+            // are released as for any abort.
+            return INTERRUPTED_IN_NCCL + " (thread " + interrupted.getName() + ")";
         }
         long now = System.nanoTime();
         long enqueueAge = comm.enqueueAgeNanos(now);

@@ -35,12 +35,18 @@ final class GraphScenarios {
      * Rank 0 captures its step before a barrier, the others after it: the launch-queue pace must not
      * count captured transactions (with a lead of 1 rank 0 would wait in its second transaction for
      * ranks that wait for it in the barrier). Then every rank replays its graph, against the eager step.
+     * The step runs eagerly once before, so that the ranks are connected (see there).
      */
     static void capturesOfRanksAtDifferentTimes(RankContext c) {
         int k = 8;
         CudaStream stream = c.newStream();
         DeviceTensor[] captured = buffers(c, k + 1, "graph.staggered");
         DeviceTensor[] eager = buffers(c, k + 1, "graph.staggered");
+        // The same step once eagerly on every rank first: real NCCL connects a communicator's ranks
+        // inside the enqueue of its first collectives, also in a capture, and rank 0 would then
+        // wait there for peers that wait for it in the barrier.
+        step(c, stream, buffers(c, k + 1, "graph.staggered.warmup"));
+        stream.synchronize();
         if (c.rank != 0) {
             c.comm.barrier();
         }

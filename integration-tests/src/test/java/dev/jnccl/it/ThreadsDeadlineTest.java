@@ -14,6 +14,7 @@ import dev.jnccl.Transaction;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.it.Packs.Mode;
 import dev.jnccl.it.ThreadsFailureTest.Outcome;
+import dev.jnccl.testsupport.NativeEnv;
 import dev.jnccl.threads.ThreadsOptions;
 import java.time.Duration;
 import java.util.List;
@@ -243,6 +244,65 @@ class ThreadsDeadlineTest {
         assertEquals(Boolean.TRUE, statusKept.get(fast), "the interrupt status is kept");
         assertNotNull(closeMillis.get(fast));
         assertTrue(closeMillis.get(fast) < 2_000, "DeviceMemory.close took " + closeMillis.get(fast) + " ms");
+    }
+
+    /**
+     * A thread held inside an enqueue (real NCCL connects ranks there; the emulation's
+     * {@code hang-enqueue} holds it until an abort) cannot see its interrupt: the watchdog sees it and
+     * aborts, well before its timeout, so the call ends with the InterruptedException as the cause and
+     * the status kept. NCCL's transport only: the copy engines' exchange waits for the peer before
+     * anything reaches NCCL, an ordinary interruptible host-side wait.
+     */
+    @Test
+    @SuppressWarnings("try")
+    void anInterruptReachesAThreadHeldInsideAnEnqueue() {
+        Mode mode = new Mode(false, false);
+        Packs.assumeHost("JNCCL_HOST_FAULT=hang-enqueue holds the thread inside ncclGroupEnd");
+        int held = 0;
+        CountDownLatch executing = new CountDownLatch(1);
+        Map<Integer, Thread> threads = new ConcurrentHashMap<>();
+        Map<Integer, Boolean> statusKept = new ConcurrentHashMap<>();
+        Map<Integer, Long> endedAfterMillis = new ConcurrentHashMap<>();
+        long[] interruptedAt = new long[1];
+        Thread interrupter = Thread.ofPlatform().daemon().start(() -> {
+            try {
+                executing.await();
+                Thread.sleep(500); // inside ncclGroupEnd by now
+                interruptedAt[0] = System.nanoTime();
+                threads.get(held).interrupt();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        });
+        Outcome outcome;
+        try (NativeEnv ignored = NativeEnv.set("JNCCL_HOST_FAULT", "hang-enqueue", "JNCCL_HOST_FAULT_RANK",
+                Integer.toString(held), "JNCCL_HOST_FAULT_AT", "1")) {
+            outcome = ThreadsFailureTest.runFailing(2, mode.options(), comm -> {
+                if (comm.rank() != held) {
+                    stayAway(new ConcurrentHashMap<>());
+                    return;
+                }
+                threads.put(held, Thread.currentThread());
+                DeviceTensor t = memory.fp32(N);
+                try (Transaction tx = comm.begin(comm.stream())) {
+                    tx.reduceScatter(t);
+                    executing.countDown();
+                    tx.execute(null);
+                } finally {
+                    endedAfterMillis.put(held, TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - interruptedAt[0]));
+                    statusKept.put(held, Thread.currentThread().isInterrupted());
+                }
+            });
+        }
+        assertTrue(join(interrupter));
+        Throwable t = outcome.byRank().get(held);
+        assertInstanceOf(CommunicatorAbortedException.class, t);
+        assertTrue(causes(t, InterruptedException.class), () -> "no InterruptedException in the causes of " + t);
+        assertTrue(t.getMessage().contains("interrupted while inside NCCL"), t::getMessage);
+        assertEquals(Boolean.TRUE, statusKept.get(held), "the interrupt status is kept");
+        // The watchdog polls every 100 ms and its timeout is 10 minutes: only the interrupt ends it this early.
+        assertTrue(endedAfterMillis.get(held) < 5_000, "the held execute ended " + endedAfterMillis.get(held)
+                + " ms after its interrupt");
     }
 
     private static boolean join(Thread thread) {
