@@ -50,17 +50,33 @@ static void reduce_ring_chunks(struct ncclComm *c, char *out, size_t at, size_t 
   }
 }
 
+/* As NCCL 2.28 on one rank: a reduction with a pre-multiplied sum is one kernel
+ * (src/device/onerank.cu) of min(32, ceil(bytes / 16 KiB)) blocks, each taking count / blocks
+ * elements rounded down, then up to 16 bytes: the elements past blocks times that share (at
+ * most 31) are neither scaled nor written. NCCL 2.30 rounds the share up; jnccl splits that tail
+ * off into a call of its own (CommandRunner), which this keeps honest without a GPU. */
+static size_t one_rank_premul_covers(size_t count, size_t es) {
+  size_t pack = 16 / es, blocks = (count * es + (16u << 10) - 1) / (16u << 10);
+  if (blocks > 32) blocks = 32;
+  if (blocks <= 1) return count;
+  size_t share = (count / blocks + pack - 1) / pack * pack;
+  return JN_MIN(count, blocks * share);
+}
+
 /* Runs one collective in chunk-sized rounds (see COLLECTIVES in comm.h). */
 ncclResult_t run_coll(struct ncclComm *c, const jn_op *op, op_err *e) {
   const int n = c->nranks, me = c->rank, root = op->peer;
   const size_t es = jn_dtype_size(op->dtype);
+  const int reducing = op->kind == K_ALLREDUCE || op->kind == K_REDUCE || op->kind == K_REDUCESCATTER;
+  const size_t count = n == 1 && reducing && op->redop == JN_REDOP_PREMUL
+                           ? one_rank_premul_covers(op->count, es) : op->count;
   const char *send = op->send;
   char *recv = op->recv;
   size_t per = c->chunk / es; /* elements of one rank's piece per round */
   if (op->kind == K_REDUCESCATTER || op->kind == K_ALLTOALL || op->kind == K_SCATTER) per /= (size_t)n;
   if (per == 0) per = 1;
-  for (size_t off = 0; off < op->count; off += per) {
-    const size_t len = JN_MIN(per, op->count - off), lb = len * es;
+  for (size_t off = 0; off < count; off += per) {
+    const size_t len = JN_MIN(per, count - off), lb = len * es;
     const uint64_t k = ++c->round;
     char *mine = slot_of(c, me);
     /* 1. our slot is free once everyone has read round k-1 */

@@ -1,5 +1,6 @@
 package dev.jnccl;
 
+import dev.jnccl.bindings.LibraryVersion;
 import dev.jnccl.bindings.LoadedLibraries;
 import dev.jnccl.bindings.NcclFeature;
 import dev.jnccl.cuda.CudaStream;
@@ -24,6 +25,10 @@ final class CommandRunner {
      * without ncclAlltoAll, ncclGather and ncclScatter.
      */
     private boolean allToAllBySendRecv;
+    /** The first NCCL whose single-rank scaled sum covers every element (see {@link #oneRankPreMulSumCovers}). */
+    private static final LibraryVersion ONE_RANK_TAIL_FIXED = new LibraryVersion(2, 30, 0);
+    /** Whether scaled sums need their tail split off: one rank on an NCCL before {@link #ONE_RANK_TAIL_FIXED}. */
+    private final boolean oneRankTailSplit;
 
     CommandRunner(NcclComm comm, CudaStream stream, LoadedLibraries libraries, Transport transport, int rank,
                   int worldSize) {
@@ -33,6 +38,55 @@ final class CommandRunner {
         this.transport = transport;
         this.rank = rank;
         this.worldSize = worldSize;
+        this.oneRankTailSplit = worldSize == 1 && libraries.nccl().compareTo(ONE_RANK_TAIL_FIXED) < 0;
+    }
+
+    /**
+     * NCCL before 2.30 runs a reduction with a pre-multiplied sum on a single rank as one kernel
+     * (src/device/onerank.cu) whose blocks each take {@code count / blocks} elements rounded <em>down</em>
+     * before the 16-byte alignment, so up to {@code blocks - 1} (at most 31) elements at the end are
+     * neither scaled nor written; NCCL 2.30 rounds up. Returns how many leading elements that kernel
+     * covers for {@code count} elements of {@code elementSize} bytes: the rest needs a call of its
+     * own, which fits one block (at most 31 elements, under 16 KiB) and is covered whole.
+     */
+    static long oneRankPreMulSumCovers(long count, int elementSize) {
+        long perPack = 16 / elementSize;
+        long blocks = Math.min(32, Math.ceilDiv(count * elementSize, 16 << 10));
+        if (blocks <= 1) {
+            return count;
+        }
+        long perBlock = Math.ceilDiv(count / blocks, perPack) * perPack;
+        return Math.min(count, blocks * perBlock);
+    }
+
+    /**
+     * After a reducing command with a scaled sum on one rank, where the loaded NCCL leaves a tail
+     * (see {@link #oneRankPreMulSumCovers}): that tail as an all-reduce of its own, in the same group
+     * and on the same stream. On one rank NCCL runs every reduction (all-reduce, reduce-scatter,
+     * reduce) as the same copy-and-scale of {@code src} into {@code dst}, and the first call left the
+     * tail untouched, so the result is what a correct NCCL gives, element for element.
+     */
+    private void oneRankScaledSumTail(Command command) {
+        switch (command) {
+            case Command.AllReduce a -> scaledSumTail(a.tensor(), a.tensor(), a.op());
+            case Command.ReduceScatter r -> scaledSumTail(r.tensor(), r.tensor(), r.op());
+            case Command.AllReduceOutOfPlace a -> scaledSumTail(a.src(), a.dst(), a.op());
+            case Command.ReduceScatterOutOfPlace r -> scaledSumTail(r.src(), r.dst(), r.op());
+            case Command.Reduce r -> scaledSumTail(r.src(), r.dst(), r.op());
+            default -> { }
+        }
+    }
+
+    private void scaledSumTail(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
+        if (op.kind() != ReduceOp.Kind.SCALED_SUM) {
+            return;
+        }
+        long count = dst.count();
+        long covered = oneRankPreMulSumCovers(count, dst.dtype().size());
+        if (covered < count) {
+            comm.allReduce(src.slice(covered, count - covered), dst.slice(covered, count - covered),
+                    ncclOp(op, dst.dtype()), stream);
+        }
     }
 
     void forceAllToAllBySendRecv() {
@@ -94,6 +148,13 @@ final class CommandRunner {
 
     /** One command into NCCL, inside the open group. */
     private void nccl(Command command) {
+        ncclCall(command);
+        if (oneRankTailSplit) {
+            oneRankScaledSumTail(command);
+        }
+    }
+
+    private void ncclCall(Command command) {
         switch (command) {
             case Command.AllGather gather -> comm.allGather(gather.shard(), gather.full(), stream);
             // In place in NCCL's sense: the receive buffer is this rank's shard of the send buffer.
