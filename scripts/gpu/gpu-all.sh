@@ -11,7 +11,7 @@
 # Parts: gpu-test.sh (gpu-tagged and world-1 conformance tests, NCCL 2.28), gpu-test.sh
 # --threads-multi-rank (threads suite at worlds 2-8 on NCCL 2.30), gpu-mpi-test.sh (MPI mode, one
 # process per rank), then gpu-bench-mpi.sh (jnccl vs nccl-tests at $BENCH_WORLDS, default 2; only when
-# $NCCL_TESTS names nccl-tests' build folder), gpu-hostcost-threads.sh, gpu-torch-hostcost.sh and
+# $NCCL_TESTS names nccl-tests' build folder or .gpu/nccl-tests.tar.xz is there), gpu-hostcost-threads.sh, gpu-torch-hostcost.sh and
 # gpu-hostcost-multi.sh at $HOSTCOST_WORLDS (default 2), and bin/bench at world 1 for the operations
 # that need no second rank. SKIP="name ..." leaves parts out (names as in the summary: mpi gpu-test
 # multi-rank bench-mpi hostcost-threads torch hostcost-multi-wW bench1-OP nccl-tests1-all_gather).
@@ -38,6 +38,8 @@ part() { # name, limit in seconds, command...: runs it with its log in $r/name.l
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$r/summary.txt"
 . scripts/gpu/lib/gpu-bundle.sh
 gpu_bundle >/dev/null || exit 1
+# nccl-tests: $NCCL_TESTS, else .gpu/nccl-tests.tar.xz unpacked (the comparisons are left out without either).
+NCCL_TESTS=$(nccl_tests_dir 2>/dev/null) && export NCCL_TESTS || unset NCCL_TESTS
 
 # Correctness, side by side.
 part mpi "${MPI_LIMIT:-240}" scripts/gpu/gpu-mpi-test.sh &

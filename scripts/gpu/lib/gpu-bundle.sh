@@ -49,3 +49,28 @@ multi_rank_nccl() {
   mkdir -p /tmp/jnccl-nccl-multi && xz -dc .gpu/libnccl.so.2.xz > /tmp/jnccl-nccl-multi/libnccl.so.2
   echo /tmp/jnccl-nccl-multi/libnccl.so.2
 }
+
+# nccl-tests' build folder (its *_perf programs, built with MPI=1): $NCCL_TESTS when set, else
+# .gpu/nccl-tests.tar.xz (scripts/gpu/build-nccl-tests.sh) unpacked to /tmp/jnccl-nccl-tests (again
+# when the archive is newer than that copy). Prints the folder; returns 1 (with a message) when
+# there is neither.
+nccl_tests_dir() {
+  local archive=.gpu/nccl-tests.tar.xz dir=/tmp/jnccl-nccl-tests
+  if [ -n "${NCCL_TESTS:-}" ]; then
+    echo "$NCCL_TESTS"
+    return 0
+  fi
+  if [ ! -s "$archive" ]; then
+    echo "no NCCL_TESTS and no $archive (scripts/gpu/build-nccl-tests.sh makes it)" >&2
+    return 1
+  fi
+  (
+    flock 9
+    if [ ! -x "$dir/build/all_reduce_perf" ] || [ "$archive" -nt "$dir/.unpacked" ]; then
+      rm -rf "$dir" && mkdir -p "$dir"
+      tar xJf "$archive" -C "$dir"
+      touch "$dir/.unpacked"
+    fi
+  ) 9>"$dir.lock"
+  echo "$dir/build"
+}

@@ -12,7 +12,7 @@ import java.util.Map;
 
 /**
  * The benchmark's command line: nccl-tests' flags ({@code -b -e -i -f -g -w -n -d -o -r -c -a},
- * {@code -J}; long forms as nccl-tests spells them) plus {@code --launcher}, {@code --transport},
+ * {@code -R -J}; long forms as nccl-tests spells them) plus {@code --launcher}, {@code --transport},
  * {@code --json}, {@code --svg}. Defaults are nccl-tests' except {@code -a} (3: the maximum over
  * ranks). Bad input is a {@link UsageException} naming the flag and value.
  *
@@ -31,6 +31,8 @@ import java.util.Map;
  * @param root        {@code -r}
  * @param checks      {@code -c}: check repetitions per size (0: no check)
  * @param average     {@code -a}: how ranks' times combine: 0 rank 0, 1 mean, 2 min, 3 max
+ * @param register    {@code -R}: 0 no registration, 1 the buffers registered with every rank's communicator
+ *                    (ncclCommRegister); as in nccl-tests the buffers come from ncclMemAlloc either way
  * @param launcher    {@code --launcher}: threads or mpi
  * @param mode        {@code --mode}: the communicators' {@link CommunicatorMode}
  * @param transports  {@code --transport}: nccl, memcpy, or both comma-separated (one run each)
@@ -40,7 +42,7 @@ import java.util.Map;
  */
 record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepBytes, long stepFactor, int ranks,
                     int warmup, int iterations, int graphLaunches, List<BenchType> types, List<ReduceOp> ops, int root, int checks,
-                    int average, String launcher, CommunicatorMode mode, List<String> transports, String json, String svg, List<String> args) {
+                    int average, int register, String launcher, CommunicatorMode mode, List<String> transports, String json, String svg, List<String> args) {
 
     /** A bad command line; the message says what was wrong. */
     static final class UsageException extends RuntimeException {
@@ -69,7 +71,7 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
     static {
         String[][] pairs = {{"-b", "minbytes"}, {"-e", "maxbytes"}, {"-i", "stepbytes"}, {"-f", "stepfactor"},
             {"-g", "ngpus"}, {"-t", "nthreads"}, {"-w", "warmup_iters"}, {"-n", "iters"}, {"-d", "datatype"},
-            {"-o", "op"}, {"-r", "root"}, {"-c", "check"}, {"-a", "average"}, {"-G", "cudagraph"},
+            {"-o", "op"}, {"-r", "root"}, {"-c", "check"}, {"-a", "average"}, {"-G", "cudagraph"}, {"-R", "local_register"},
             {"-J", "output_file"}};
         for (String[] pair : pairs) {
             FLAGS.put(pair[0], pair[1]);
@@ -100,6 +102,9 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
                   -r,--root N          root rank of rooted operations (default 0)
                   -c,--check N         check N times per size, every element against a Java reference (default 1; 0: off)
                   -a,--average N       combine ranks' times: 0 rank 0, 1 mean, 2 min, 3 max (default 3; nccl-tests: 1)
+                  -R,--local_register N  0: buffers from ncclMemAlloc, not registered (default); 1: also registered
+                                       with each rank's communicator (ncclCommRegister); nccl-tests' 2 (symmetric
+                                       windows) is not in jnccl's API
                   -J,--output_file F   same as --json F
                   jnccl's flags:
                   --launcher L         threads (one JVM thread per rank; default) or mpi (one process per rank)
@@ -195,6 +200,7 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
         int root = (int) integer(values, "root", 0, 0, 1023);
         int checks = (int) integer(values, "check", 1, 0, 1000);
         int average = (int) integer(values, "average", 3, 0, 3);
+        int register = localRegister(values);
         String launcher = values.getOrDefault("launcher", "threads");
         if (!launcher.equals("threads") && !launcher.equals("mpi")) {
             throw new UsageException("--launcher '" + launcher + "': expected threads or mpi");
@@ -222,7 +228,7 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
         }
         String json = values.containsKey("json") ? values.get("json") : values.get("output_file");
         return new BenchOptions(op, min, max, stepBytes, stepFactor, ranks, warmup, iterations, graphLaunches, types, ops, root,
-                checks, average, launcher, mode, List.copyOf(transports), json, values.get("svg"), args);
+                checks, average, register, launcher, mode, List.copyOf(transports), json, values.get("svg"), args);
     }
 
     /** The sizes of the sweep, as nccl-tests steps them. */
@@ -240,6 +246,23 @@ record BenchOptions(CollectiveOp op, long minBytes, long maxBytes, long stepByte
     /** The reductions the table runs: {@code -o} for operations with a redop column, else none (one pass). */
     List<ReduceOp> opsToRun() {
         return op.redopColumn() ? ops : List.of(ReduceOp.SUM);
+    }
+
+    /**
+     * {@code -R}: nccl-tests' 0 (no registration) and 1 (ncclCommRegister); its 2, symmetric window
+     * registration (ncclCommWindowRegister), is refused by name because jnccl has no window API, and a
+     * silent fallback would publish a figure under a mode that did not run.
+     */
+    private static int localRegister(Map<String, String> values) {
+        long value = integer(values, "local_register", 0, Long.MIN_VALUE, Long.MAX_VALUE);
+        if (value == 2) {
+            throw new UsageException("--local_register 2: symmetric window registration (nccl-tests' -R 2, "
+                    + "ncclCommWindowRegister) is not supported by jnccl; allowed range [0, 1]");
+        }
+        if (value < 0 || value > 1) {
+            throw new UsageException(String.format(Locale.ROOT, "--local_register %d: out of range [0, 1]", value));
+        }
+        return (int) value;
     }
 
     private static List<BenchType> types(String name) {

@@ -3,6 +3,7 @@ package dev.jnccl.examples.bench;
 import dev.jnccl.Communicator;
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.ReduceOp;
+import dev.jnccl.Registration;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaGraph;
 import dev.jnccl.cuda.CudaStream;
@@ -37,6 +38,11 @@ import org.slf4j.LoggerFactory;
  * time, busbw = algbw times nccl-tests' factor. Then, {@code -c} times, fresh data goes through one
  * more operation and every output element is compared with a Java reference: {@code #wrong} is the
  * sum over ranks.
+ *
+ * <p>The buffers come from ncclMemAlloc, as nccl-tests' do (with NCCL 2.19 or newer); {@code -R 1}
+ * also registers them with every rank's communicator (ncclCommRegister) for the whole run, as
+ * nccl-tests' {@code -R 1} does, so NCCL may use its zero-copy paths; they are deregistered after the
+ * last rank is done.
  *
  * <p>Exit status: 0, 1 when a check found a wrong element, 2 for a bad command line, 3 when jnccl
  * failed. stdout is nccl-tests' table only; logs, errors and (on a terminal, or with
@@ -147,6 +153,7 @@ public final class CollectiveBenchmark {
             this.ranks = comm.worldSize();
         }
 
+        @SuppressWarnings("try") // the registrations are held, not read, until the buffers' last use
         void run() {
             BenchRun report = null;
             List<BenchRun.Device> devices = devices();
@@ -167,8 +174,10 @@ public final class CollectiveBenchmark {
             int steps = options.types().size() * options.opsToRun().size() * sizes.size();
             int step = 0;
             long started = System.nanoTime();
-            try (DeviceMemory send = DeviceMemory.allocate(sendBytes);
-                 DeviceMemory recv = DeviceMemory.allocate(recvBytes);
+            try (DeviceMemory send = DeviceMemory.allocateForNccl(sendBytes);
+                 DeviceMemory recv = DeviceMemory.allocateForNccl(recvBytes);
+                 Registration sendRegistration = options.register() == 1 ? comm.register(send) : null;
+                 Registration recvRegistration = options.register() == 1 ? comm.register(recv) : null;
                  CudaStream compute = CudaStream.create();
                  CudaEvent ready = CudaEvent.create();
                  CudaEvent start = CudaEvent.create(true);

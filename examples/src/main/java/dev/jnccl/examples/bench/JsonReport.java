@@ -10,7 +10,7 @@ import java.util.TreeMap;
  * {@code devices}, {@code results} with {@code out_of_place}/{@code in_place} objects,
  * {@code out_of_bounds}, {@code average_bus_bandwidth}, {@code errors}), number formats and quirks
  * included (booleans as strings, {@code root} as a padded string), plus a {@code jnccl} object
- * (operation, launcher, transport, backend). Only NCCL_*, JNCCL_*, CUDA_* and OMPI_COMM_WORLD_*
+ * (operation, launcher, transport, local_register, backend). Only NCCL_*, JNCCL_*, CUDA_* and OMPI_COMM_WORLD_*
  * variables go to {@code env} (nccl-tests writes the whole environment). Several runs: an array.
  */
 final class JsonReport {
@@ -123,6 +123,7 @@ final class JsonReport {
         key(j, "launcher", true).append(str(run.launcher));
         key(j, "mode", true).append(str(run.mode));
         key(j, "transport", true).append(str(run.transport));
+        key(j, "local_register", true).append(options.register());
         key(j, "backend", true).append(str(run.backend));
         key(j, "ranks", true).append(run.ranks);
         key(j, "nccl_version", true).append(str(run.ncclVersion));

@@ -29,6 +29,9 @@ final class NcclTestsFormat {
                 options.checks(), options.graphLaunches(), 0);
         out.printf("# jnccl: launcher %s, mode %s, transport %s, %d rank(s); time: CUDA events on the comms stream, %s over ranks%n",
                 run.launcher, run.mode, run.transport, run.ranks, averageName(options.average()));
+        out.printf("# jnccl: buffers from ncclMemAlloc, %s%n", options.register() == 1
+                ? "registered with each rank's communicator (ncclCommRegister; local_register: 1)"
+                : "not registered (local_register: 0)");
         if (!options.op().inPlace()) {
             out.printf("# jnccl: %s has no in-place form in jnccl's API: in-place columns left empty%n", run.op);
         }

@@ -119,6 +119,37 @@ class CollectiveBenchmarkTest {
         assertUsage("--cudagraph -1: out of range [0, 1000000]", "all_reduce", "-G", "-1");
     }
 
+    @ParameterizedTest
+    @ValueSource(strings = {"all_reduce", "reduce", "gather", "alltoall", "sendrecv"})
+    void localRegisterRegistersTheBuffersAndResultsStayChecked(String op) throws Exception {
+        Path json = dir.resolve("registered.json");
+        List<String> args = new ArrayList<>(List.of(op, "-b", "64", "-e", "4K", "-f", "4", "-g", "3", "-w", "1", "-n", "2",
+                "-c", "1", "-R", "1", "--json", json.toString()));
+        if (ROOTED.contains(op)) {
+            args.addAll(List.of("-r", "2")); // the last rank is the root, as checkReport expects
+        }
+        Output o = run(args.toArray(String[]::new));
+        assertEquals(0, o.status(), o.out() + o.err());
+        assertTrue(o.out().contains("\n# jnccl: buffers from ncclMemAlloc, registered with each rank's communicator"
+                + " (ncclCommRegister; local_register: 1)\n"), o.out());
+        Map<String, Object> report = cast(MiniJson.parse(Files.readString(json)));
+        checkReport(o.out(), op, 3, "nccl", report, new long[] {64, 256, 1024, 4096}, 4096);
+        assertEquals(1L, ((Number) cast(report.get("jnccl")).get("local_register")).longValue());
+        Output unregistered = run(op, "-b", "64", "-e", "64", "-g", "2", "-w", "0", "-n", "1", "--local_register=0");
+        assertEquals(0, unregistered.status(), unregistered.out() + unregistered.err());
+        assertTrue(unregistered.out().contains("\n# jnccl: buffers from ncclMemAlloc, not registered (local_register: 0)\n"),
+                unregistered.out());
+    }
+
+    @Test
+    void localRegisterOutsideZeroAndOneIsRefusedByName() {
+        assertUsage("--local_register 2: symmetric window registration (nccl-tests' -R 2, ncclCommWindowRegister) is"
+                + " not supported by jnccl; allowed range [0, 1]", "all_reduce", "-R", "2");
+        assertUsage("--local_register 3: out of range [0, 1]", "all_reduce", "-R", "3");
+        assertUsage("--local_register -1: out of range [0, 1]", "all_reduce", "--local_register", "-1");
+        assertUsage("--local_register 'yes': not an integer", "all_reduce", "-R", "yes");
+    }
+
     @Test
     void modeSelectsTheCommunicatorMode() throws Exception {
         Path json = dir.resolve("mode.json");
