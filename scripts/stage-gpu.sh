@@ -10,8 +10,10 @@ cd "$(dirname "$0")/.."
 work=$(mktemp -d "${TMPDIR:-/tmp}/jnccl-stage.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 scripts/bundle.sh "$work/jnccl-bundle"
-rm -rf .gpu
+# Only what this script makes is replaced: a .gpu/nccl-tests.tar.xz of scripts/gpu/build-nccl-tests.sh
+# (and one-off scripts put there) stay.
 mkdir -p .gpu
+rm -f .gpu/jnccl-bundle.tar.xz .gpu/jnccl-bundle.tar.gz .gpu/libnccl.so.2.xz
 # xz, not gzip: 31 MB instead of 36, room for NCCL 2.30 below within the 64 MiB a call carries.
 XZ_OPT=-9 tar cJf .gpu/jnccl-bundle.tar.xz -C "$work" jnccl-bundle
 du -sh .gpu/jnccl-bundle.tar.xz
