@@ -198,6 +198,18 @@ fi
 
 # ---------------------------------------------------------------- summary
 label=$([ "$mode" = gpu ] && echo "CUDA + NCCL" || echo "host emulation")
+# The start of the summaries' awk programs: result_fields(line, f) fills f with the key=value fields of
+# one of the C program's "RESULT ..." lines (f["case"], f["median_us"], ...); 0 for any other line.
+# shellcheck disable=SC2016
+result_fields='
+  function result_fields(line, f,    n, i, kv, p) {
+    if (line !~ /^RESULT /) return 0
+    delete f
+    n = split(line, kv, " ")
+    for (i = 2; i <= n; i++) { split(kv[i], p, "="); f[p[1]] = p[2] }
+    return 1
+  }
+'
 # Host-only (synchronizations left out) figures of the Java benchmarks: the mean of the
 # measurement iterations' "# host-only <benchmark>[<comm>] measurement: X us/op" lines (the graph
 # step benchmarks: <benchmark>[k=<K>]).
@@ -207,20 +219,11 @@ grep -o '# host-only [^ ]* measurement: [0-9.]* us/op' "$out/jmh.txt" \
 {
   if has_part host; then
     echo "host cost per operation, us/op ($label; world 1, device 0, 1024 x FP32, comms stream synchronized every 256 ops)"
-    awk -F, '
+    awk -F, "$result_fields"'
       FILENAME ~ /c\.txt$/ {
-        if ($0 !~ /^RESULT /) next
-        n = split($0, kv, " ")
-        name = ""; comm = ""; us = ""; enq = ""
-        for (i = 2; i <= n; i++) {
-          split(kv[i], p, "=")
-          if (p[1] == "case") name = p[2]
-          else if (p[1] == "comm") comm = p[2]
-          else if (p[1] == "median_us") us = p[2]
-          else if (p[1] == "enqueue_median_us") enq = p[2]
-        }
-        c[name "/" comm] = us
-        ce[name "/" comm] = enq
+        if (!result_fields($0, f)) next
+        c[f["case"] "/" f["comm"]] = f["median_us"]
+        ce[f["case"] "/" f["comm"]] = f["enqueue_median_us"]
         next
       }
       FILENAME ~ /host-only\.csv$/ { host[$1] = $2; next }
@@ -270,21 +273,12 @@ grep -o '# host-only [^ ]* measurement: [0-9.]* us/op' "$out/jmh.txt" \
   if has_part graph; then
     has_part host && echo
     echo "graph step, us/step ($label; world 1, device 0, 1024 x FP32, a step = K transactions, synchronized every 256 steps)"
-    awk -F, '
+    awk -F, "$result_fields"'
       FILENAME ~ /c-graph\.txt$/ {
-        if ($0 !~ /^RESULT /) next
-        n = split($0, kv, " ")
-        name = ""; comm = ""; k = ""; us = ""; enq = ""
-        for (i = 2; i <= n; i++) {
-          split(kv[i], p, "=")
-          if (p[1] == "case") name = p[2]
-          else if (p[1] == "comm") comm = p[2]
-          else if (p[1] == "k") k = p[2]
-          else if (p[1] == "median_us") us = p[2]
-          else if (p[1] == "enqueue_median_us") enq = p[2]
-        }
+        if (!result_fields($0, f)) next
+        k = f["k"]; comm = f["comm"]
         if (!((k, comm) in seen)) { seen[k, comm] = 1; rows[nrows++] = k SUBSEP comm }
-        c[name, k, comm] = us; ch[name, k, comm] = enq
+        c[f["case"], k, comm] = f["median_us"]; ch[f["case"], k, comm] = f["enqueue_median_us"]
         next
       }
       FILENAME ~ /host-only\.csv$/ { host[$1] = $2; next }

@@ -262,12 +262,17 @@ static inline void bound_stream(bench_t *b, cudaStream_t stream) {
 
 static inline void bound(bench_t *b) { bound_stream(b, b->comms); }
 
-static void transaction(bench_t *b) {
-  CUDA_CHECK(cudaStreamWaitEvent(b->comms, b->ready, 0));
+/* A transaction's collectives: an in-place reduce-scatter and all-gather in one group, on the comms stream. */
+static inline void reduce_scatter_all_gather(bench_t *b) {
   NCCL_CHECK(ncclGroupStart());
   NCCL_CHECK(ncclReduceScatter(b->buffer, b->shard, b->shardCount, ncclFloat32, ncclSum, b->comm, b->comms));
   NCCL_CHECK(ncclAllGather(b->shard, b->buffer, b->shardCount, ncclFloat32, b->comm, b->comms));
   ended(b, ncclGroupEnd(), "ncclGroupEnd");
+}
+
+static void transaction(bench_t *b) {
+  CUDA_CHECK(cudaStreamWaitEvent(b->comms, b->ready, 0));
+  reduce_scatter_all_gather(b);
   CUDA_CHECK(cudaEventRecord(b->signal, b->comms));
   bound(b);
 }
@@ -296,10 +301,7 @@ static void enqueue_step(bench_t *b) {
   for (int i = 0; i < b->k; i++) {
     CUDA_CHECK(cudaEventRecord(b->ready2, b->compute));
     CUDA_CHECK(cudaStreamWaitEvent(b->comms, b->ready2, 0));
-    NCCL_CHECK(ncclGroupStart());
-    NCCL_CHECK(ncclReduceScatter(b->buffer, b->shard, b->shardCount, ncclFloat32, ncclSum, b->comm, b->comms));
-    NCCL_CHECK(ncclAllGather(b->shard, b->buffer, b->shardCount, ncclFloat32, b->comm, b->comms));
-    ended(b, ncclGroupEnd(), "ncclGroupEnd");
+    reduce_scatter_all_gather(b);
   }
   CUDA_CHECK(cudaEventRecord(b->done, b->comms));
   CUDA_CHECK(cudaStreamWaitEvent(b->compute, b->done, 0));
