@@ -12,13 +12,21 @@
 #          .gpu/jre.tar.gz (unpacked to /tmp/jre) or $JAVA / $JAVA_HOME
 #          nvcc (PATH or /usr/local/cuda/bin), nccl.h and libnccl.so where nvcc finds them
 # --host (any Linux machine, no GPU): jnccl's host emulation (jnccl.backend=host); the C program is
-#   built with gcc against the libjnccl_host.so inside the benchmark jar, with nccl.h from
-#   $NCCL_INCLUDE (default /opt/headers, else /usr/include) and CUDA's headers from $CUDA_INCLUDE
-#   (default /usr/local/cuda/include). scripts/cpu-bench.sh is this mode.
+#   built with gcc against the libjnccl_host.so inside the benchmark jar, with the emulation's own
+#   ABI header (bindings/src/main/c, -DJNCCL_HOST_ABI: no NVIDIA headers needed). scripts/cpu-bench.sh
+#   is this mode.
 #
-# Extra arguments go to JMH (e.g. -wi 1 -i 3 for a quicker run); $C_ARGS to the C program
-# (e.g. C_ARGS="-n 20000 -r 3"). Logs and results go to $OUT when it is set, else to a new
-# /tmp/jnccl-bench.XXXXXX: c.txt, jmh.txt, jmh.csv, host-only.csv, summary.txt, environment.txt.
+# Two parts, chosen by $PARTS (default "host graph"):
+#   host   a transaction and an all-reduce enqueue (C cases transaction, all_reduce, all_reduce_ordered;
+#          JMH transaction*, allReduceEnqueue*)
+#   graph  a training step of K = 1, 8, 32 transactions, enqueued one by one or replayed from a CUDA
+#          graph (C cases graph_step_eager, graph_replay, with -m blocking unless $C_ARGS says
+#          otherwise; JMH graphStepEager, graphReplay); PARTS=graph runs only this, quickly.
+# Extra arguments go to JMH (e.g. -wi 1 -i 3 for a quicker run); $C_ARGS to the C program, both parts
+# (e.g. C_ARGS="-n 20000 -r 3"); $GRAPH_C_ARGS to the graph part's C run only, after its own
+# options (e.g. GRAPH_C_ARGS="--graph-transactions 8,32"). Logs and results go to $OUT when it is
+# set, else to a new /tmp/jnccl-bench.XXXXXX: c.txt, c-graph.txt, jmh.txt, jmh.csv, host-only.csv,
+# summary.txt, environment.txt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -28,6 +36,14 @@ if [ "${1:-}" = "--host" ]; then
   mode=host
   shift
 fi
+parts=" ${PARTS:-host graph} "
+for part in $parts; do
+  case $part in
+    host | graph) ;;
+    *) echo "gpu-bench.sh: PARTS=\"${PARTS:-}\": each part is host or graph" >&2; exit 2 ;;
+  esac
+done
+has_part() { [[ $parts == *" $1 "* ]]; }
 
 if [ -n "${OUT:-}" ]; then
   out=$OUT
@@ -122,15 +138,6 @@ if [ "$mode" = gpu ]; then
   build=("$nvcc" -O2 -cudart shared -o "$c_bin" "$c_src" -lnccl -lpthread)
   backend=cuda
 else
-  nccl_include=${NCCL_INCLUDE:-}
-  if [ -z "$nccl_include" ]; then
-    for d in /opt/headers /usr/include /usr/local/include; do
-      if [ -f "$d/nccl.h" ]; then nccl_include=$d; break; fi
-    done
-  fi
-  cuda_include=${CUDA_INCLUDE:-/usr/local/cuda/include}
-  [ -n "$nccl_include" ] && [ -f "$nccl_include/nccl.h" ] || { log "no nccl.h: set NCCL_INCLUDE"; exit 1; }
-  [ -f "$cuda_include/cuda_runtime.h" ] || { log "no cuda_runtime.h in $cuda_include: set CUDA_INCLUDE"; exit 1; }
   # The emulation the jar itself uses.
   lib=dev/jnccl/bindings/host/linux-$(uname -m | sed 's/amd64/x86_64/')/libjnccl_host.so
   if command -v unzip >/dev/null; then
@@ -138,8 +145,8 @@ else
   else
     (cd "$work" && "$(dirname "$java_bin")/jar" xf "$jar" "$lib" && mv "$lib" .)
   fi
-  build=(${CC:-gcc} -O2 -pthread -I"$nccl_include" -I"$cuda_include" -o "$c_bin" "$c_src" -L"$work" -l:libjnccl_host.so
-         -Wl,-rpath,"$work")
+  build=(${CC:-gcc} -O2 -pthread -DJNCCL_HOST_ABI -I"$root/bindings/src/main/c" -o "$c_bin" "$c_src" -L"$work"
+         -l:libjnccl_host.so -Wl,-rpath,"$work")
   backend=host
 fi
 log "building the C program: ${build[*]}"
@@ -148,15 +155,34 @@ log "building the C program: ${build[*]}"
   echo "C program: ${build[*]}"
   ldd "$c_bin" 2>/dev/null | grep -E 'nccl|cudart|jnccl' | sed 's/^[[:space:]]*/  /' || true
 } | tee -a "$out/environment.txt"
-log "running the C program (${C_ARGS:-defaults})"
 status=0
-# shellcheck disable=SC2086
-"$c_bin" ${C_ARGS:-} | tee "$out/c.txt" || { log "the C program failed"; status=1; }
+: > "$out/c.txt"
+: > "$out/c-graph.txt"
+if has_part host; then
+  log "running the C program (${C_ARGS:-defaults})"
+  # shellcheck disable=SC2086
+  "$c_bin" ${C_ARGS:-} | tee "$out/c.txt" || { log "the C program failed"; status=1; }
+fi
+if has_part graph; then
+  # Blocking: the communicator jnccl's default mode (BLOCKING_SPLIT) runs its work on.
+  graph_c_args="-m blocking ${C_ARGS:-} --cases graph_step_eager,graph_replay ${GRAPH_C_ARGS:-}"
+  log "running the C program, graph step ($graph_c_args)"
+  # shellcheck disable=SC2086
+  "$c_bin" $graph_c_args | tee "$out/c-graph.txt" || { log "the C program (graph step) failed"; status=1; }
+fi
 
 # ---------------------------------------------------------------- JMH
 jmh_args=("$@")
-log "running JMH (backend $backend): HostCostBenchmark ${jmh_args[*]:-}"
-(cd "$work" && "$java_bin" --enable-native-access=ALL-UNNAMED -jar "$jar" HostCostBenchmark \
+# The benchmarks of the parts chosen (JMH takes a regular expression), and how many results they give.
+if has_part host && has_part graph; then
+  jmh_regex=HostCostBenchmark expected=12
+elif has_part host; then
+  jmh_regex='HostCostBenchmark\.(transaction|allReduce)' expected=6
+else
+  jmh_regex='HostCostBenchmark\.graph' expected=6
+fi
+log "running JMH (backend $backend): $jmh_regex ${jmh_args[*]:-}"
+(cd "$work" && "$java_bin" --enable-native-access=ALL-UNNAMED -jar "$jar" "$jmh_regex" \
     -jvmArgsAppend "-Djnccl.backend=$backend" -rf csv -rff "$out/jmh.csv" "${jmh_args[@]}") 2>&1 | tee "$out/jmh.txt" \
   || { log "JMH failed"; status=1; }
 if ! grep -q "backend $backend" "$out/jmh.txt"; then
@@ -165,79 +191,136 @@ if ! grep -q "backend $backend" "$out/jmh.txt"; then
 fi
 [ -f "$out/jmh.csv" ] || : > "$out/jmh.csv"
 results=$(grep -c HostCostBenchmark "$out/jmh.csv" || true)
-if [ "$results" -lt 6 ]; then
-  log "JMH produced $results of 6 results (a benchmark failed? see $out/jmh.txt)"
+if [ "$results" -lt "$expected" ]; then
+  log "JMH produced $results of $expected results (a benchmark failed? see $out/jmh.txt)"
   status=1
 fi
 
 # ---------------------------------------------------------------- summary
 label=$([ "$mode" = gpu ] && echo "CUDA + NCCL" || echo "host emulation")
+# The start of the summaries' awk programs: result_fields(line, f) fills f with the key=value fields of
+# one of the C program's "RESULT ..." lines (f["case"], f["median_us"], ...); 0 for any other line.
+# shellcheck disable=SC2016
+result_fields='
+  function result_fields(line, f,    n, i, kv, p) {
+    if (line !~ /^RESULT /) return 0
+    delete f
+    n = split(line, kv, " ")
+    for (i = 2; i <= n; i++) { split(kv[i], p, "="); f[p[1]] = p[2] }
+    return 1
+  }
+'
+# Host-only (synchronizations left out) figures of the Java benchmarks: the mean of the
+# measurement iterations' "# host-only <benchmark>[<comm>] measurement: X us/op" lines (the graph
+# step benchmarks: <benchmark>[k=<K>]).
+grep -o '# host-only [^ ]* measurement: [0-9.]* us/op' "$out/jmh.txt" \
+  | awk '{ n[$3]++; sum[$3] += $5 } END { for (k in n) printf "%s,%.3f\n", k, sum[k] / n[k] }' > "$out/host-only.csv" \
+  || true
 {
-  echo "host cost per operation, us/op ($label; world 1, device 0, 1024 x FP32, comms stream synchronized every 256 ops)"
-  # Host-only (synchronizations left out) figures of the Java benchmarks: the mean of the
-  # measurement iterations' "# host-only <benchmark>[<comm>] measurement: X us/op" lines.
-  grep -o '# host-only [^ ]* measurement: [0-9.]* us/op' "$out/jmh.txt" \
-    | awk '{ n[$3]++; sum[$3] += $5 } END { for (k in n) printf "%s,%.3f\n", k, sum[k] / n[k] }' > "$out/host-only.csv" \
-    || true
-  awk -F, '
-    FILENAME ~ /c\.txt$/ {
-      if ($0 !~ /^RESULT /) next
-      n = split($0, kv, " ")
-      name = ""; comm = ""; us = ""; enq = ""
-      for (i = 2; i <= n; i++) {
-        split(kv[i], p, "=")
-        if (p[1] == "case") name = p[2]
-        else if (p[1] == "comm") comm = p[2]
-        else if (p[1] == "median_us") us = p[2]
-        else if (p[1] == "enqueue_median_us") enq = p[2]
+  if has_part host; then
+    echo "host cost per operation, us/op ($label; world 1, device 0, 1024 x FP32, comms stream synchronized every 256 ops)"
+    awk -F, "$result_fields"'
+      FILENAME ~ /c\.txt$/ {
+        if (!result_fields($0, f)) next
+        c[f["case"] "/" f["comm"]] = f["median_us"]
+        ce[f["case"] "/" f["comm"]] = f["enqueue_median_us"]
+        next
       }
-      c[name "/" comm] = us
-      ce[name "/" comm] = enq
-      next
-    }
-    FILENAME ~ /host-only\.csv$/ { host[$1] = $2; next }
-    FNR == 1 { next }                             # jmh.csv header
-    {
-      for (i = 1; i <= NF; i++) gsub(/"/, "", $i)
-      bench = $1; sub(/.*\./, "", bench)
-      score = $5; comm = $8
-      if (bench == "transaction") { jn["transaction"] = score; jh["transaction"] = host[bench] }
-      else if (bench == "allReduceEnqueue") { jn["all_reduce_ordered"] = score; jh["all_reduce_ordered"] = host[bench] }
-      else if (bench == "transactionRawBindings") {
-        raw["transaction/" comm] = score; rh["transaction/" comm] = host[bench "[" comm "]"]
-      } else if (bench == "allReduceEnqueueRaw") {
-        raw["all_reduce/" comm] = score; rh["all_reduce/" comm] = host[bench "[" comm "]"]
+      FILENAME ~ /host-only\.csv$/ { host[$1] = $2; next }
+      FNR == 1 { next }                             # jmh.csv header
+      {
+        for (i = 1; i <= NF; i++) gsub(/"/, "", $i)
+        bench = $1; sub(/.*\./, "", bench)
+        score = $5; comm = $8
+        if (bench == "transaction") { jn["transaction"] = score; jh["transaction"] = host[bench] }
+        else if (bench == "allReduceEnqueue") { jn["all_reduce_ordered"] = score; jh["all_reduce_ordered"] = host[bench] }
+        else if (bench == "transactionRawBindings") {
+          raw["transaction/" comm] = score; rh["transaction/" comm] = host[bench "[" comm "]"]
+        } else if (bench == "allReduceEnqueueRaw") {
+          raw["all_reduce/" comm] = score; rh["all_reduce/" comm] = host[bench "[" comm "]"]
+        }
       }
-    }
-    function v(x) { return (x == "") ? "-" : sprintf("%.3f", x) }
-    END {
-      fmt = "%-18s %-12s %8s %8s | %8s %8s | %8s %8s | %8s %8s\n"
-      printf fmt, "", "", "C", "", "raw FFM", "", "jnccl", "", "jnccl/C", ""
-      printf fmt, "case", "comm", "us/op", "host", "us/op", "host", "us/op", "host", "us/op", "host"
-      split("transaction all_reduce all_reduce_ordered", cases, " ")
-      split("nonblocking blocking", comms, " ")
-      for (k = 1; k <= 3; k++) for (m = 1; m <= 2; m++) {
-        key = cases[k] "/" comms[m]
-        cv = c[key]; ev = ce[key]; jv = jn[cases[k]]; jhv = jh[cases[k]]
-        r1 = (cv != "" && jv != "" && cv + 0 > 0) ? sprintf("%.2f", jv / cv) : "-"
-        r2 = (ev != "" && jhv != "" && ev + 0 > 0) ? sprintf("%.2f", jhv / ev) : "-"
-        printf fmt, cases[k], comms[m], v(cv), v(ev), v(raw[key]), v(rh[key]), v(jv), v(jhv), r1, r2
+      function v(x) { return (x == "") ? "-" : sprintf("%.3f", x) }
+      END {
+        fmt = "%-18s %-12s %8s %8s | %8s %8s | %8s %8s | %8s %8s\n"
+        printf fmt, "", "", "C", "", "raw FFM", "", "jnccl", "", "jnccl/C", ""
+        printf fmt, "case", "comm", "us/op", "host", "us/op", "host", "us/op", "host", "us/op", "host"
+        split("transaction all_reduce all_reduce_ordered", cases, " ")
+        split("nonblocking blocking", comms, " ")
+        for (k = 1; k <= 3; k++) for (m = 1; m <= 2; m++) {
+          key = cases[k] "/" comms[m]
+          cv = c[key]; ev = ce[key]; jv = jn[cases[k]]; jhv = jh[cases[k]]
+          r1 = (cv != "" && jv != "" && cv + 0 > 0) ? sprintf("%.2f", jv / cv) : "-"
+          r2 = (ev != "" && jhv != "" && ev + 0 > 0) ? sprintf("%.2f", jhv / ev) : "-"
+          printf fmt, cases[k], comms[m], v(cv), v(ev), v(raw[key]), v(rh[key]), v(jv), v(jhv), r1, r2
+        }
+        if (c["all_reduce/blocking"] != "" && jn["all_reduce_ordered"] != "")
+          printf "jnccl comm.allReduce vs C ncclAllReduce alone (blocking comm): %.3f / %.3f us/op = %.2f\n",
+            jn["all_reduce_ordered"], c["all_reduce/blocking"], jn["all_reduce_ordered"] / c["all_reduce/blocking"]
+        print ""
+        print "us/op: all included (C: median of repetitions; raw FFM, jnccl: JMH average). host: the same without"
+        print "  the time spent in the every-256 synchronization, i.e. the host-only cost; when it is far below us/op"
+        print "  the device (or the emulation stream threads) set the pace, not the host."
+        print "transaction        = ready wait + ncclGroupStart + reduce-scatter + all-gather + ncclGroupEnd + signal"
+        print "all_reduce         = ncclAllReduce alone (raw FFM: HostCostBenchmark.allReduceEnqueueRaw)"
+        print "all_reduce_ordered = the calls of jnccl comm.allReduce(t, SUM, stream): event record + stream wait,"
+        print "                     ncclAllReduce in a group, event record + stream wait (jnccl: allReduceEnqueue)"
+        print "comm: the communicator of C and raw FFM (ncclConfig_t.blocking). jnccl always uses a non-blocking one,"
+        print "  so its figures repeat on both rows and jnccl/C compares them with either."
       }
-      if (c["all_reduce/blocking"] != "" && jn["all_reduce_ordered"] != "")
-        printf "jnccl comm.allReduce vs C ncclAllReduce alone (blocking comm): %.3f / %.3f us/op = %.2f\n",
-          jn["all_reduce_ordered"], c["all_reduce/blocking"], jn["all_reduce_ordered"] / c["all_reduce/blocking"]
-      print ""
-      print "us/op: all included (C: median of repetitions; raw FFM, jnccl: JMH average). host: the same without"
-      print "  the time spent in the every-256 synchronization, i.e. the host-only cost; when it is far below us/op"
-      print "  the device (or the emulation stream threads) set the pace, not the host."
-      print "transaction        = ready wait + ncclGroupStart + reduce-scatter + all-gather + ncclGroupEnd + signal"
-      print "all_reduce         = ncclAllReduce alone (raw FFM: HostCostBenchmark.allReduceEnqueueRaw)"
-      print "all_reduce_ordered = the calls of jnccl comm.allReduce(t, SUM, stream): event record + stream wait,"
-      print "                     ncclAllReduce in a group, event record + stream wait (jnccl: allReduceEnqueue)"
-      print "comm: the communicator of C and raw FFM (ncclConfig_t.blocking). jnccl always uses a non-blocking one,"
-      print "  so its figures repeat on both rows and jnccl/C compares them with either."
-    }
-  ' "$out/c.txt" "$out/host-only.csv" "$out/jmh.csv"
+    ' "$out/c.txt" "$out/host-only.csv" "$out/jmh.csv"
+  fi
+  if has_part graph; then
+    has_part host && echo
+    echo "graph step, us/step ($label; world 1, device 0, 1024 x FP32, a step = K transactions, synchronized every 256 steps)"
+    awk -F, "$result_fields"'
+      FILENAME ~ /c-graph\.txt$/ {
+        if (!result_fields($0, f)) next
+        k = f["k"]; comm = f["comm"]
+        if (!((k, comm) in seen)) { seen[k, comm] = 1; rows[nrows++] = k SUBSEP comm }
+        c[f["case"], k, comm] = f["median_us"]; ch[f["case"], k, comm] = f["enqueue_median_us"]
+        next
+      }
+      FILENAME ~ /host-only\.csv$/ { host[$1] = $2; next }
+      { sub(/\r$/, "") }                           # JMH writes its CSV with CRLF line ends
+      FNR == 1 {                                    # jmh.csv header: the columns by name
+        for (i = 1; i <= NF; i++) { gsub(/"/, "", $i); col[$i] = i }
+        next
+      }
+      {
+        for (i = 1; i <= NF; i++) gsub(/"/, "", $i)
+        bench = $col["Benchmark"]; sub(/.*\./, "", bench)
+        if (bench != "graphStepEager" && bench != "graphReplay") next
+        k = $col["Param: transactions"]
+        jn[bench, k] = $col["Score"]; jh[bench, k] = host[bench "[k=" k "]"]
+      }
+      function v(x) { return (x == "") ? "-" : sprintf("%.3f", x) }
+      function r(a, b) { return (a != "" && b != "" && b + 0 > 0) ? sprintf("%.2f", a / b) : "-" }
+      END {
+        fmt = "%-4s %-11s | %8s %8s | %8s %8s | %8s %8s | %8s %8s | %8s %8s | %8s\n"
+        printf fmt, "", "", "C", "eager", "C", "graph", "jnccl", "eager", "jnccl", "replay", "replay/", "C graph", "replay/"
+        printf fmt, "K", "C comm", "us", "host", "us", "host", "us", "host", "us", "host", "us", "host", "eager"
+        for (j = 0; j < nrows; j++) {
+          split(rows[j], kc, SUBSEP); k = kc[1]; comm = kc[2]
+          ce = c["graph_step_eager", k, comm]; cg = c["graph_replay", k, comm]
+          je = jn["graphStepEager", k]; jr = jn["graphReplay", k]
+          printf fmt, k, comm, v(ce), v(ch["graph_step_eager", k, comm]), v(cg), v(ch["graph_replay", k, comm]),
+            v(je), v(jh["graphStepEager", k]), v(jr), v(jh["graphReplay", k]),
+            r(jr, cg), r(jh["graphReplay", k], ch["graph_replay", k, comm]), r(jr, je)
+        }
+        print ""
+        print "a step = K times (event record on compute + stream wait + ncclGroupStart + reduce-scatter + all-gather"
+        print "  + ncclGroupEnd), then event record on comms + stream wait of compute (jnccl: comm.begin(compute)..."
+        print "  execute(null) K times, comm.waitOnComms(compute))."
+        print "C eager = graph_step_eager; C graph = graph_replay: the step captured once, then one"
+        print "  cudaGraphLaunch(exec, compute) per step. jnccl eager = graphStepEager; jnccl replay = graphReplay:"
+        print "  comm.launch(graph, compute). us: all included (C: median of repetitions; jnccl: JMH average); host:"
+        print "  the synchronizations left out. replay/C graph: jnccl replay over C graph (target: at most 1.1);"
+        print "  replay/eager: jnccl replay over jnccl eager (us). C comm: the C communicator (ncclConfig_t.blocking);"
+        print "  jnccl runs its default mode, whose work runs on a blocking communicator split from a non-blocking one."
+      }
+    ' "$out/c-graph.txt" "$out/host-only.csv" "$out/jmh.csv"
+  fi
 } | tee "$out/summary.txt"
 log "logs in $out"
 exit $status

@@ -25,12 +25,35 @@
  *                       cudaEventRecord(e1, compute) + cudaStreamWaitEvent(comms, e1) + ncclGroupStart
  *                       + ncclAllReduce + ncclGroupEnd + cudaEventRecord(e2, comms)
  *                       + cudaStreamWaitEvent(compute, e2)
+ *   graph_step_eager    one training step of K transactions (--graph-transactions, one RESULT line
+ *                       per K, with a k= field), the native calls of jnccl's
+ *                       HostCostBenchmark.graphStepEager: K times cudaEventRecord(ready, compute) +
+ *                       cudaStreamWaitEvent(comms, ready) + ncclGroupStart + ncclReduceScatter (in
+ *                       place) + ncclAllGather (in place) + ncclGroupEnd, then (jnccl's waitOnComms)
+ *                       cudaEventRecord(done, comms) + cudaStreamWaitEvent(compute, done). As in
+ *                       jnccl, one ready event serves all K transactions (comm.begin(compute) records
+ *                       the communicator's one ready event) and the transactions record no signal
+ *                       (execute(null)): the step's only signal is done.
+ *   graph_replay        the same step captured once, before the timing, on the compute stream
+ *                       (cudaStreamBeginCapture in cudaStreamCaptureModeThreadLocal, as jnccl's
+ *                       CudaGraph.capture; cudaStreamEndCapture, cudaGraphInstantiate with no flags,
+ *                       cudaGraphDestroy), then one cudaGraphLaunch(exec, compute) per step: what
+ *                       CUDA itself charges to replay the step, the baseline of jnccl's graphReplay
+ *                       (comm.launch(graph, compute), which adds an event record and a stream wait
+ *                       on each side of its cudaGraphLaunch).
+ * The graph cases score per step, not per transaction, as JMH does; they run with every communicator
+ * chosen (-m) like the others.
  * On a non-blocking communicator ncclGroupEnd / an ungrouped collective may return ncclInProgress
  * (at world size > 1 NCCL 2.28 launches the group from a thread it creates per group; at world
  * size 1 it issues the collectives at once and returns ncclSuccess); the program then busy-polls
  * ncclCommGetAsyncError until ncclSuccess, as jnccl does, before going on.
  * Every call's result is checked. The comms stream is synchronized after every 256th operation,
- * inside the timed loop, exactly as in the JMH benchmark, so the device queue stays bounded.
+ * inside the timed loop, exactly as in the JMH benchmark, so the device queue stays bounded. An
+ * operation of the graph cases is a whole step (JMH's QueueBound ticks once per benchmark call, i.e.
+ * per step too): graph_step_eager synchronizes the comms stream, where its collectives run,
+ * graph_replay the compute stream, which its launches run on (jnccl's graphReplay launches on the
+ * comms stream and synchronizes that one); at K = 32 the device queue then holds up to 256 steps of
+ * 64 collectives, so CUDA's own launch queue may hold the host back as well, alike in C and JMH.
  *
  * Timing: clock_gettime(CLOCK_MONOTONIC) around REPS repetitions of ITERS operations after a
  * warmup; the median of the repetitions is reported, one parseable line per case:
@@ -52,7 +75,10 @@
  *
  * Usage: transaction_overhead [-n ITERS] [-r REPS] [-w WARMUP] [-t MAX_SECONDS_PER_REP]
  *                             [-c COUNT] [-m both|all|blocking|nonblocking|split] [-d DEVICE]
- *                             [--cases LIST] [--world W --rank R --id-file FILE | --threads W]
+ *                             [--cases LIST] [--graph-transactions K,...]
+ *                             [--world W --rank R --id-file FILE | --threads W]
+ * (--cases: default transaction,all_reduce,all_reduce_ordered; the graph cases run only when named.
+ *  --graph-transactions: the step sizes of the graph cases, default 1,8,32.)
  * (the build lines above need -lpthread, or -pthread with gcc, on a glibc older than 2.34)
  */
 #define _POSIX_C_SOURCE 200809L
@@ -62,6 +88,7 @@
 #include "jnccl_abi.h"
 #define cudaStreamNonBlocking JN_cudaStreamNonBlocking
 #define cudaEventDisableTiming JN_cudaEventDisableTiming
+#define cudaStreamCaptureModeThreadLocal JN_cudaStreamCaptureModeThreadLocal
 #define NCCL_CONFIG_UNDEF_INT JN_NCCL_CONFIG_UNDEF_INT
 #define NCCL_CONFIG_INITIALIZER                                                                       \
   {sizeof(ncclConfig_t), JN_NCCL_CONFIG_MAGIC, JNCCL_NCCL_VERSION_CODE, NCCL_CONFIG_UNDEF_INT,         \
@@ -139,6 +166,7 @@ typedef struct {
   double maxSeconds;
   const char *cases;
   int modes[3], nmodes;
+  int graphSteps[16], ngraphSteps; /* --graph-transactions: K of each graph case's RESULT line */
 } plan_t;
 
 typedef struct {
@@ -151,14 +179,16 @@ typedef struct {
   cudaStream_t compute; /* the "training" stream the ready event was recorded on */
   cudaEvent_t ready;
   cudaEvent_t signal;
-  cudaEvent_t ready2; /* all_reduce_ordered: recorded on compute, waited for by comms */
-  cudaEvent_t done;   /* all_reduce_ordered: recorded on comms, waited for by compute */
+  cudaEvent_t ready2; /* all_reduce_ordered, graph cases: recorded on compute, waited for by comms */
+  cudaEvent_t done;   /* all_reduce_ordered, graph cases: recorded on comms, waited for by compute */
   float *buffer;
   float *shard; /* this rank's shard of buffer: all of it at world size 1 */
   size_t count;
   size_t shardCount;
   unsigned long operations;
   double syncSeconds; /* time spent in the every-256th synchronization */
+  int k;                  /* graph cases: transactions per step; 0 for the others */
+  cudaGraphExec_t graph;  /* graph_replay: the captured step */
 } bench_t;
 
 typedef void (*op_fn)(bench_t *);
@@ -221,20 +251,28 @@ static inline void ended(bench_t *b, ncclResult_t result, const char *what) {
   }
 }
 
-static inline void bound(bench_t *b) {
+/* Synchronizes stream after every SYNC_EVERY-th operation (the queue bound of the timed loops). */
+static inline void bound_stream(bench_t *b, cudaStream_t stream) {
   if ((++b->operations & (SYNC_EVERY - 1)) == 0) {
     double start = now_seconds();
-    CUDA_CHECK(cudaStreamSynchronize(b->comms));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
     b->syncSeconds += now_seconds() - start;
   }
 }
 
-static void transaction(bench_t *b) {
-  CUDA_CHECK(cudaStreamWaitEvent(b->comms, b->ready, 0));
+static inline void bound(bench_t *b) { bound_stream(b, b->comms); }
+
+/* A transaction's collectives: an in-place reduce-scatter and all-gather in one group, on the comms stream. */
+static inline void reduce_scatter_all_gather(bench_t *b) {
   NCCL_CHECK(ncclGroupStart());
   NCCL_CHECK(ncclReduceScatter(b->buffer, b->shard, b->shardCount, ncclFloat32, ncclSum, b->comm, b->comms));
   NCCL_CHECK(ncclAllGather(b->shard, b->buffer, b->shardCount, ncclFloat32, b->comm, b->comms));
   ended(b, ncclGroupEnd(), "ncclGroupEnd");
+}
+
+static void transaction(bench_t *b) {
+  CUDA_CHECK(cudaStreamWaitEvent(b->comms, b->ready, 0));
+  reduce_scatter_all_gather(b);
   CUDA_CHECK(cudaEventRecord(b->signal, b->comms));
   bound(b);
 }
@@ -254,6 +292,39 @@ static void all_reduce_ordered(bench_t *b) {
   CUDA_CHECK(cudaEventRecord(b->done, b->comms));
   CUDA_CHECK(cudaStreamWaitEvent(b->compute, b->done, 0));
   bound(b);
+}
+
+/* One step of K transactions begun on the compute stream, which then waits for them: the native
+ * calls of jnccl's HostCostBenchmark.step (comm.begin(compute)...execute(null), K times, then
+ * comm.waitOnComms(compute)). Enqueued, or captured when the compute stream captures. */
+static void enqueue_step(bench_t *b) {
+  for (int i = 0; i < b->k; i++) {
+    CUDA_CHECK(cudaEventRecord(b->ready2, b->compute));
+    CUDA_CHECK(cudaStreamWaitEvent(b->comms, b->ready2, 0));
+    reduce_scatter_all_gather(b);
+  }
+  CUDA_CHECK(cudaEventRecord(b->done, b->comms));
+  CUDA_CHECK(cudaStreamWaitEvent(b->compute, b->done, 0));
+}
+
+static void graph_step_eager(bench_t *b) {
+  enqueue_step(b);
+  bound_stream(b, b->comms);
+}
+
+static void graph_replay(bench_t *b) {
+  CUDA_CHECK(cudaGraphLaunch(b->graph, b->compute));
+  bound_stream(b, b->compute);
+}
+
+/* graph_replay: captures the step into b->graph, as jnccl's CudaGraph.capture does. */
+static void capture_step(bench_t *b) {
+  cudaGraph_t graph = NULL;
+  CUDA_CHECK(cudaStreamBeginCapture(b->compute, cudaStreamCaptureModeThreadLocal));
+  enqueue_step(b);
+  CUDA_CHECK(cudaStreamEndCapture(b->compute, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&b->graph, graph, 0));
+  CUDA_CHECK(cudaGraphDestroy(graph)); /* the executable graph does not need it */
 }
 
 /* The unique id of the next communicator: made by rank 0 (whose process hosts NCCL's bootstrap
@@ -357,6 +428,8 @@ static void setup(bench_t *b, rank_t *self, int device, size_t count, int kind) 
 
 static void teardown(bench_t *b) {
   CUDA_CHECK(cudaStreamSynchronize(b->comms));
+  CUDA_CHECK(cudaStreamSynchronize(b->compute));
+  if (b->graph != NULL) CUDA_CHECK(cudaGraphExecDestroy(b->graph)); /* before the communicator its nodes use */
   ended(b, ncclCommFinalize(b->comm), "ncclCommFinalize");
   NCCL_CHECK(ncclCommDestroy(b->comm));
   if (b->parent != NULL) {
@@ -383,6 +456,7 @@ static int compare_doubles(const void *x, const void *y) {
 /* us per operation, all included; *enqueueUs: the same without the time spent synchronizing. */
 static double run(bench_t *b, op_fn op, long iterations, double *enqueueUs) {
   CUDA_CHECK(cudaStreamSynchronize(b->comms)); /* every repetition starts with an empty queue */
+  CUDA_CHECK(cudaStreamSynchronize(b->compute));
   rendezvous(b->self, "repetition"); /* --threads: the ranks' repetitions start together */
   b->syncSeconds = 0;
   double start = now_seconds();
@@ -397,11 +471,14 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static void measure(rank_t *self, const char *name, op_fn op, const plan_t *plan, int kind) {
+/* k: the graph cases' transactions per step (graph_replay captures the step first); 0 for the others. */
+static void measure(rank_t *self, const char *name, op_fn op, const plan_t *plan, int kind, int k) {
   bench_t b;
   int reps = plan->reps;
   double maxSeconds = plan->maxSeconds;
   setup(&b, self, plan->device, plan->count, kind);
+  b.k = k;
+  if (op == graph_replay) capture_step(&b);
   double warm = run(&b, op, plan->warmup, NULL);
   long iters = plan->iterations;
   double perRep = warm * 1e-6 * (double)iters;
@@ -425,10 +502,12 @@ static void measure(rank_t *self, const char *name, op_fn op, const plan_t *plan
   teardown(&b);
   double enqueueMedian = median(enqueue, reps); /* sorts: enqueue[0] is the best */
   double allMedian = median(samples, reps);
-  printf("RESULT case=%s comm=%s launch=%s world=%d rank=%d median_us=%.3f min_us=%.3f max_us=%.3f"
+  char kField[32] = ""; /* graph cases: the step size, before the figures */
+  if (k > 0) snprintf(kField, sizeof kField, " k=%d", k);
+  printf("RESULT case=%s comm=%s launch=%s world=%d rank=%d%s median_us=%.3f min_us=%.3f max_us=%.3f"
          " enqueue_median_us=%.3f enqueue_min_us=%.3f iters=%ld reps=%d warmup_us=%.3f samples_us=%s\n",
-         name, COMM_NAMES[kind], self->shared != NULL ? "threads" : "process", self->world, self->rank, allMedian,
-         samples[0], samples[reps - 1], enqueueMedian, enqueue[0], iters, reps, warm, all);
+         name, COMM_NAMES[kind], self->shared != NULL ? "threads" : "process", self->world, self->rank, kField,
+         allMedian, samples[0], samples[reps - 1], enqueueMedian, enqueue[0], iters, reps, warm, all);
   fflush(stdout);
   free(enqueue);
   free(samples);
@@ -437,10 +516,31 @@ static void measure(rank_t *self, const char *name, op_fn op, const plan_t *plan
 static void usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s [-n ITERS] [-r REPS] [-w WARMUP] [-t MAX_SECONDS_PER_REP] [-c COUNT]"
-          " [-m both|all|blocking|nonblocking|split] [-d DEVICE] [--cases transaction,all_reduce,all_reduce_ordered]"
-          " [--world W --rank R --id-file FILE | --threads W]\n",
+          " [-m both|all|blocking|nonblocking|split] [-d DEVICE]"
+          " [--cases transaction,all_reduce,all_reduce_ordered,graph_step_eager,graph_replay]"
+          " [--graph-transactions K,... (default 1,8,32)] [--world W --rank R --id-file FILE | --threads W]\n",
           argv0);
   exit(2);
+}
+
+/* --graph-transactions: a comma-separated list of step sizes, each 1..4096; 0 (after a message) when bad. */
+static int parse_steps(const char *list, plan_t *plan) {
+  const int maxSteps = (int)(sizeof plan->graphSteps / sizeof plan->graphSteps[0]);
+  const char *p = list;
+  plan->ngraphSteps = 0;
+  for (;;) {
+    char *end;
+    errno = 0;
+    long k = strtol(p, &end, 10);
+    if (end == p || errno != 0 || k < 1 || k > 4096 || (*end != ',' && *end != '\0') || plan->ngraphSteps == maxSteps) {
+      fprintf(stderr, "bad --graph-transactions %s: up to %d comma-separated step sizes, each 1 to 4096\n", list,
+              maxSteps);
+      return 0;
+    }
+    plan->graphSteps[plan->ngraphSteps++] = (int)k;
+    if (*end == '\0') return 1;
+    p = end + 1;
+  }
 }
 
 /* Every case the plan names, with every communicator mode: one rank's whole run. */
@@ -448,10 +548,16 @@ static void run_plan(rank_t *self, const plan_t *plan) {
   const char *cases = plan->cases;
   size_t n = strlen(cases);
   for (int m = 0; m < plan->nmodes; m++) {
-    if (strstr(cases, "transaction")) measure(self, "transaction", transaction, plan, plan->modes[m]);
+    if (strstr(cases, "transaction")) measure(self, "transaction", transaction, plan, plan->modes[m], 0);
     if (strstr(cases, "all_reduce,") || (n >= 10 && strcmp(cases + n - 10, "all_reduce") == 0))
-      measure(self, "all_reduce", all_reduce, plan, plan->modes[m]);
-    if (strstr(cases, "all_reduce_ordered")) measure(self, "all_reduce_ordered", all_reduce_ordered, plan, plan->modes[m]);
+      measure(self, "all_reduce", all_reduce, plan, plan->modes[m], 0);
+    if (strstr(cases, "all_reduce_ordered"))
+      measure(self, "all_reduce_ordered", all_reduce_ordered, plan, plan->modes[m], 0);
+    for (int g = 0; g < plan->ngraphSteps; g++) {
+      if (strstr(cases, "graph_step_eager"))
+        measure(self, "graph_step_eager", graph_step_eager, plan, plan->modes[m], plan->graphSteps[g]);
+      if (strstr(cases, "graph_replay")) measure(self, "graph_replay", graph_replay, plan, plan->modes[m], plan->graphSteps[g]);
+    }
   }
 }
 
@@ -498,11 +604,13 @@ int main(int argc, char **argv) {
   rank_t self = {.world = 1, .rank = 0, .id_file = NULL, .comm_seq = 0, .shared = NULL};
   int threads = 0;
   const char *mode = "both";
+  const char *graphSteps = "1,8,32";
   static const struct option longs[] = {{"world", required_argument, NULL, 'W'},
                                         {"rank", required_argument, NULL, 'R'},
                                         {"id-file", required_argument, NULL, 'I'},
                                         {"cases", required_argument, NULL, 'C'},
                                         {"threads", required_argument, NULL, 'T'},
+                                        {"graph-transactions", required_argument, NULL, 'K'},
                                         {NULL, 0, NULL, 0}};
   int opt;
   while ((opt = getopt_long(argc, argv, "n:r:w:t:c:m:d:h", longs, NULL)) != -1) {
@@ -512,6 +620,7 @@ int main(int argc, char **argv) {
       case 'I': self.id_file = optarg; break;
       case 'T': threads = atoi(optarg); break;
       case 'C': plan.cases = optarg; break;
+      case 'K': graphSteps = optarg; break;
       case 'n': plan.iterations = atol(optarg); break;
       case 'r': plan.reps = atoi(optarg); break;
       case 'w': plan.warmup = atol(optarg); break;
@@ -536,6 +645,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bad --world %d / --rank %d (a world above 1 needs --id-file)\n", self.world, self.rank);
     usage(argv[0]);
   }
+  if (!parse_steps(graphSteps, &plan)) usage(argv[0]);
   if (plan.count % (size_t)self.world != 0) {
     fprintf(stderr, "-c %zu is not divisible by the world size %d\n", plan.count, self.world);
     usage(argv[0]);

@@ -56,7 +56,7 @@ import org.openjdk.jmh.infra.IterationParams;
  *   <li>{@code allReduceEnqueue}: {@code comm.allReduce(t, SUM, compute)} — an ncclAllReduce in a
  *       group plus the ordering with the caller's stream (2 event records, 2 stream waits).</li>
  *   <li>{@code allReduceEnqueueRaw}: ncclAllReduce alone on the comms stream, through the bindings.</li>
- *   <li>{@code graphStepEager} / {@code graphReplay}: a step of 8 or 32 such transactions, enqueued one
+ *   <li>{@code graphStepEager} / {@code graphReplay}: a step of 1, 8 or 32 such transactions, enqueued one
  *       by one, or captured once into a CUDA graph and replayed with {@code comm.launch(graph, compute)}.</li>
  * </ul>
  *
@@ -185,7 +185,7 @@ public class HostCostBenchmark {
         public GraphState() {}
 
         /** Transactions in the step. */
-        @Param({"8", "32"})
+        @Param({"1", "8", "32"})
         public int transactions;
 
         CudaGraph graph;
