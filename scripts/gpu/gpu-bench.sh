@@ -309,7 +309,7 @@ grep -o '# host-only [^ ]* measurement: [0-9.]* us/op' "$out/jmh.txt" \
             r(jr, cg), r(jh["graphReplay", k], ch["graph_replay", k, comm]), r(jr, je)
         }
         print ""
-        print "a step = K times (event record on compute + stream wait + ncclGroupStart + reduce-scatter + all-gather"
+        print "a step = K times (event record on compute + stream wait + ncclGroupStart + reduce-scatter + all-gather, out of place,"
         print "  + ncclGroupEnd), then event record on comms + stream wait of compute (jnccl: comm.begin(compute)..."
         print "  execute(null) K times, comm.waitOnComms(compute))."
         print "C eager = graph_step_eager; C graph = graph_replay: the step captured once, then one"

@@ -28,8 +28,9 @@
  *   graph_step_eager    one training step of K transactions (--graph-transactions, one RESULT line
  *                       per K, with a k= field), the native calls of jnccl's
  *                       HostCostBenchmark.graphStepEager: K times cudaEventRecord(ready, compute) +
- *                       cudaStreamWaitEvent(comms, ready) + ncclGroupStart + ncclReduceScatter (in
- *                       place) + ncclAllGather (in place) + ncclGroupEnd, then (jnccl's waitOnComms)
+ *                       cudaStreamWaitEvent(comms, ready) + ncclGroupStart + ncclReduceScatter (out
+ *                       of place, src -> part) + ncclAllGather (part -> buffer) + ncclGroupEnd, then
+ *                       (jnccl's waitOnComms)
  *                       cudaEventRecord(done, comms) + cudaStreamWaitEvent(compute, done). As in
  *                       jnccl, one ready event serves all K transactions (comm.begin(compute) records
  *                       the communicator's one ready event) and the transactions record no signal
@@ -183,6 +184,8 @@ typedef struct {
   cudaEvent_t done;   /* all_reduce_ordered, graph cases: recorded on comms, waited for by compute */
   float *buffer;
   float *shard; /* this rank's shard of buffer: all of it at world size 1 */
+  float *src;   /* graph cases: the reduce-scatter's input (count), out of place */
+  float *part;  /* graph cases: the reduce-scatter's output and the all-gather's input (shardCount) */
   size_t count;
   size_t shardCount;
   unsigned long operations;
@@ -301,7 +304,11 @@ static void enqueue_step(bench_t *b) {
   for (int i = 0; i < b->k; i++) {
     CUDA_CHECK(cudaEventRecord(b->ready2, b->compute));
     CUDA_CHECK(cudaStreamWaitEvent(b->comms, b->ready2, 0));
-    reduce_scatter_all_gather(b);
+    /* Out of place: in place on one rank NCCL enqueues nothing, and the graph would be empty. */
+    NCCL_CHECK(ncclGroupStart());
+    NCCL_CHECK(ncclReduceScatter(b->src, b->part, b->shardCount, ncclFloat32, ncclSum, b->comm, b->comms));
+    NCCL_CHECK(ncclAllGather(b->part, b->buffer, b->shardCount, ncclFloat32, b->comm, b->comms));
+    ended(b, ncclGroupEnd(), "ncclGroupEnd");
   }
   CUDA_CHECK(cudaEventRecord(b->done, b->comms));
   CUDA_CHECK(cudaStreamWaitEvent(b->compute, b->done, 0));
@@ -389,7 +396,11 @@ static void setup(bench_t *b, rank_t *self, int device, size_t count, int kind) 
   CUDA_CHECK(cudaEventCreateWithFlags(&b->done, cudaEventDisableTiming));
   CUDA_CHECK(cudaMalloc((void **)&b->buffer, count * sizeof(float)));
   b->shard = b->buffer + (size_t)self->rank * b->shardCount;
+  CUDA_CHECK(cudaMalloc((void **)&b->src, count * sizeof(float)));
+  CUDA_CHECK(cudaMalloc((void **)&b->part, b->shardCount * sizeof(float)));
   CUDA_CHECK(cudaMemsetAsync(b->buffer, 0, count * sizeof(float), b->compute));
+  CUDA_CHECK(cudaMemsetAsync(b->src, 0, count * sizeof(float), b->compute));
+  CUDA_CHECK(cudaMemsetAsync(b->part, 0, b->shardCount * sizeof(float), b->compute));
   CUDA_CHECK(cudaEventRecord(b->ready, b->compute));
   CUDA_CHECK(cudaStreamSynchronize(b->compute));
 
@@ -439,6 +450,8 @@ static void teardown(bench_t *b) {
     NCCL_CHECK(ncclCommDestroy(b->parent));
   }
   CUDA_CHECK(cudaFree(b->buffer));
+  CUDA_CHECK(cudaFree(b->src));
+  CUDA_CHECK(cudaFree(b->part));
   CUDA_CHECK(cudaStreamSynchronize(b->compute));
   CUDA_CHECK(cudaEventDestroy(b->done));
   CUDA_CHECK(cudaEventDestroy(b->ready2));

@@ -189,9 +189,17 @@ public class HostCostBenchmark {
         public int transactions;
 
         CudaGraph graph;
+        DeviceMemory stepMemory;
+        DeviceTensor src;
+        DeviceTensor part;
 
         @Override
         void prepared() {
+            // Out of place: in place on one rank NCCL enqueues nothing, and the graph would be empty.
+            stepMemory = DeviceMemory.allocate(DType.FP32, count + count / comm.worldSize());
+            stepMemory.fill((byte) 0, compute);
+            src = stepMemory.tensor(DType.FP32).slice(0, count);
+            part = stepMemory.tensor(DType.FP32).slice(count, count / comm.worldSize());
             graph = CudaGraph.capture(compute, () -> step(this));
             compute.synchronize();
         }
@@ -199,13 +207,14 @@ public class HostCostBenchmark {
         @Override
         void closing() {
             graph.close(); // before the communicator, which refuses to close while it is open
+            stepMemory.close();
         }
     }
 
     /** The step of {@link GraphState}: {@code transactions} transactions after the compute stream, which waits for them. */
     static void step(GraphState s) {
         for (int i = 0; i < s.transactions; i++) {
-            s.comm.begin(s.compute).reduceScatter(s.tensor).allGather(s.shard, s.tensor).execute(null);
+            s.comm.begin(s.compute).reduceScatter(s.src, s.part, ReduceOp.SUM).allGather(s.part, s.tensor).execute(null);
         }
         s.comm.waitOnComms(s.compute);
     }
