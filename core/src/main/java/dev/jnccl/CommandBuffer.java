@@ -1,32 +1,170 @@
 package dev.jnccl;
 
 import dev.jnccl.spi.Command;
-import java.util.ArrayList;
+import java.util.AbstractList;
+import java.util.Arrays;
 import java.util.List;
+import java.util.RandomAccess;
 
-/** The commands of one transaction, in the order they were added (owned by its {@link Transaction}). */
+/**
+ * The commands of the open transaction of one communicator, in the order they were added. One
+ * buffer serves every transaction of its communicator (one is open at a time), so that a training
+ * loop's thousands of calls per step allocate nothing: the slots grow only when a transaction has
+ * more commands than any before it, and a command equal to the one its slot held in an earlier
+ * transaction (the same tensor, operation, root or peer: a training step repeats its calls) is
+ * reused instead of made again. Commands are immutable records, so one that an earlier
+ * transaction's flight recorder entry (or a graph's captured list) still holds can be shared.
+ */
 final class CommandBuffer {
-    private final List<Command> commands = new ArrayList<>();
+    private Command[] slots = new Command[8];
+    private int size;
+    /** The read-only view the transport, the runner and the recorder see: one object for every transaction. */
+    private final List<Command> view = new View();
 
+    /** {@code command} at the end (a command made by the caller: not reusable, e.g. an uneven all-to-all). */
     void add(Command command) {
-        commands.add(command);
+        if (size == slots.length) {
+            slots = Arrays.copyOf(slots, size * 2);
+        }
+        slots[size++] = command;
     }
 
+    /** {@return the command the next slot held in an earlier transaction, or null (then {@link #add} a new one)} */
+    private Command previous() {
+        return size < slots.length ? slots[size] : null;
+    }
+
+    /** Adds the slot's earlier command again. */
+    private void reuse() {
+        size++;
+    }
+
+    void allReduce(DeviceTensor tensor, ReduceOp op) {
+        if (previous() instanceof Command.AllReduce c && c.tensor().equals(tensor) && c.op() == op) {
+            reuse();
+        } else {
+            add(new Command.AllReduce(tensor, op));
+        }
+    }
+
+    void reduceScatter(DeviceTensor tensor, ReduceOp op) {
+        if (previous() instanceof Command.ReduceScatter c && c.tensor().equals(tensor) && c.op() == op) {
+            reuse();
+        } else {
+            add(new Command.ReduceScatter(tensor, op));
+        }
+    }
+
+    void allGather(DeviceTensor shard, DeviceTensor full) {
+        if (previous() instanceof Command.AllGather c && c.shard().equals(shard) && c.full().equals(full)) {
+            reuse();
+        } else {
+            add(new Command.AllGather(shard, full));
+        }
+    }
+
+    void broadcast(DeviceTensor tensor, int root) {
+        if (previous() instanceof Command.Broadcast c && c.tensor().equals(tensor) && c.root() == root) {
+            reuse();
+        } else {
+            add(new Command.Broadcast(tensor, root));
+        }
+    }
+
+    void send(DeviceTensor tensor, int peer) {
+        if (previous() instanceof Command.Send c && c.tensor().equals(tensor) && c.peer() == peer) {
+            reuse();
+        } else {
+            add(new Command.Send(tensor, peer));
+        }
+    }
+
+    void recv(DeviceTensor tensor, int peer) {
+        if (previous() instanceof Command.Recv c && c.tensor().equals(tensor) && c.peer() == peer) {
+            reuse();
+        } else {
+            add(new Command.Recv(tensor, peer));
+        }
+    }
+
+    void allToAll(DeviceTensor send, DeviceTensor recv) {
+        if (previous() instanceof Command.AllToAll c && c.send().equals(send) && c.recv().equals(recv)) {
+            reuse();
+        } else {
+            add(new Command.AllToAll(send, recv));
+        }
+    }
+
+    void destructiveAllToAll(DeviceTensor tensor) {
+        if (previous() instanceof Command.DestructiveAllToAll c && c.tensor().equals(tensor)) {
+            reuse();
+        } else {
+            add(new Command.DestructiveAllToAll(tensor));
+        }
+    }
+
+    void allReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
+        if (previous() instanceof Command.AllReduceOutOfPlace c && c.src().equals(src) && c.dst().equals(dst)
+                && c.op() == op) {
+            reuse();
+        } else {
+            add(new Command.AllReduceOutOfPlace(src, dst, op));
+        }
+    }
+
+    void reduceScatter(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
+        if (previous() instanceof Command.ReduceScatterOutOfPlace c && c.src().equals(src) && c.dst().equals(dst)
+                && c.op() == op) {
+            reuse();
+        } else {
+            add(new Command.ReduceScatterOutOfPlace(src, dst, op));
+        }
+    }
+
+    void broadcast(DeviceTensor src, DeviceTensor dst, int root) {
+        if (previous() instanceof Command.BroadcastOutOfPlace c && c.src().equals(src) && c.dst().equals(dst)
+                && c.root() == root) {
+            reuse();
+        } else {
+            add(new Command.BroadcastOutOfPlace(src, dst, root));
+        }
+    }
+
+    /** Discards the commands (their slots keep them for reuse by the next transaction). */
     void clear() {
-        commands.clear();
+        size = 0;
     }
 
-    /** {@return a read-only copy of the commands, in order} */
-    List<Command> snapshot() {
-        return List.copyOf(commands);
+    /**
+     * {@return the commands, in order, as a read-only view}: valid until the buffer is cleared and
+     * filled again (the next transaction); whoever keeps commands longer copies them.
+     */
+    List<Command> view() {
+        return view;
     }
 
     int size() {
-        return commands.size();
+        return size;
     }
 
     @Override
     public String toString() {
-        return commands.toString();
+        return view.toString();
+    }
+
+    /** The commands so far, read-only. */
+    private final class View extends AbstractList<Command> implements RandomAccess {
+        @Override
+        public Command get(int index) {
+            if (index < 0 || index >= size) {
+                throw new IndexOutOfBoundsException("command " + index + " of " + size);
+            }
+            return slots[index];
+        }
+
+        @Override
+        public int size() {
+            return size;
+        }
     }
 }

@@ -24,6 +24,14 @@ final class CommandRunner {
      * without ncclAlltoAll, ncclGather and ncclScatter.
      */
     private boolean allToAllBySendRecv;
+    /** The commands {@link #run} is enqueuing (read by the group bodies below), null between runs. */
+    private List<Command> running;
+    /** The command of {@link #ownGroupBody}. */
+    private int runningIndex;
+    /** {@link #runGrouped} as the group body, made once. */
+    private final Runnable groupedBody = this::runGrouped;
+    /** {@link #runOwnGroup} as the group body, made once. */
+    private final Runnable ownGroupBody = this::runOwnGroup;
 
     CommandRunner(NcclComm comm, CudaStream stream, LoadedLibraries libraries, Transport transport, int rank,
                   int worldSize) {
@@ -41,8 +49,8 @@ final class CommandRunner {
 
     static long bytes(List<Command> commands) {
         long total = 0;
-        for (Command command : commands) {
-            total += command.bytes();
+        for (int i = 0; i < commands.size(); i++) {
+            total += commands.get(i).bytes();
         }
         return total;
     }
@@ -56,33 +64,56 @@ final class CommandRunner {
      * the ranks added them in.
      */
     void run(List<Command> commands) {
+        // Indexed loops and preallocated group bodies: the hot path allocates no iterator or lambda.
         boolean grouped = false;
-        for (Command command : commands) {
+        for (int i = 0; i < commands.size(); i++) {
+            Command command = commands.get(i);
             if (!(command instanceof Command.DestructiveAllToAll || isOwnGroup(command))) {
                 grouped = true;
                 break;
             }
         }
         if (grouped) {
-            comm.group(() -> {
-                for (Command command : commands) {
-                    if (!(isOwnGroup(command) || command instanceof Command.DestructiveAllToAll)
-                            && !transport.enqueue(command, stream)) {
-                        nccl(command);
-                    }
-                }
-            });
+            running = commands;
+            try {
+                comm.group(groupedBody);
+            } finally {
+                running = null;
+            }
         }
-        for (Command command : commands) {
+        for (int i = 0; i < commands.size(); i++) {
+            Command command = commands.get(i);
             if (isOwnGroup(command)) {
-                comm.group(() -> {
-                    if (!transport.enqueue(command, stream)) {
-                        nccl(command);
-                    }
-                });
+                running = commands;
+                runningIndex = i;
+                try {
+                    comm.group(ownGroupBody);
+                } finally {
+                    running = null;
+                }
             } else if (command instanceof Command.DestructiveAllToAll allToAll) {
                 runAllToAll(allToAll.tensor()); // always NCCL: the rounds' order is what makes it safe
             }
+        }
+    }
+
+    /** The body of the transaction's one group: every command that runs in it. */
+    private void runGrouped() {
+        List<Command> commands = running;
+        for (int i = 0; i < commands.size(); i++) {
+            Command command = commands.get(i);
+            if (!(isOwnGroup(command) || command instanceof Command.DestructiveAllToAll)
+                    && !transport.enqueue(command, stream)) {
+                nccl(command);
+            }
+        }
+    }
+
+    /** The body of a group of its own: command {@link #runningIndex}. */
+    private void runOwnGroup() {
+        Command command = running.get(runningIndex);
+        if (!transport.enqueue(command, stream)) {
+            nccl(command);
         }
     }
 

@@ -15,21 +15,22 @@ import java.util.Objects;
  * try-with-resources fits.
  */
 public final class Transaction implements AutoCloseable {
-    private enum State { OPEN, EXECUTED, DISCARDED }
+    // A thin handle: the commands and the open/closed state live in the communicator (one
+    // transaction is open at a time), so a transaction allocates nothing per call, and a handle
+    // used after its transaction ended (executed or closed) says so by its number, never adding
+    // to a later transaction. In a begin(..).x(..).execute(..) chain the JIT can scalar-replace it.
 
     private final Communicator communicator;
     private final Checks checks;
-    private final CudaEvent ready;
+    /** The transaction's number, or {@link #CURRENT} for the communicator's own handle of its convenience operations. */
     private final long number;
-    private final CommandBuffer buffer = new CommandBuffer();
-    /** The thread that began it: commands, execute and close from another thread would race with it. */
-    private final Thread owner = Thread.currentThread();
-    private State state = State.OPEN;
 
-    Transaction(Communicator communicator, CudaEvent ready, long number) {
+    /** The {@link #number} of the handle that always means the transaction open now (never given to users). */
+    static final long CURRENT = 0;
+
+    Transaction(Communicator communicator, long number) {
         this.communicator = communicator;
         this.checks = communicator.checks();
-        this.ready = ready;
         this.number = number;
     }
 
@@ -56,7 +57,7 @@ public final class Transaction implements AutoCloseable {
         Objects.requireNonNull(op, "reduceScatter: op is null");
         checks.checkReducible("reduceScatter", tensor.dtype(), op);
         requireDivisible("reduceScatter", tensor);
-        buffer.add(new Command.ReduceScatter(tensor, op));
+        commands().reduceScatter(tensor, op);
         return this;
     }
 
@@ -81,7 +82,7 @@ public final class Transaction implements AutoCloseable {
                     + shard.count() + " x world size " + world + " = " + shard.count() * world);
         }
         checks.checkSupported("allGather", shard.dtype());
-        buffer.add(new Command.AllGather(shard, full));
+        commands().allGather(shard, full);
         return this;
     }
 
@@ -97,7 +98,7 @@ public final class Transaction implements AutoCloseable {
         requireTensor("destructiveAllToAll", "tensor", tensor);
         checks.checkSupported("destructiveAllToAll", tensor.dtype());
         requireDivisible("destructiveAllToAll", tensor);
-        buffer.add(new Command.DestructiveAllToAll(tensor));
+        commands().destructiveAllToAll(tensor);
         return this;
     }
 
@@ -135,7 +136,7 @@ public final class Transaction implements AutoCloseable {
                     + " overlap; use destructiveAllToAll for an in-place exchange");
         }
         checks.checkSupported("allToAll", send.dtype());
-        buffer.add(new Command.AllToAll(send, recv));
+        commands().allToAll(send, recv);
         return this;
     }
 
@@ -153,7 +154,7 @@ public final class Transaction implements AutoCloseable {
         requireTensor("broadcast", "tensor", tensor);
         checks.checkRoot("broadcast", root);
         checks.checkSupported("broadcast", tensor.dtype());
-        buffer.add(new Command.Broadcast(tensor, root));
+        commands().broadcast(tensor, root);
         return this;
     }
 
@@ -169,7 +170,7 @@ public final class Transaction implements AutoCloseable {
         requireTensor("allReduce", "tensor", tensor);
         Objects.requireNonNull(op, "allReduce: op is null");
         checks.checkReducible("allReduce", tensor.dtype(), op);
-        buffer.add(new Command.AllReduce(tensor, op));
+        commands().allReduce(tensor, op);
         return this;
     }
 
@@ -187,7 +188,7 @@ public final class Transaction implements AutoCloseable {
         requireTensor("send", "tensor", tensor);
         checks.checkPeer("send", peer);
         checks.checkSupported("send", tensor.dtype());
-        buffer.add(new Command.Send(tensor, peer));
+        commands().send(tensor, peer);
         return this;
     }
 
@@ -204,7 +205,7 @@ public final class Transaction implements AutoCloseable {
         requireTensor("recv", "tensor", tensor);
         checks.checkPeer("recv", peer);
         checks.checkSupported("recv", tensor.dtype());
-        buffer.add(new Command.Recv(tensor, peer));
+        commands().recv(tensor, peer);
         return this;
     }
 
@@ -231,7 +232,11 @@ public final class Transaction implements AutoCloseable {
         requireCount("allReduce", "dst", dst, src.count(), "src's count");
         checks.checkReducible("allReduce", src.dtype(), op);
         boolean inPlace = inPlaceOrApart("allReduce", src, dst, src.address(), "dst equal to src");
-        buffer.add(inPlace ? new Command.AllReduce(dst, op) : new Command.AllReduceOutOfPlace(src, dst, op));
+        if (inPlace) {
+            commands().allReduce(dst, op);
+        } else {
+            commands().allReduce(src, dst, op);
+        }
         return this;
     }
 
@@ -260,7 +265,11 @@ public final class Transaction implements AutoCloseable {
         checks.checkReducible("reduceScatter", src.dtype(), op);
         boolean inPlace = inPlaceOrApart("reduceScatter", src, dst,
                 src.address() + communicator.rank() * dst.bytes(), "dst this rank's shard of src");
-        buffer.add(inPlace ? new Command.ReduceScatter(src, op) : new Command.ReduceScatterOutOfPlace(src, dst, op));
+        if (inPlace) {
+            commands().reduceScatter(src, op);
+        } else {
+            commands().reduceScatter(src, dst, op);
+        }
         return this;
     }
 
@@ -285,7 +294,11 @@ public final class Transaction implements AutoCloseable {
         requireCount("broadcast", "dst", dst, src.count(), "src's count");
         checks.checkSupported("broadcast", src.dtype());
         boolean inPlace = inPlaceOrApart("broadcast", src, dst, src.address(), "dst equal to src");
-        buffer.add(inPlace ? new Command.Broadcast(dst, root) : new Command.BroadcastOutOfPlace(src, dst, root));
+        if (inPlace) {
+            commands().broadcast(dst, root);
+        } else {
+            commands().broadcast(src, dst, root);
+        }
         return this;
     }
 
@@ -318,7 +331,7 @@ public final class Transaction implements AutoCloseable {
             }
         }
         checks.checkReducible("reduce", src.dtype(), op);
-        buffer.add(new Command.Reduce(src, dst, op, root));
+        commands().add(new Command.Reduce(src, dst, op, root));
         return this;
     }
 
@@ -352,7 +365,7 @@ public final class Transaction implements AutoCloseable {
             }
         }
         checks.checkSupported("gather", src.dtype());
-        buffer.add(new Command.Gather(src, dst, root));
+        commands().add(new Command.Gather(src, dst, root));
         return this;
     }
 
@@ -386,7 +399,7 @@ public final class Transaction implements AutoCloseable {
             }
         }
         checks.checkSupported("scatter", dst.dtype());
-        buffer.add(new Command.Scatter(src, dst, root));
+        commands().add(new Command.Scatter(src, dst, root));
         return this;
     }
 
@@ -433,7 +446,7 @@ public final class Transaction implements AutoCloseable {
             throw new IllegalArgumentException("allToAll: send " + send + " and recv " + recv + " overlap");
         }
         checks.checkSupported("allToAll", send.dtype());
-        buffer.add(new Command.UnevenAllToAll(send, sends, recv, recvs));
+        commands().add(new Command.UnevenAllToAll(send, sends, recv, recvs));
         return this;
     }
 
@@ -541,19 +554,13 @@ public final class Transaction implements AutoCloseable {
         if (signal != null && signal.isClosed()) {
             throw new IllegalStateException("execute: signal event " + signal + " is closed");
         }
-        state = State.EXECUTED;
-        communicator.execute(this, signal);
+        communicator.execute(signal);
     }
 
     /** Discards the transaction if it was not executed; otherwise does nothing. */
     @Override
     public void close() {
-        requireOwner("close");
-        if (state == State.OPEN) {
-            state = State.DISCARDED;
-            buffer.clear();
-            communicator.transactionEnded(this);
-        }
+        communicator.closeTransaction(number);
     }
 
     /**
@@ -563,12 +570,12 @@ public final class Transaction implements AutoCloseable {
      * @return the number of commands in the transaction
      */
     public int size() {
-        return buffer.size();
+        return isOpen() ? commands().size() : 0;
     }
 
     /** {@return the sequence number of this transaction on its communicator (1, 2, ...)} */
     public long number() {
-        return number;
+        return number == CURRENT ? communicator.openTransactionNumber() : number;
     }
 
     /**
@@ -577,15 +584,12 @@ public final class Transaction implements AutoCloseable {
      * @return whether the transaction is open
      */
     public boolean isOpen() {
-        return state == State.OPEN;
+        return communicator.isOpenTransaction(number);
     }
 
-    CudaEvent ready() {
-        return ready;
-    }
-
-    CommandBuffer buffer() {
-        return buffer;
+    /** The communicator's command buffer, which holds this transaction's commands while it is open. */
+    private CommandBuffer commands() {
+        return communicator.pendingCommands();
     }
 
     /**
@@ -604,28 +608,14 @@ public final class Transaction implements AutoCloseable {
         }
     }
 
-    private void requireOwner(String operation) {
-        Thread current = Thread.currentThread();
-        if (current != owner) {
-            throw new IllegalStateException(operation + ": transaction #" + number + " of rank " + communicator.rank()
-                    + " belongs to thread \"" + owner.getName() + "\" that began it; it was used from thread \""
-                    + current.getName() + "\"");
-        }
-    }
-
+    /** Open, used from the thread that began it, on a usable communicator. */
     private void requireOpen(String operation) {
-        requireOwner(operation);
-        switch (state) {
-            case OPEN -> communicator.requireUsable(operation);
-            case EXECUTED -> throw new IllegalStateException(operation + ": transaction #" + number + " of rank "
-                    + communicator.rank() + " was already executed");
-            case DISCARDED -> throw new IllegalStateException(operation + ": transaction #" + number + " of rank "
-                    + communicator.rank() + " was closed without executing");
-        }
+        communicator.requireOpenTransaction(operation, number);
     }
 
     @Override
     public String toString() {
-        return "Transaction#" + number + "[rank " + communicator.rank() + ", " + state + ", " + buffer + "]";
+        return "Transaction#" + number() + "[rank " + communicator.rank() + ", "
+                + (isOpen() ? "OPEN, " + commands() : communicator.transactionOutcome(number())) + "]";
     }
 }
