@@ -143,6 +143,11 @@ final class CommandBuffer {
         return view;
     }
 
+    /** {@return a copy of the commands, in order (for tests)} */
+    List<Command> snapshot() {
+        return List.copyOf(view);
+    }
+
     int size() {
         return size;
     }

@@ -128,8 +128,8 @@ final class CommandRunner {
         switch (command) {
             case Command.AllGather gather -> comm.allGather(gather.shard(), gather.full(), stream);
             // In place in NCCL's sense: the receive buffer is this rank's shard of the send buffer.
-            case Command.ReduceScatter scatter -> comm.reduceScatter(scatter.tensor(),
-                    scatter.tensor().shard(rank, worldSize), ncclOp(scatter.op(), scatter.tensor().dtype()), stream);
+            case Command.ReduceScatter scatter -> comm.reduceScatterInPlace(scatter.tensor(),
+                    ncclOp(scatter.op(), scatter.tensor().dtype()), stream);
             case Command.AllReduce allReduce -> comm.allReduce(allReduce.tensor(),
                     ncclOp(allReduce.op(), allReduce.tensor().dtype()), stream);
             case Command.Broadcast broadcast -> comm.broadcast(broadcast.tensor(), broadcast.root(), stream);

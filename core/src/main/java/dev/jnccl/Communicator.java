@@ -114,7 +114,7 @@ public final class Communicator implements AutoCloseable {
     /** The open transaction's commands: one buffer, reused by every transaction of this communicator. */
     private final CommandBuffer pending = new CommandBuffer();
     /** The communicator's own handle of the open transaction, for the convenience operations. */
-    private final Transaction current = new Transaction(this, Transaction.CURRENT);
+    private final Transaction current;
     /** How recent transactions ended, by number modulo the length: +number executed, -number closed unexecuted. */
     private final long[] outcomes = new long[OUTCOMES];
     /** How many transaction outcomes {@link #outcomes} remembers, for the messages of stale handles. */
@@ -141,6 +141,7 @@ public final class Communicator implements AutoCloseable {
         Objects.requireNonNull(options, "Communicator: options are null");
         Objects.requireNonNull(parts, "Communicator: parts are null");
         this.checks = new Checks(rank, worldSize, device);
+        this.current = new Transaction(this, Transaction.CURRENT); // after the checks, which it keeps
         this.libraries = checks.libraries();
         this.rank = rank;
         this.worldSize = worldSize;
@@ -405,6 +406,11 @@ public final class Communicator implements AutoCloseable {
 
     // ---------------------------------------------------------------- transaction handles
 
+    /** {@return the communicator's own handle of the open transaction, which the users' handles delegate to} */
+    Transaction currentTransaction() {
+        return current;
+    }
+
     /** {@return the open transaction's commands (for its handle)} */
     CommandBuffer pendingCommands() {
         return pending;
@@ -478,8 +484,11 @@ public final class Communicator implements AutoCloseable {
     void execute(CudaEvent signal) {
         long number = openNumber;
         CudaEvent ready = openReady;
-        Events.Transaction event = new Events.Transaction();
-        event.begin();
+        // No event object while JFR does not record it: the hot path allocates nothing.
+        Events.Transaction event = Events.transactionEnabled() ? new Events.Transaction() : null;
+        if (event != null) {
+            event.begin();
+        }
         CommandBuffer buffer = pending;
         List<Command> executed = buffer.view();
         try {
@@ -507,7 +516,7 @@ public final class Communicator implements AutoCloseable {
             transactionEnded(number, true);
             requireUsable("execute");
             graph = enqueue(number, ready, signal, buffer, executed);
-            if (LOG.isDebugEnabled() || event.shouldCommit()) {
+            if (LOG.isDebugEnabled() || (event != null && event.shouldCommit())) {
                 // The buffer serves the next transaction, which another thread may open once the lock is free.
                 executed = List.copyOf(executed);
             }
@@ -520,7 +529,7 @@ public final class Communicator implements AutoCloseable {
                     CommandRunner.bytes(executed), executed);
         }
         // Sizes summed only when JFR records it.
-        if (event.shouldCommit()) {
+        if (event != null && event.shouldCommit()) {
             event.commit(rank, number, executed, graph == 0 ? "" : "captured into graph #" + graph);
         }
     }

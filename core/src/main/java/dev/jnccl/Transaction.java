@@ -52,6 +52,10 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction reduceScatter(DeviceTensor tensor, ReduceOp op) {
+        if (number != CURRENT) {
+            handle("reduceScatter").reduceScatter(tensor, op);
+            return this;
+        }
         requireOpen("reduceScatter");
         requireTensor("reduceScatter", "tensor", tensor);
         Objects.requireNonNull(op, "reduceScatter: op is null");
@@ -69,6 +73,10 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction allGather(DeviceTensor shard, DeviceTensor full) {
+        if (number != CURRENT) {
+            handle("allGather").allGather(shard, full);
+            return this;
+        }
         requireOpen("allGather");
         requireTensor("allGather", "shard", shard);
         requireTensor("allGather", "full", full);
@@ -94,6 +102,10 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction destructiveAllToAll(DeviceTensor tensor) {
+        if (number != CURRENT) {
+            handle("destructiveAllToAll").destructiveAllToAll(tensor);
+            return this;
+        }
         requireOpen("destructiveAllToAll");
         requireTensor("destructiveAllToAll", "tensor", tensor);
         checks.checkSupported("destructiveAllToAll", tensor.dtype());
@@ -119,6 +131,10 @@ public final class Transaction implements AutoCloseable {
      *                                  world size, or overlapping tensors
      */
     public Transaction allToAll(DeviceTensor send, DeviceTensor recv) {
+        if (number != CURRENT) {
+            handle("allToAll").allToAll(send, recv);
+            return this;
+        }
         requireOpen("allToAll");
         requireTensor("allToAll", "send", send);
         requireTensor("allToAll", "recv", recv);
@@ -150,6 +166,10 @@ public final class Transaction implements AutoCloseable {
      * @throws IllegalArgumentException for a root out of range
      */
     public Transaction broadcast(DeviceTensor tensor, int root) {
+        if (number != CURRENT) {
+            handle("broadcast").broadcast(tensor, root);
+            return this;
+        }
         requireOpen("broadcast");
         requireTensor("broadcast", "tensor", tensor);
         checks.checkRoot("broadcast", root);
@@ -166,6 +186,10 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction allReduce(DeviceTensor tensor, ReduceOp op) {
+        if (number != CURRENT) {
+            handle("allReduce").allReduce(tensor, op);
+            return this;
+        }
         requireOpen("allReduce");
         requireTensor("allReduce", "tensor", tensor);
         Objects.requireNonNull(op, "allReduce: op is null");
@@ -184,6 +208,10 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction send(DeviceTensor tensor, int peer) {
+        if (number != CURRENT) {
+            handle("send").send(tensor, peer);
+            return this;
+        }
         requireOpen("send");
         requireTensor("send", "tensor", tensor);
         checks.checkPeer("send", peer);
@@ -201,6 +229,10 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction recv(DeviceTensor tensor, int peer) {
+        if (number != CURRENT) {
+            handle("recv").recv(tensor, peer);
+            return this;
+        }
         requireOpen("recv");
         requireTensor("recv", "tensor", tensor);
         checks.checkPeer("recv", peer);
@@ -224,6 +256,10 @@ public final class Transaction implements AutoCloseable {
      *                                  reduced, or partially overlapping tensors
      */
     public Transaction allReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
+        if (number != CURRENT) {
+            handle("allReduce").allReduce(src, dst, op);
+            return this;
+        }
         requireOpen("allReduce");
         requireTensor("allReduce", "src", src);
         requireTensor("allReduce", "dst", dst);
@@ -256,6 +292,10 @@ public final class Transaction implements AutoCloseable {
      *                                  overlapping tensors
      */
     public Transaction reduceScatter(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
+        if (number != CURRENT) {
+            handle("reduceScatter").reduceScatter(src, dst, op);
+            return this;
+        }
         requireOpen("reduceScatter");
         requireTensor("reduceScatter", "src", src);
         requireTensor("reduceScatter", "dst", dst);
@@ -286,6 +326,10 @@ public final class Transaction implements AutoCloseable {
      *                                  partially overlapping tensors
      */
     public Transaction broadcast(DeviceTensor src, DeviceTensor dst, int root) {
+        if (number != CURRENT) {
+            handle("broadcast").broadcast(src, dst, root);
+            return this;
+        }
         requireOpen("broadcast");
         requireTensor("broadcast", "src", src);
         requireTensor("broadcast", "dst", dst);
@@ -319,6 +363,10 @@ public final class Transaction implements AutoCloseable {
      *                                  reduced, or partially overlapping tensors on the root
      */
     public Transaction reduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, int root) {
+        if (number != CURRENT) {
+            handle("reduce").reduce(src, dst, op, root);
+            return this;
+        }
         requireOpen("reduce");
         requireTensor("reduce", "src", src);
         Objects.requireNonNull(op, "reduce: op is null");
@@ -354,6 +402,10 @@ public final class Transaction implements AutoCloseable {
      *                                  {@code src}, or partially overlapping tensors on the root
      */
     public Transaction gather(DeviceTensor src, DeviceTensor dst, int root) {
+        if (number != CURRENT) {
+            handle("gather").gather(src, dst, root);
+            return this;
+        }
         requireOpen("gather");
         requireTensor("gather", "src", src);
         checks.checkRoot("gather", root);
@@ -388,6 +440,10 @@ public final class Transaction implements AutoCloseable {
      *                                  {@code dst}, or partially overlapping tensors on the root
      */
     public Transaction scatter(DeviceTensor src, DeviceTensor dst, int root) {
+        if (number != CURRENT) {
+            handle("scatter").scatter(src, dst, root);
+            return this;
+        }
         requireOpen("scatter");
         requireTensor("scatter", "dst", dst);
         checks.checkRoot("scatter", root);
@@ -426,6 +482,10 @@ public final class Transaction implements AutoCloseable {
      *                                  own counts, or overlapping tensors
      */
     public Transaction allToAll(DeviceTensor send, long[] sendCounts, DeviceTensor recv, long[] recvCounts) {
+        if (number != CURRENT) {
+            handle("allToAll").allToAll(send, sendCounts, recv, recvCounts);
+            return this;
+        }
         requireOpen("allToAll");
         requireTensor("allToAll", "send", send);
         requireTensor("allToAll", "recv", recv);
@@ -550,6 +610,10 @@ public final class Transaction implements AutoCloseable {
      * @param signal recorded on the comms stream after the commands (may be null)
      */
     public void execute(CudaEvent signal) {
+        if (number != CURRENT) {
+            handle("execute").execute(signal);
+            return;
+        }
         requireOpen("execute");
         if (signal != null && signal.isClosed()) {
             throw new IllegalStateException("execute: signal event " + signal + " is closed");
@@ -587,6 +651,11 @@ public final class Transaction implements AutoCloseable {
         return communicator.isOpenTransaction(number);
     }
 
+    /** {@return the commands so far (tests look at what the checks made)} */
+    CommandBuffer buffer() {
+        return commands();
+    }
+
     /** The communicator's command buffer, which holds this transaction's commands while it is open. */
     private CommandBuffer commands() {
         return communicator.pendingCommands();
@@ -606,6 +675,16 @@ public final class Transaction implements AutoCloseable {
             throw new IllegalArgumentException(operation + ": " + tensor.count() + " elements not divisible by world size "
                     + world);
         }
+    }
+
+    /**
+     * A user's handle: checks that it is the open transaction, used from the thread that began it;
+     * {@return the communicator's own handle, which checks and adds the commands}: so the user's
+     * handle is passed to nothing, and the JIT can scalar-replace it in a chain of calls.
+     */
+    private Transaction handle(String operation) {
+        requireOpen(operation);
+        return communicator.currentTransaction();
     }
 
     /** Open, used from the thread that began it, on a usable communicator. */
