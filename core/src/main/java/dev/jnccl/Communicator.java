@@ -693,7 +693,7 @@ public final class Communicator implements AutoCloseable {
         Objects.requireNonNull(tensor, "reduceScatter: tensor is null");
         checks.requireStream("reduceScatter", stream);
         runOrdered("reduceScatter", stream, tensor, ReduceOp.SUM, null, 0,
-                (transaction, t, op, unused, i) -> transaction.reduceScatter(t, op));
+                (transaction, t, op, unused, i) -> transaction.addReduceScatter(t, op));
     }
 
     /**
@@ -724,7 +724,7 @@ public final class Communicator implements AutoCloseable {
         Objects.requireNonNull(op, "allReduce: op is null");
         checks.requireStream("allReduce", stream);
         runOrdered("allReduce", stream, tensor, op, null, 0,
-                (transaction, t, o, unused, i) -> transaction.allReduce(t, o));
+                (transaction, t, o, unused, i) -> transaction.addAllReduce(t, o));
     }
 
     /**
@@ -739,7 +739,7 @@ public final class Communicator implements AutoCloseable {
         checks.requireStream("broadcast", stream);
         checks.checkRoot("broadcast", root);
         runOrdered("broadcast", stream, tensor, null, null, root,
-                (transaction, t, unused, unused2, r) -> transaction.broadcast(t, r));
+                (transaction, t, unused, unused2, r) -> transaction.addBroadcast(t, r));
     }
 
     /**
@@ -753,7 +753,7 @@ public final class Communicator implements AutoCloseable {
     public void allToAll(DeviceTensor send, DeviceTensor recv, CudaStream stream) {
         checks.requireStream("allToAll", stream);
         runOrdered("allToAll", stream, send, recv, null, 0,
-                (transaction, s, r, unused, i) -> transaction.allToAll(s, r));
+                (transaction, s, r, unused, i) -> transaction.addAllToAll(s, r));
     }
 
     /**
@@ -768,7 +768,7 @@ public final class Communicator implements AutoCloseable {
     public void allReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, CudaStream stream) {
         checks.requireStream("allReduce", stream);
         runOrdered("allReduce", stream, src, dst, op, 0,
-                (transaction, s, d, o, i) -> transaction.allReduce(s, d, o));
+                (transaction, s, d, o, i) -> transaction.addAllReduce(s, d, o));
     }
 
     /**
@@ -783,7 +783,7 @@ public final class Communicator implements AutoCloseable {
     public void reduceScatter(DeviceTensor src, DeviceTensor dst, ReduceOp op, CudaStream stream) {
         checks.requireStream("reduceScatter", stream);
         runOrdered("reduceScatter", stream, src, dst, op, 0,
-                (transaction, s, d, o, i) -> transaction.reduceScatter(s, d, o));
+                (transaction, s, d, o, i) -> transaction.addReduceScatter(s, d, o));
     }
 
     /**
@@ -798,7 +798,7 @@ public final class Communicator implements AutoCloseable {
     public void broadcast(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
         checks.requireStream("broadcast", stream);
         runOrdered("broadcast", stream, src, dst, null, root,
-                (transaction, s, d, unused, r) -> transaction.broadcast(s, d, r));
+                (transaction, s, d, unused, r) -> transaction.addBroadcast(s, d, r));
     }
 
     /**
@@ -815,7 +815,7 @@ public final class Communicator implements AutoCloseable {
     public void reduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, int root, CudaStream stream) {
         checks.requireStream("reduce", stream);
         runOrdered("reduce", stream, src, dst, op, root,
-                (transaction, s, d, o, r) -> transaction.reduce(s, d, o, r));
+                (transaction, s, d, o, r) -> transaction.addReduce(s, d, o, r));
     }
 
     /**
@@ -831,7 +831,7 @@ public final class Communicator implements AutoCloseable {
     public void gather(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
         checks.requireStream("gather", stream);
         runOrdered("gather", stream, src, dst, null, root,
-                (transaction, s, d, unused, r) -> transaction.gather(s, d, r));
+                (transaction, s, d, unused, r) -> transaction.addGather(s, d, r));
     }
 
     /**
@@ -847,7 +847,7 @@ public final class Communicator implements AutoCloseable {
     public void scatter(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
         checks.requireStream("scatter", stream);
         runOrdered("scatter", stream, src, dst, null, root,
-                (transaction, s, d, unused, r) -> transaction.scatter(s, d, r));
+                (transaction, s, d, unused, r) -> transaction.addScatter(s, d, r));
     }
 
     /**

@@ -52,17 +52,17 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction reduceScatter(DeviceTensor tensor, ReduceOp op) {
-        if (number != CURRENT) {
-            handle("reduceScatter").reduceScatter(tensor, op);
-            return this;
-        }
-        requireOpen("reduceScatter");
+        handle("reduceScatter").addReduceScatter(tensor, op);
+        return this;
+    }
+
+    /** Checks and adds {@link #reduceScatter(DeviceTensor, ReduceOp)} (on the communicator's own handle). */
+    void addReduceScatter(DeviceTensor tensor, ReduceOp op) {
         requireTensor("reduceScatter", "tensor", tensor);
         Objects.requireNonNull(op, "reduceScatter: op is null");
         checks.checkReducible("reduceScatter", tensor.dtype(), op);
         requireDivisible("reduceScatter", tensor);
         commands().reduceScatter(tensor, op);
-        return this;
     }
 
     /**
@@ -73,11 +73,12 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction allGather(DeviceTensor shard, DeviceTensor full) {
-        if (number != CURRENT) {
-            handle("allGather").allGather(shard, full);
-            return this;
-        }
-        requireOpen("allGather");
+        handle("allGather").addAllGather(shard, full);
+        return this;
+    }
+
+    /** Checks and adds {@link #allGather(DeviceTensor, DeviceTensor)} (on the communicator's own handle). */
+    void addAllGather(DeviceTensor shard, DeviceTensor full) {
         requireTensor("allGather", "shard", shard);
         requireTensor("allGather", "full", full);
         if (shard.dtype() != full.dtype()) {
@@ -91,7 +92,6 @@ public final class Transaction implements AutoCloseable {
         }
         checks.checkSupported("allGather", shard.dtype());
         commands().allGather(shard, full);
-        return this;
     }
 
     /**
@@ -102,16 +102,16 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction destructiveAllToAll(DeviceTensor tensor) {
-        if (number != CURRENT) {
-            handle("destructiveAllToAll").destructiveAllToAll(tensor);
-            return this;
-        }
-        requireOpen("destructiveAllToAll");
+        handle("destructiveAllToAll").addDestructiveAllToAll(tensor);
+        return this;
+    }
+
+    /** Checks and adds {@link #destructiveAllToAll(DeviceTensor)} (on the communicator's own handle). */
+    void addDestructiveAllToAll(DeviceTensor tensor) {
         requireTensor("destructiveAllToAll", "tensor", tensor);
         checks.checkSupported("destructiveAllToAll", tensor.dtype());
         requireDivisible("destructiveAllToAll", tensor);
         commands().destructiveAllToAll(tensor);
-        return this;
     }
 
     /**
@@ -131,11 +131,12 @@ public final class Transaction implements AutoCloseable {
      *                                  world size, or overlapping tensors
      */
     public Transaction allToAll(DeviceTensor send, DeviceTensor recv) {
-        if (number != CURRENT) {
-            handle("allToAll").allToAll(send, recv);
-            return this;
-        }
-        requireOpen("allToAll");
+        handle("allToAll").addAllToAll(send, recv);
+        return this;
+    }
+
+    /** Checks and adds {@link #allToAll(DeviceTensor, DeviceTensor)} (on the communicator's own handle). */
+    void addAllToAll(DeviceTensor send, DeviceTensor recv) {
         requireTensor("allToAll", "send", send);
         requireTensor("allToAll", "recv", recv);
         if (send.dtype() != recv.dtype()) {
@@ -153,7 +154,6 @@ public final class Transaction implements AutoCloseable {
         }
         checks.checkSupported("allToAll", send.dtype());
         commands().allToAll(send, recv);
-        return this;
     }
 
     /**
@@ -166,16 +166,16 @@ public final class Transaction implements AutoCloseable {
      * @throws IllegalArgumentException for a root out of range
      */
     public Transaction broadcast(DeviceTensor tensor, int root) {
-        if (number != CURRENT) {
-            handle("broadcast").broadcast(tensor, root);
-            return this;
-        }
-        requireOpen("broadcast");
+        handle("broadcast").addBroadcast(tensor, root);
+        return this;
+    }
+
+    /** Checks and adds {@link #broadcast(DeviceTensor, int)} (on the communicator's own handle). */
+    void addBroadcast(DeviceTensor tensor, int root) {
         requireTensor("broadcast", "tensor", tensor);
         checks.checkRoot("broadcast", root);
         checks.checkSupported("broadcast", tensor.dtype());
         commands().broadcast(tensor, root);
-        return this;
     }
 
     /**
@@ -186,16 +186,16 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction allReduce(DeviceTensor tensor, ReduceOp op) {
-        if (number != CURRENT) {
-            handle("allReduce").allReduce(tensor, op);
-            return this;
-        }
-        requireOpen("allReduce");
+        handle("allReduce").addAllReduce(tensor, op);
+        return this;
+    }
+
+    /** Checks and adds {@link #allReduce(DeviceTensor, ReduceOp)} (on the communicator's own handle). */
+    void addAllReduce(DeviceTensor tensor, ReduceOp op) {
         requireTensor("allReduce", "tensor", tensor);
         Objects.requireNonNull(op, "allReduce: op is null");
         checks.checkReducible("allReduce", tensor.dtype(), op);
         commands().allReduce(tensor, op);
-        return this;
     }
 
     /**
@@ -208,16 +208,16 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction send(DeviceTensor tensor, int peer) {
-        if (number != CURRENT) {
-            handle("send").send(tensor, peer);
-            return this;
-        }
-        requireOpen("send");
+        handle("send").addSend(tensor, peer);
+        return this;
+    }
+
+    /** Checks and adds {@link #send(DeviceTensor, int)} (on the communicator's own handle). */
+    void addSend(DeviceTensor tensor, int peer) {
         requireTensor("send", "tensor", tensor);
         checks.checkPeer("send", peer);
         checks.checkSupported("send", tensor.dtype());
         commands().send(tensor, peer);
-        return this;
     }
 
     /**
@@ -229,16 +229,16 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction recv(DeviceTensor tensor, int peer) {
-        if (number != CURRENT) {
-            handle("recv").recv(tensor, peer);
-            return this;
-        }
-        requireOpen("recv");
+        handle("recv").addRecv(tensor, peer);
+        return this;
+    }
+
+    /** Checks and adds {@link #recv(DeviceTensor, int)} (on the communicator's own handle). */
+    void addRecv(DeviceTensor tensor, int peer) {
         requireTensor("recv", "tensor", tensor);
         checks.checkPeer("recv", peer);
         checks.checkSupported("recv", tensor.dtype());
         commands().recv(tensor, peer);
-        return this;
     }
 
     // ---------------------------------------------------------------- out of place, rooted, uneven
@@ -256,11 +256,12 @@ public final class Transaction implements AutoCloseable {
      *                                  reduced, or partially overlapping tensors
      */
     public Transaction allReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
-        if (number != CURRENT) {
-            handle("allReduce").allReduce(src, dst, op);
-            return this;
-        }
-        requireOpen("allReduce");
+        handle("allReduce").addAllReduce(src, dst, op);
+        return this;
+    }
+
+    /** Checks and adds {@link #allReduce(DeviceTensor, DeviceTensor, ReduceOp)} (on the communicator's own handle). */
+    void addAllReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
         requireTensor("allReduce", "src", src);
         requireTensor("allReduce", "dst", dst);
         Objects.requireNonNull(op, "allReduce: op is null");
@@ -273,7 +274,6 @@ public final class Transaction implements AutoCloseable {
         } else {
             commands().allReduce(src, dst, op);
         }
-        return this;
     }
 
     /**
@@ -292,11 +292,12 @@ public final class Transaction implements AutoCloseable {
      *                                  overlapping tensors
      */
     public Transaction reduceScatter(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
-        if (number != CURRENT) {
-            handle("reduceScatter").reduceScatter(src, dst, op);
-            return this;
-        }
-        requireOpen("reduceScatter");
+        handle("reduceScatter").addReduceScatter(src, dst, op);
+        return this;
+    }
+
+    /** Checks and adds {@link #reduceScatter(DeviceTensor, DeviceTensor, ReduceOp)} (on the communicator's own handle). */
+    void addReduceScatter(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
         requireTensor("reduceScatter", "src", src);
         requireTensor("reduceScatter", "dst", dst);
         Objects.requireNonNull(op, "reduceScatter: op is null");
@@ -310,7 +311,6 @@ public final class Transaction implements AutoCloseable {
         } else {
             commands().reduceScatter(src, dst, op);
         }
-        return this;
     }
 
     /**
@@ -326,11 +326,12 @@ public final class Transaction implements AutoCloseable {
      *                                  partially overlapping tensors
      */
     public Transaction broadcast(DeviceTensor src, DeviceTensor dst, int root) {
-        if (number != CURRENT) {
-            handle("broadcast").broadcast(src, dst, root);
-            return this;
-        }
-        requireOpen("broadcast");
+        handle("broadcast").addBroadcast(src, dst, root);
+        return this;
+    }
+
+    /** Checks and adds {@link #broadcast(DeviceTensor, DeviceTensor, int)} (on the communicator's own handle). */
+    void addBroadcast(DeviceTensor src, DeviceTensor dst, int root) {
         requireTensor("broadcast", "src", src);
         requireTensor("broadcast", "dst", dst);
         checks.checkRoot("broadcast", root);
@@ -343,7 +344,6 @@ public final class Transaction implements AutoCloseable {
         } else {
             commands().broadcast(src, dst, root);
         }
-        return this;
     }
 
     /**
@@ -363,11 +363,12 @@ public final class Transaction implements AutoCloseable {
      *                                  reduced, or partially overlapping tensors on the root
      */
     public Transaction reduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, int root) {
-        if (number != CURRENT) {
-            handle("reduce").reduce(src, dst, op, root);
-            return this;
-        }
-        requireOpen("reduce");
+        handle("reduce").addReduce(src, dst, op, root);
+        return this;
+    }
+
+    /** Checks and adds {@link #reduce(DeviceTensor, DeviceTensor, ReduceOp, int)} (on the communicator's own handle). */
+    void addReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, int root) {
         requireTensor("reduce", "src", src);
         Objects.requireNonNull(op, "reduce: op is null");
         checks.checkRoot("reduce", root);
@@ -380,7 +381,6 @@ public final class Transaction implements AutoCloseable {
         }
         checks.checkReducible("reduce", src.dtype(), op);
         commands().add(new Command.Reduce(src, dst, op, root));
-        return this;
     }
 
     /**
@@ -402,11 +402,12 @@ public final class Transaction implements AutoCloseable {
      *                                  {@code src}, or partially overlapping tensors on the root
      */
     public Transaction gather(DeviceTensor src, DeviceTensor dst, int root) {
-        if (number != CURRENT) {
-            handle("gather").gather(src, dst, root);
-            return this;
-        }
-        requireOpen("gather");
+        handle("gather").addGather(src, dst, root);
+        return this;
+    }
+
+    /** Checks and adds {@link #gather(DeviceTensor, DeviceTensor, int)} (on the communicator's own handle). */
+    void addGather(DeviceTensor src, DeviceTensor dst, int root) {
         requireTensor("gather", "src", src);
         checks.checkRoot("gather", root);
         if (requireRootBuffer("gather", "dst", dst, root)) {
@@ -418,7 +419,6 @@ public final class Transaction implements AutoCloseable {
         }
         checks.checkSupported("gather", src.dtype());
         commands().add(new Command.Gather(src, dst, root));
-        return this;
     }
 
     /**
@@ -440,11 +440,12 @@ public final class Transaction implements AutoCloseable {
      *                                  {@code dst}, or partially overlapping tensors on the root
      */
     public Transaction scatter(DeviceTensor src, DeviceTensor dst, int root) {
-        if (number != CURRENT) {
-            handle("scatter").scatter(src, dst, root);
-            return this;
-        }
-        requireOpen("scatter");
+        handle("scatter").addScatter(src, dst, root);
+        return this;
+    }
+
+    /** Checks and adds {@link #scatter(DeviceTensor, DeviceTensor, int)} (on the communicator's own handle). */
+    void addScatter(DeviceTensor src, DeviceTensor dst, int root) {
         requireTensor("scatter", "dst", dst);
         checks.checkRoot("scatter", root);
         if (requireRootBuffer("scatter", "src", src, root)) {
@@ -456,7 +457,6 @@ public final class Transaction implements AutoCloseable {
         }
         checks.checkSupported("scatter", dst.dtype());
         commands().add(new Command.Scatter(src, dst, root));
-        return this;
     }
 
     /**
@@ -482,11 +482,12 @@ public final class Transaction implements AutoCloseable {
      *                                  own counts, or overlapping tensors
      */
     public Transaction allToAll(DeviceTensor send, long[] sendCounts, DeviceTensor recv, long[] recvCounts) {
-        if (number != CURRENT) {
-            handle("allToAll").allToAll(send, sendCounts, recv, recvCounts);
-            return this;
-        }
-        requireOpen("allToAll");
+        handle("allToAll").addAllToAll(send, sendCounts, recv, recvCounts);
+        return this;
+    }
+
+    /** Checks and adds {@link #allToAll(DeviceTensor, long[], DeviceTensor, long[])} (on the communicator's own handle). */
+    void addAllToAll(DeviceTensor send, long[] sendCounts, DeviceTensor recv, long[] recvCounts) {
         requireTensor("allToAll", "send", send);
         requireTensor("allToAll", "recv", recv);
         long[] sends = Objects.requireNonNull(sendCounts, "allToAll: sendCounts is null").clone();
@@ -507,7 +508,6 @@ public final class Transaction implements AutoCloseable {
         }
         checks.checkSupported("allToAll", send.dtype());
         commands().add(new Command.UnevenAllToAll(send, sends, recv, recvs));
-        return this;
     }
 
     /** Counts of an uneven all-to-all: one per rank, none negative, summing to at most the tensor's count. */
@@ -610,11 +610,11 @@ public final class Transaction implements AutoCloseable {
      * @param signal recorded on the comms stream after the commands (may be null)
      */
     public void execute(CudaEvent signal) {
-        if (number != CURRENT) {
-            handle("execute").execute(signal);
-            return;
-        }
-        requireOpen("execute");
+        handle("execute").executeOpen(signal);
+    }
+
+    /** Checks and adds {@link #execute(CudaEvent)} (on the communicator's own handle). */
+    void executeOpen(CudaEvent signal) {
         if (signal != null && signal.isClosed()) {
             throw new IllegalStateException("execute: signal event " + signal + " is closed");
         }
