@@ -34,98 +34,79 @@ final class CommandBuffer {
         return size < slots.length ? slots[size] : null;
     }
 
-    /** Adds the slot's earlier command again. */
-    private void reuse() {
-        size++;
+    /** Adds the slot's earlier command again when {@code same} (it equals the new one); {@return same} */
+    private boolean reused(boolean same) {
+        if (same) {
+            size++;
+        }
+        return same;
     }
 
     void allReduce(DeviceTensor tensor, ReduceOp op) {
-        if (previous() instanceof Command.AllReduce c && c.tensor().equals(tensor) && c.op() == op) {
-            reuse();
-        } else {
+        if (!reused(previous() instanceof Command.AllReduce c && c.tensor().equals(tensor) && c.op() == op)) {
             add(new Command.AllReduce(tensor, op));
         }
     }
 
     void reduceScatter(DeviceTensor tensor, ReduceOp op) {
-        if (previous() instanceof Command.ReduceScatter c && c.tensor().equals(tensor) && c.op() == op) {
-            reuse();
-        } else {
+        if (!reused(previous() instanceof Command.ReduceScatter c && c.tensor().equals(tensor) && c.op() == op)) {
             add(new Command.ReduceScatter(tensor, op));
         }
     }
 
     void allGather(DeviceTensor shard, DeviceTensor full) {
-        if (previous() instanceof Command.AllGather c && c.shard().equals(shard) && c.full().equals(full)) {
-            reuse();
-        } else {
+        if (!reused(previous() instanceof Command.AllGather c && c.shard().equals(shard) && c.full().equals(full))) {
             add(new Command.AllGather(shard, full));
         }
     }
 
     void broadcast(DeviceTensor tensor, int root) {
-        if (previous() instanceof Command.Broadcast c && c.tensor().equals(tensor) && c.root() == root) {
-            reuse();
-        } else {
+        if (!reused(previous() instanceof Command.Broadcast c && c.tensor().equals(tensor) && c.root() == root)) {
             add(new Command.Broadcast(tensor, root));
         }
     }
 
     void send(DeviceTensor tensor, int peer) {
-        if (previous() instanceof Command.Send c && c.tensor().equals(tensor) && c.peer() == peer) {
-            reuse();
-        } else {
+        if (!reused(previous() instanceof Command.Send c && c.tensor().equals(tensor) && c.peer() == peer)) {
             add(new Command.Send(tensor, peer));
         }
     }
 
     void recv(DeviceTensor tensor, int peer) {
-        if (previous() instanceof Command.Recv c && c.tensor().equals(tensor) && c.peer() == peer) {
-            reuse();
-        } else {
+        if (!reused(previous() instanceof Command.Recv c && c.tensor().equals(tensor) && c.peer() == peer)) {
             add(new Command.Recv(tensor, peer));
         }
     }
 
     void allToAll(DeviceTensor send, DeviceTensor recv) {
-        if (previous() instanceof Command.AllToAll c && c.send().equals(send) && c.recv().equals(recv)) {
-            reuse();
-        } else {
+        if (!reused(previous() instanceof Command.AllToAll c && c.send().equals(send) && c.recv().equals(recv))) {
             add(new Command.AllToAll(send, recv));
         }
     }
 
     void destructiveAllToAll(DeviceTensor tensor) {
-        if (previous() instanceof Command.DestructiveAllToAll c && c.tensor().equals(tensor)) {
-            reuse();
-        } else {
+        if (!reused(previous() instanceof Command.DestructiveAllToAll c && c.tensor().equals(tensor))) {
             add(new Command.DestructiveAllToAll(tensor));
         }
     }
 
     void allReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
-        if (previous() instanceof Command.AllReduceOutOfPlace c && c.src().equals(src) && c.dst().equals(dst)
-                && c.op() == op) {
-            reuse();
-        } else {
+        if (!reused(previous() instanceof Command.AllReduceOutOfPlace c && c.src().equals(src)
+                && c.dst().equals(dst) && c.op() == op)) {
             add(new Command.AllReduceOutOfPlace(src, dst, op));
         }
     }
 
     void reduceScatter(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
-        if (previous() instanceof Command.ReduceScatterOutOfPlace c && c.src().equals(src) && c.dst().equals(dst)
-                && c.op() == op) {
-            reuse();
-        } else {
+        if (!reused(previous() instanceof Command.ReduceScatterOutOfPlace c && c.src().equals(src)
+                && c.dst().equals(dst) && c.op() == op)) {
             add(new Command.ReduceScatterOutOfPlace(src, dst, op));
         }
     }
 
     void broadcast(DeviceTensor src, DeviceTensor dst, int root) {
-        if (previous() instanceof Command.BroadcastOutOfPlace c && c.src().equals(src) && c.dst().equals(dst)
-                && c.root() == root) {
-            reuse();
-        } else {
+        if (!reused(previous() instanceof Command.BroadcastOutOfPlace c && c.src().equals(src)
+                && c.dst().equals(dst) && c.root() == root)) {
             add(new Command.BroadcastOutOfPlace(src, dst, root));
         }
     }
