@@ -34,6 +34,11 @@ final class CommandBuffer {
         return size < slots.length ? slots[size] : null;
     }
 
+    /** Identity first: a training loop passes the same tensor objects, and a record's equals costs more. */
+    private static boolean same(DeviceTensor a, DeviceTensor b) {
+        return a == b || a.equals(b);
+    }
+
     /** Adds the slot's earlier command again when {@code same} (it equals the new one); {@return same} */
     private boolean reused(boolean same) {
         if (same) {
@@ -43,70 +48,70 @@ final class CommandBuffer {
     }
 
     void allReduce(DeviceTensor tensor, ReduceOp op) {
-        if (!reused(previous() instanceof Command.AllReduce c && c.tensor().equals(tensor) && c.op() == op)) {
+        if (!reused(previous() instanceof Command.AllReduce c && same(c.tensor(), tensor) && c.op() == op)) {
             add(new Command.AllReduce(tensor, op));
         }
     }
 
     void reduceScatter(DeviceTensor tensor, ReduceOp op) {
-        if (!reused(previous() instanceof Command.ReduceScatter c && c.tensor().equals(tensor) && c.op() == op)) {
+        if (!reused(previous() instanceof Command.ReduceScatter c && same(c.tensor(), tensor) && c.op() == op)) {
             add(new Command.ReduceScatter(tensor, op));
         }
     }
 
     void allGather(DeviceTensor shard, DeviceTensor full) {
-        if (!reused(previous() instanceof Command.AllGather c && c.shard().equals(shard) && c.full().equals(full))) {
+        if (!reused(previous() instanceof Command.AllGather c && same(c.shard(), shard) && same(c.full(), full))) {
             add(new Command.AllGather(shard, full));
         }
     }
 
     void broadcast(DeviceTensor tensor, int root) {
-        if (!reused(previous() instanceof Command.Broadcast c && c.tensor().equals(tensor) && c.root() == root)) {
+        if (!reused(previous() instanceof Command.Broadcast c && same(c.tensor(), tensor) && c.root() == root)) {
             add(new Command.Broadcast(tensor, root));
         }
     }
 
     void send(DeviceTensor tensor, int peer) {
-        if (!reused(previous() instanceof Command.Send c && c.tensor().equals(tensor) && c.peer() == peer)) {
+        if (!reused(previous() instanceof Command.Send c && same(c.tensor(), tensor) && c.peer() == peer)) {
             add(new Command.Send(tensor, peer));
         }
     }
 
     void recv(DeviceTensor tensor, int peer) {
-        if (!reused(previous() instanceof Command.Recv c && c.tensor().equals(tensor) && c.peer() == peer)) {
+        if (!reused(previous() instanceof Command.Recv c && same(c.tensor(), tensor) && c.peer() == peer)) {
             add(new Command.Recv(tensor, peer));
         }
     }
 
     void allToAll(DeviceTensor send, DeviceTensor recv) {
-        if (!reused(previous() instanceof Command.AllToAll c && c.send().equals(send) && c.recv().equals(recv))) {
+        if (!reused(previous() instanceof Command.AllToAll c && same(c.send(), send) && same(c.recv(), recv))) {
             add(new Command.AllToAll(send, recv));
         }
     }
 
     void destructiveAllToAll(DeviceTensor tensor) {
-        if (!reused(previous() instanceof Command.DestructiveAllToAll c && c.tensor().equals(tensor))) {
+        if (!reused(previous() instanceof Command.DestructiveAllToAll c && same(c.tensor(), tensor))) {
             add(new Command.DestructiveAllToAll(tensor));
         }
     }
 
     void allReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
-        if (!reused(previous() instanceof Command.AllReduceOutOfPlace c && c.src().equals(src)
-                && c.dst().equals(dst) && c.op() == op)) {
+        if (!reused(previous() instanceof Command.AllReduceOutOfPlace c && same(c.src(), src)
+                && same(c.dst(), dst) && c.op() == op)) {
             add(new Command.AllReduceOutOfPlace(src, dst, op));
         }
     }
 
     void reduceScatter(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
-        if (!reused(previous() instanceof Command.ReduceScatterOutOfPlace c && c.src().equals(src)
-                && c.dst().equals(dst) && c.op() == op)) {
+        if (!reused(previous() instanceof Command.ReduceScatterOutOfPlace c && same(c.src(), src)
+                && same(c.dst(), dst) && c.op() == op)) {
             add(new Command.ReduceScatterOutOfPlace(src, dst, op));
         }
     }
 
     void broadcast(DeviceTensor src, DeviceTensor dst, int root) {
-        if (!reused(previous() instanceof Command.BroadcastOutOfPlace c && c.src().equals(src)
-                && c.dst().equals(dst) && c.root() == root)) {
+        if (!reused(previous() instanceof Command.BroadcastOutOfPlace c && same(c.src(), src)
+                && same(c.dst(), dst) && c.root() == root)) {
             add(new Command.BroadcastOutOfPlace(src, dst, root));
         }
     }
