@@ -396,8 +396,8 @@ public final class Communicator implements AutoCloseable {
             if (openNumber == number) {
                 outcomes[(int) (number % OUTCOMES)] = executed ? number : -number;
                 openNumber = 0;
-                openOwner = null;
                 openReady = null;
+                // openOwner stays: a handle used from another thread meanwhile may have read the number before.
             }
         } finally {
             nativeLock.unlock();

@@ -13,6 +13,10 @@ import java.util.Objects;
  * {@link IllegalStateException} naming both threads): add commands, {@link #execute} it, or
  * {@link #close} it without executing to discard it. Closing after execute does nothing, so
  * try-with-resources fits.
+ *
+ * <p>It is a handle of the communicator's open transaction, which keeps the commands in storage it
+ * reuses: making and filling a transaction allocates nothing in steady state. A handle kept after
+ * its transaction was executed or closed says so when used, and never reaches a later transaction.
  */
 public final class Transaction implements AutoCloseable {
     // A thin handle: the commands and the open/closed state live in the communicator (one
