@@ -340,9 +340,14 @@ public final class Communicator implements AutoCloseable {
     public Transaction begin(CudaEvent ready) {
         Objects.requireNonNull(ready, "begin: ready event is null");
         if (ready.isClosed()) {
-            throw new IllegalStateException("begin: ready event " + ready + " is closed");
+            throw closedReady(ready);
         }
         return new Transaction(this, open("begin", ready));
+    }
+
+    /** Out of line, as in {@link #requireUsable}: begin must stay small enough to inline. */
+    private static IllegalStateException closedReady(CudaEvent ready) {
+        return new IllegalStateException("begin: ready event " + ready + " is closed");
     }
 
     /**
@@ -384,9 +389,13 @@ public final class Communicator implements AutoCloseable {
     private void requireNoOpenTransaction(String operation) {
         long open = openNumber;
         if (open != 0) {
-            throw new IllegalStateException(operation + ": transaction #" + open + " of rank " + rank
-                    + " is still open; execute or close it first");
+            throw stillOpen(operation, open);
         }
+    }
+
+    private IllegalStateException stillOpen(String operation, long open) {
+        return new IllegalStateException(operation + ": transaction #" + open + " of rank " + rank
+                + " is still open; execute or close it first");
     }
 
     /** Ends the open transaction {@code number} (executed or discarded), if it is still the open one. */
@@ -434,17 +443,23 @@ public final class Communicator implements AutoCloseable {
     void requireOpenTransaction(String operation, long number) {
         long open = openNumber;
         if (open != 0 && (number == Transaction.CURRENT || number == open)) {
-            Thread owner = openOwner;
-            Thread thread = Thread.currentThread();
-            if (thread != owner) {
-                throw new IllegalStateException(operation + ": transaction #" + open + " of rank " + rank
-                        + " belongs to thread \"" + owner.getName() + "\" that began it; it was used from thread \""
-                        + thread.getName() + "\"");
+            if (Thread.currentThread() != openOwner) {
+                throw wrongThread(operation, open);
             }
             requireUsable(operation);
             return;
         }
-        throw new IllegalStateException(operation + ": transaction #" + number + " of rank " + rank + " "
+        throw ended(operation, number);
+    }
+
+    private IllegalStateException wrongThread(String operation, long open) {
+        return new IllegalStateException(operation + ": transaction #" + open + " of rank " + rank
+                + " belongs to thread \"" + openOwner.getName() + "\" that began it; it was used from thread \""
+                + Thread.currentThread().getName() + "\"");
+    }
+
+    private IllegalStateException ended(String operation, long number) {
+        return new IllegalStateException(operation + ": transaction #" + number + " of rank " + rank + " "
                 + transactionOutcome(number));
     }
 
@@ -466,18 +481,11 @@ public final class Communicator implements AutoCloseable {
         if (open == 0 || (number != Transaction.CURRENT && number != open)) {
             return;
         }
-        requireOpenTransactionOwner(open);
+        if (Thread.currentThread() != openOwner) {
+            throw wrongThread("close", open);
+        }
         pending.clear();
         transactionEnded(open, false);
-    }
-
-    private void requireOpenTransactionOwner(long open) {
-        Thread owner = openOwner;
-        Thread thread = Thread.currentThread();
-        if (thread != owner) {
-            throw new IllegalStateException("close: transaction #" + open + " of rank " + rank + " belongs to thread \""
-                    + owner.getName() + "\" that began it; it was used from thread \"" + thread.getName() + "\"");
-        }
     }
 
     /** Executes the open transaction (its handle checked it): see {@link Transaction#execute}. */
@@ -1346,16 +1354,21 @@ public final class Communicator implements AutoCloseable {
     // ---------------------------------------------------------------- checks
 
     final void requireUsable(String operation) {
-        State current = state;
-        if (current == State.OPEN) {
-            return;
+        if (state != State.OPEN) {
+            // Out of line: the hot callers' compiled code stays small enough for C2 to inline them
+            // (and to scalar-replace the transaction handle that begin returns).
+            throw unusable(operation);
         }
+    }
+
+    private RuntimeException unusable(String operation) {
+        State current = state;
         if (current == State.ABORTED) {
             host.beforeAbortedException(abortReason);
-            throw new CommunicatorAbortedException(operation + ": communicator of rank " + rank + " was aborted: "
+            return new CommunicatorAbortedException(operation + ": communicator of rank " + rank + " was aborted: "
                     + abortReason);
         }
-        throw new IllegalStateException(operation + ": communicator of rank " + rank + " is closed");
+        return new IllegalStateException(operation + ": communicator of rank " + rank + " is closed");
     }
 
     /** The exception for a native call that failed because the communicator was aborted meanwhile. */
