@@ -4,7 +4,6 @@ import dev.jnccl.bindings.LoadedLibraries;
 import dev.jnccl.bindings.NcclFeature;
 import dev.jnccl.cuda.Cuda;
 import dev.jnccl.cuda.CudaStream;
-import java.util.Objects;
 
 /**
  * The argument checks of one rank's {@link Communicator} and its transactions, made before any
@@ -94,7 +93,9 @@ final class Checks {
     }
 
     void requireStream(String operation, CudaStream stream) {
-        Objects.requireNonNull(stream, operation + ": stream is null");
+        if (stream == null) { // not requireNonNull(stream, message): the message would be built on every call
+            throw new NullPointerException(operation + ": stream is null");
+        }
         if (stream.isClosed()) {
             throw new IllegalStateException(operation + ": stream " + stream + " is closed");
         }

@@ -29,6 +29,14 @@ final class CommandRunner {
     private static final LibraryVersion ONE_RANK_TAIL_FIXED = new LibraryVersion(2, 30, 0);
     /** Whether scaled sums need their tail split off: one rank on an NCCL before {@link #ONE_RANK_TAIL_FIXED}. */
     private final boolean oneRankTailSplit;
+    /** The commands {@link #run} is enqueuing (read by the group bodies below), null between runs. */
+    private List<Command> running;
+    /** The command of {@link #ownGroupBody}. */
+    private int runningIndex;
+    /** {@link #runGrouped} as the group body, made once. */
+    private final Runnable groupedBody = this::runGrouped;
+    /** {@link #runOwnGroup} as the group body, made once. */
+    private final Runnable ownGroupBody = this::runOwnGroup;
 
     CommandRunner(NcclComm comm, CudaStream stream, LoadedLibraries libraries, Transport transport, int rank,
                   int worldSize) {
@@ -95,8 +103,8 @@ final class CommandRunner {
 
     static long bytes(List<Command> commands) {
         long total = 0;
-        for (Command command : commands) {
-            total += command.bytes();
+        for (int i = 0; i < commands.size(); i++) {
+            total += commands.get(i).bytes();
         }
         return total;
     }
@@ -110,33 +118,56 @@ final class CommandRunner {
      * the ranks added them in.
      */
     void run(List<Command> commands) {
+        // Indexed loops and preallocated group bodies: the hot path allocates no iterator or lambda.
         boolean grouped = false;
-        for (Command command : commands) {
+        for (int i = 0; i < commands.size(); i++) {
+            Command command = commands.get(i);
             if (!(command instanceof Command.DestructiveAllToAll || isOwnGroup(command))) {
                 grouped = true;
                 break;
             }
         }
         if (grouped) {
-            comm.group(() -> {
-                for (Command command : commands) {
-                    if (!(isOwnGroup(command) || command instanceof Command.DestructiveAllToAll)
-                            && !transport.enqueue(command, stream)) {
-                        nccl(command);
-                    }
-                }
-            });
+            running = commands;
+            try {
+                comm.group(groupedBody);
+            } finally {
+                running = null;
+            }
         }
-        for (Command command : commands) {
+        for (int i = 0; i < commands.size(); i++) {
+            Command command = commands.get(i);
             if (isOwnGroup(command)) {
-                comm.group(() -> {
-                    if (!transport.enqueue(command, stream)) {
-                        nccl(command);
-                    }
-                });
+                running = commands;
+                runningIndex = i;
+                try {
+                    comm.group(ownGroupBody);
+                } finally {
+                    running = null;
+                }
             } else if (command instanceof Command.DestructiveAllToAll allToAll) {
                 runAllToAll(allToAll.tensor()); // always NCCL: the rounds' order is what makes it safe
             }
+        }
+    }
+
+    /** The body of the transaction's one group: every command that runs in it. */
+    private void runGrouped() {
+        List<Command> commands = running;
+        for (int i = 0; i < commands.size(); i++) {
+            Command command = commands.get(i);
+            if (!(isOwnGroup(command) || command instanceof Command.DestructiveAllToAll)
+                    && !transport.enqueue(command, stream)) {
+                nccl(command);
+            }
+        }
+    }
+
+    /** The body of a group of its own: command {@link #runningIndex}. */
+    private void runOwnGroup() {
+        Command command = running.get(runningIndex);
+        if (!transport.enqueue(command, stream)) {
+            nccl(command);
         }
     }
 
@@ -158,8 +189,8 @@ final class CommandRunner {
         switch (command) {
             case Command.AllGather gather -> comm.allGather(gather.shard(), gather.full(), stream);
             // In place in NCCL's sense: the receive buffer is this rank's shard of the send buffer.
-            case Command.ReduceScatter scatter -> comm.reduceScatter(scatter.tensor(),
-                    scatter.tensor().shard(rank, worldSize), ncclOp(scatter.op(), scatter.tensor().dtype()), stream);
+            case Command.ReduceScatter scatter -> comm.reduceScatterInPlace(scatter.tensor(),
+                    ncclOp(scatter.op(), scatter.tensor().dtype()), stream);
             case Command.AllReduce allReduce -> comm.allReduce(allReduce.tensor(),
                     ncclOp(allReduce.op(), allReduce.tensor().dtype()), stream);
             case Command.Broadcast broadcast -> comm.broadcast(broadcast.tensor(), broadcast.root(), stream);

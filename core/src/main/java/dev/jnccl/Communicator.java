@@ -101,8 +101,24 @@ public final class Communicator implements AutoCloseable {
 
     private volatile State state = State.OPEN;
     private volatile String abortReason;
-    private Transaction openTransaction;
     private long sequence;
+    /**
+     * The open transaction's number, 0 when none is open. Written under the native lock by the
+     * thread that owns it; volatile so that another thread using a handle gets the right message.
+     */
+    private volatile long openNumber;
+    /** The thread that began the open transaction (written before {@link #openNumber}). */
+    private Thread openOwner;
+    /** The event the open transaction's commands wait for. */
+    private CudaEvent openReady;
+    /** The open transaction's commands: one buffer, reused by every transaction of this communicator. */
+    private final CommandBuffer pending = new CommandBuffer();
+    /** The communicator's own handle of the open transaction, for the convenience operations. */
+    private final Transaction current;
+    /** How recent transactions ended, by number modulo the length: +number executed, -number closed unexecuted. */
+    private final long[] outcomes = new long[OUTCOMES];
+    /** How many transaction outcomes {@link #outcomes} remembers, for the messages of stale handles. */
+    private static final int OUTCOMES = 1024;
     /** Transactions executed (counted as their enqueue starts), for the host side's view of how far this rank got. */
     private volatile long executed;
 
@@ -125,6 +141,7 @@ public final class Communicator implements AutoCloseable {
         Objects.requireNonNull(options, "Communicator: options are null");
         Objects.requireNonNull(parts, "Communicator: parts are null");
         this.checks = new Checks(rank, worldSize, device);
+        this.current = new Transaction(this, Transaction.CURRENT); // after the checks, which it keeps
         this.libraries = checks.libraries();
         this.rank = rank;
         this.worldSize = worldSize;
@@ -323,9 +340,14 @@ public final class Communicator implements AutoCloseable {
     public Transaction begin(CudaEvent ready) {
         Objects.requireNonNull(ready, "begin: ready event is null");
         if (ready.isClosed()) {
-            throw new IllegalStateException("begin: ready event " + ready + " is closed");
+            throw closedReady(ready);
         }
-        return open("begin", ready);
+        return new Transaction(this, open("begin", ready));
+    }
+
+    /** Out of line, as in {@link #requireUsable}: begin must stay small enough to inline. */
+    private static IllegalStateException closedReady(CudaEvent ready) {
+        return new IllegalStateException("begin: ready event " + ready + " is closed");
     }
 
     /**
@@ -344,44 +366,139 @@ public final class Communicator implements AutoCloseable {
         } finally {
             nativeLock.unlock();
         }
-        return open("begin", transactionReady);
+        return new Transaction(this, open("begin", transactionReady));
     }
 
-    private Transaction open(String operation, CudaEvent ready) {
+    /** Opens a transaction on the calling thread; {@return its number}. */
+    private long open(String operation, CudaEvent ready) {
         nativeLock.lock();
         try {
             requireUsable(operation);
             requireNoOpenTransaction(operation);
-            openTransaction = new Transaction(this, ready, ++sequence);
-            return openTransaction;
+            long number = ++sequence;
+            pending.clear();
+            openReady = ready;
+            openOwner = Thread.currentThread();
+            openNumber = number;
+            return number;
         } finally {
             nativeLock.unlock();
         }
     }
 
     private void requireNoOpenTransaction(String operation) {
-        if (openTransaction != null) {
-            throw new IllegalStateException(operation + ": transaction #" + openTransaction.number() + " of rank " + rank
-                    + " is still open; execute or close it first");
+        long open = openNumber;
+        if (open != 0) {
+            throw stillOpen(operation, open);
         }
     }
 
-    void transactionEnded(Transaction transaction) {
+    private IllegalStateException stillOpen(String operation, long open) {
+        return new IllegalStateException(operation + ": transaction #" + open + " of rank " + rank
+                + " is still open; execute or close it first");
+    }
+
+    /** Ends the open transaction {@code number} (executed or discarded), if it is still the open one. */
+    private void transactionEnded(long number, boolean executed) {
         nativeLock.lock();
         try {
-            if (openTransaction == transaction) {
-                openTransaction = null;
+            if (openNumber == number) {
+                outcomes[(int) (number % OUTCOMES)] = executed ? number : -number;
+                openNumber = 0;
+                openReady = null;
+                // openOwner stays: a handle used from another thread meanwhile may have read the number before.
             }
         } finally {
             nativeLock.unlock();
         }
     }
 
-    void execute(Transaction transaction, CudaEvent signal) {
-        Events.Transaction event = new Events.Transaction();
-        event.begin();
-        CommandBuffer buffer = transaction.buffer();
-        List<Command> executed = buffer.snapshot();
+    // ---------------------------------------------------------------- transaction handles
+
+    /** {@return the communicator's own handle of the open transaction, which the users' handles delegate to} */
+    Transaction currentTransaction() {
+        return current;
+    }
+
+    /** {@return the open transaction's commands (for its handle)} */
+    CommandBuffer pendingCommands() {
+        return pending;
+    }
+
+    /** {@return the open transaction's number, 0 when none is open} */
+    long openTransactionNumber() {
+        return openNumber;
+    }
+
+    /** {@return whether the transaction of handle {@code number} is the open one} */
+    boolean isOpenTransaction(long number) {
+        long open = openNumber;
+        return open != 0 && (number == Transaction.CURRENT || number == open);
+    }
+
+    /**
+     * A command, execute or close of the transaction of handle {@code number}: it must be the open
+     * one, used from the thread that began it, on a usable communicator.
+     */
+    void requireOpenTransaction(String operation, long number) {
+        long open = openNumber;
+        if (open != 0 && (number == Transaction.CURRENT || number == open)) {
+            if (Thread.currentThread() != openOwner) {
+                throw wrongThread(operation, open);
+            }
+            requireUsable(operation);
+            return;
+        }
+        throw ended(operation, number);
+    }
+
+    private IllegalStateException wrongThread(String operation, long open) {
+        return new IllegalStateException(operation + ": transaction #" + open + " of rank " + rank
+                + " belongs to thread \"" + openOwner.getName() + "\" that began it; it was used from thread \""
+                + Thread.currentThread().getName() + "\"");
+    }
+
+    private IllegalStateException ended(String operation, long number) {
+        return new IllegalStateException(operation + ": transaction #" + number + " of rank " + rank + " "
+                + transactionOutcome(number));
+    }
+
+    /** {@return how transaction {@code number}, no longer open, ended, as the end of a sentence} */
+    String transactionOutcome(long number) {
+        long outcome = outcomes[(int) (Math.max(number, 0) % OUTCOMES)];
+        if (outcome == number) {
+            return "was already executed";
+        }
+        if (outcome == -number) {
+            return "was closed without executing";
+        }
+        return "has ended (executed or closed; transaction #" + sequence + " is the newest)";
+    }
+
+    /** A handle's close: discards the transaction {@code number} if it is still open; nothing otherwise. */
+    void closeTransaction(long number) {
+        long open = openNumber;
+        if (open == 0 || (number != Transaction.CURRENT && number != open)) {
+            return;
+        }
+        if (Thread.currentThread() != openOwner) {
+            throw wrongThread("close", open);
+        }
+        pending.clear();
+        transactionEnded(open, false);
+    }
+
+    /** Executes the open transaction (its handle checked it): see {@link Transaction#execute}. */
+    void execute(CudaEvent signal) {
+        long number = openNumber;
+        CudaEvent ready = openReady;
+        // No event object while JFR does not record it: the hot path allocates nothing.
+        Events.Transaction event = Events.transactionEnabled() ? new Events.Transaction() : null;
+        if (event != null) {
+            event.begin();
+        }
+        CommandBuffer buffer = pending;
+        List<Command> executed = buffer.view();
         try {
             requireUsable("execute");
             // Outside the lock: the launcher may wait here for slower ranks, and an abort from
@@ -397,35 +514,40 @@ public final class Communicator implements AutoCloseable {
             if (e instanceof CommunicatorAbortedException) {
                 abort(e.getMessage()); // as onHost does
             }
-            transactionEnded(transaction);
             buffer.clear();
+            transactionEnded(number, true);
             throw e;
         }
         long graph;
         nativeLock.lock();
         try {
-            if (openTransaction == transaction) {
-                openTransaction = null;
-            }
+            transactionEnded(number, true);
             requireUsable("execute");
-            graph = enqueue(transaction, signal, buffer, executed);
+            graph = enqueue(number, ready, signal, buffer, executed);
+            if (LOG.isDebugEnabled() || (event != null && event.shouldCommit())) {
+                // The buffer serves the next transaction, which another thread may open once the lock is free.
+                executed = List.copyOf(executed);
+            }
         } finally {
             nativeLock.unlock();
         }
         if (LOG.isDebugEnabled()) {
-            LOG.debug("rank {} transaction #{}{}: {} command(s), {} bytes: {}", rank, transaction.number(),
+            LOG.debug("rank {} transaction #{}{}: {} command(s), {} bytes: {}", rank, number,
                     graph == 0 ? "" : " (captured into graph #" + graph + ")", executed.size(),
                     CommandRunner.bytes(executed), executed);
         }
         // Sizes summed only when JFR records it.
-        event.commit(rank, transaction.number(), executed, graph == 0 ? "" : "captured into graph #" + graph);
+        if (event != null && event.shouldCommit()) {
+            event.commit(rank, number, executed, graph == 0 ? "" : "captured into graph #" + graph);
+        }
     }
 
     /** Enqueues the transaction; returns the id of the graph it was captured into, 0 when it runs. */
-    private long enqueue(Transaction transaction, CudaEvent signal, CommandBuffer buffer, List<Command> executed) {
+    private long enqueue(long number, CudaEvent ready, CudaEvent signal, CommandBuffer buffer,
+                         List<Command> executed) {
         // A ready event recorded in a capture makes the comms stream join it (a fork); one recorded
         // outside while the comms stream captures becomes an external wait (CudaStream.waitFor).
-        stream.waitFor(transaction.ready());
+        stream.waitFor(ready);
         long graph = capturedInto();
         boolean enqueuing = false;
         try {
@@ -445,24 +567,24 @@ public final class Communicator implements AutoCloseable {
                 stream.record(signal);
             }
         } catch (RuntimeException e) {
+            buffer.clear();
             if (state == State.ABORTED && !(e instanceof CommunicatorAbortedException)) {
                 // Aborted from another thread (watchdog, a failed peer of the pack, abort()) while this
                 // one was inside NCCL: real NCCL then fails the call it was in (ncclGroupEnd answered
                 // ncclInternalError on the H200), which says less than the abort that caused it.
-                throw abortedDuring("execute of transaction #" + transaction.number(), e);
+                throw abortedDuring("execute of transaction #" + number, e);
             }
             if (enqueuing && !(e instanceof CommunicatorAbortedException)) {
                 // Something may be half enqueued: the communicator cannot be trusted any more.
-                abort("execute of transaction #" + transaction.number() + " failed: " + e.getMessage());
+                abort("execute of transaction #" + number + " failed: " + e.getMessage());
             }
             throw e;
-        } finally {
-            buffer.clear();
         }
+        // The buffer keeps the commands until the next transaction opens (the recorder copies them).
         if (graph == 0) {
-            recorder.add(transaction.number(), executed); // the watchdog probes completion off this path
+            recorder.add(number, executed); // the watchdog probes completion off this path
         } else {
-            recorder.addCaptured(transaction.number(), executed, graph);
+            recorder.addCaptured(number, executed, graph);
             capturedByGraph.computeIfAbsent(graph, this::startCapturedList).addAll(executed);
         }
         return graph;
@@ -576,7 +698,10 @@ public final class Communicator implements AutoCloseable {
      * @param stream the stream the operation is ordered with
      */
     public void reduceScatter(DeviceTensor tensor, CudaStream stream) {
-        reduceScatter(List.of(Objects.requireNonNull(tensor, "reduceScatter: tensor is null")), stream);
+        Objects.requireNonNull(tensor, "reduceScatter: tensor is null");
+        checks.requireStream("reduceScatter", stream);
+        runOrdered("reduceScatter", stream, tensor, ReduceOp.SUM, null, 0,
+                (transaction, t, op, unused, i) -> transaction.addReduceScatter(t, op));
     }
 
     /**
@@ -606,7 +731,8 @@ public final class Communicator implements AutoCloseable {
         Objects.requireNonNull(tensor, "allReduce: tensor is null");
         Objects.requireNonNull(op, "allReduce: op is null");
         checks.requireStream("allReduce", stream);
-        runOrdered("allReduce", stream, transaction -> transaction.allReduce(tensor, op));
+        runOrdered("allReduce", stream, tensor, op, null, 0,
+                (transaction, t, o, unused, i) -> transaction.addAllReduce(t, o));
     }
 
     /**
@@ -620,7 +746,8 @@ public final class Communicator implements AutoCloseable {
     public void broadcast(DeviceTensor tensor, int root, CudaStream stream) {
         checks.requireStream("broadcast", stream);
         checks.checkRoot("broadcast", root);
-        runOrdered("broadcast", stream, transaction -> transaction.broadcast(tensor, root));
+        runOrdered("broadcast", stream, tensor, null, null, root,
+                (transaction, t, unused, unused2, r) -> transaction.addBroadcast(t, r));
     }
 
     /**
@@ -633,7 +760,8 @@ public final class Communicator implements AutoCloseable {
      */
     public void allToAll(DeviceTensor send, DeviceTensor recv, CudaStream stream) {
         checks.requireStream("allToAll", stream);
-        runOrdered("allToAll", stream, transaction -> transaction.allToAll(send, recv));
+        runOrdered("allToAll", stream, send, recv, null, 0,
+                (transaction, s, r, unused, i) -> transaction.addAllToAll(s, r));
     }
 
     /**
@@ -647,7 +775,8 @@ public final class Communicator implements AutoCloseable {
      */
     public void allReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, CudaStream stream) {
         checks.requireStream("allReduce", stream);
-        runOrdered("allReduce", stream, transaction -> transaction.allReduce(src, dst, op));
+        runOrdered("allReduce", stream, src, dst, op, 0,
+                (transaction, s, d, o, i) -> transaction.addAllReduce(s, d, o));
     }
 
     /**
@@ -661,7 +790,8 @@ public final class Communicator implements AutoCloseable {
      */
     public void reduceScatter(DeviceTensor src, DeviceTensor dst, ReduceOp op, CudaStream stream) {
         checks.requireStream("reduceScatter", stream);
-        runOrdered("reduceScatter", stream, transaction -> transaction.reduceScatter(src, dst, op));
+        runOrdered("reduceScatter", stream, src, dst, op, 0,
+                (transaction, s, d, o, i) -> transaction.addReduceScatter(s, d, o));
     }
 
     /**
@@ -675,7 +805,8 @@ public final class Communicator implements AutoCloseable {
      */
     public void broadcast(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
         checks.requireStream("broadcast", stream);
-        runOrdered("broadcast", stream, transaction -> transaction.broadcast(src, dst, root));
+        runOrdered("broadcast", stream, src, dst, null, root,
+                (transaction, s, d, unused, r) -> transaction.addBroadcast(s, d, r));
     }
 
     /**
@@ -691,7 +822,8 @@ public final class Communicator implements AutoCloseable {
      */
     public void reduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, int root, CudaStream stream) {
         checks.requireStream("reduce", stream);
-        runOrdered("reduce", stream, transaction -> transaction.reduce(src, dst, op, root));
+        runOrdered("reduce", stream, src, dst, op, root,
+                (transaction, s, d, o, r) -> transaction.addReduce(s, d, o, r));
     }
 
     /**
@@ -706,7 +838,8 @@ public final class Communicator implements AutoCloseable {
      */
     public void gather(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
         checks.requireStream("gather", stream);
-        runOrdered("gather", stream, transaction -> transaction.gather(src, dst, root));
+        runOrdered("gather", stream, src, dst, null, root,
+                (transaction, s, d, unused, r) -> transaction.addGather(s, d, r));
     }
 
     /**
@@ -721,7 +854,8 @@ public final class Communicator implements AutoCloseable {
      */
     public void scatter(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
         checks.requireStream("scatter", stream);
-        runOrdered("scatter", stream, transaction -> transaction.scatter(src, dst, root));
+        runOrdered("scatter", stream, src, dst, null, root,
+                (transaction, s, d, unused, r) -> transaction.addScatter(s, d, r));
     }
 
     /**
@@ -746,10 +880,31 @@ public final class Communicator implements AutoCloseable {
      * the watchdog tracks them, the flight recorder lists them, threads mode throttles them.
      */
     private void runOrdered(String operation, CudaStream stream, Consumer<Transaction> commands) {
-        try (Transaction transaction = open(operation, transactionReady)) {
+        runOrdered(operation, stream, commands, null, null, 0,
+                (transaction, body, unused, unused2, i) -> body.accept(transaction));
+    }
+
+    /**
+     * What a convenience operation adds to its transaction, given its arguments: each operation
+     * passes a lambda that captures nothing (one object for all calls) and its arguments beside
+     * it, so that a call allocates nothing.
+     */
+    @FunctionalInterface
+    private interface Commands<A, B, C> {
+        void add(Transaction transaction, A a, B b, C c, int i);
+    }
+
+    /**
+     * {@link #runOrdered(String, CudaStream, Consumer)} without a capturing lambda: the commands
+     * go through this communicator's own handle of the open transaction, so nothing is allocated.
+     */
+    private <A, B, C> void runOrdered(String operation, CudaStream stream, A a, B b, C c, int i,
+                                      Commands<A, B, C> commands) {
+        long number = open(operation, transactionReady);
+        try {
             // The commands are checked before anything native happens; the ready event is recorded
             // after (nobody else can use it: the transaction is open).
-            commands.accept(transaction);
+            commands.add(current, a, b, c, i);
             nativeLock.lock();
             try {
                 requireUsable(operation);
@@ -757,7 +912,9 @@ public final class Communicator implements AutoCloseable {
             } finally {
                 nativeLock.unlock();
             }
-            transaction.execute(null);
+            current.execute(null);
+        } finally {
+            closeTransaction(number); // discards it after a refused command; nothing once executed
         }
         waitOnComms(stream);
     }
@@ -1145,7 +1302,6 @@ public final class Communicator implements AutoCloseable {
             return;
         }
         try {
-            openTransaction = null;
             if (state == State.OPEN) {
                 // The launcher first learns whether the other ranks are closing too (MPI mode ends a
                 // job whose ranks wait for one that closed early instead of hanging).
@@ -1198,16 +1354,21 @@ public final class Communicator implements AutoCloseable {
     // ---------------------------------------------------------------- checks
 
     final void requireUsable(String operation) {
-        State current = state;
-        if (current == State.OPEN) {
-            return;
+        if (state != State.OPEN) {
+            // Out of line: the hot callers' compiled code stays small enough for C2 to inline them
+            // (and to scalar-replace the transaction handle that begin returns).
+            throw unusable(operation);
         }
+    }
+
+    private RuntimeException unusable(String operation) {
+        State current = state;
         if (current == State.ABORTED) {
             host.beforeAbortedException(abortReason);
-            throw new CommunicatorAbortedException(operation + ": communicator of rank " + rank + " was aborted: "
+            return new CommunicatorAbortedException(operation + ": communicator of rank " + rank + " was aborted: "
                     + abortReason);
         }
-        throw new IllegalStateException(operation + ": communicator of rank " + rank + " is closed");
+        return new IllegalStateException(operation + ": communicator of rank " + rank + " is closed");
     }
 
     /** The exception for a native call that failed because the communicator was aborted meanwhile. */

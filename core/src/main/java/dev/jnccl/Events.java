@@ -6,6 +6,8 @@ import jdk.jfr.Category;
 import jdk.jfr.DataAmount;
 import jdk.jfr.Description;
 import jdk.jfr.Event;
+import jdk.jfr.EventType;
+import jdk.jfr.FlightRecorder;
 import jdk.jfr.Label;
 import jdk.jfr.Name;
 import jdk.jfr.StackTrace;
@@ -46,6 +48,28 @@ final class Events {
                 commit();
             }
         }
+    }
+
+    /** The type of {@link Transaction}, looked up once JFR is initialized. */
+    private static volatile EventType transactionType;
+
+    /**
+     * Whether a recording wants {@link Transaction} events: asked before one is made, so that the
+     * hot path allocates no event while JFR is off (the JIT's escape analysis cannot remove one
+     * that the committing path lets escape). Until JFR is initialized in this JVM, one static read.
+     *
+     * @return whether the event type is enabled in a recording
+     */
+    static boolean transactionEnabled() {
+        if (!FlightRecorder.isInitialized()) {
+            return false;
+        }
+        EventType type = transactionType;
+        if (type == null) {
+            type = EventType.getEventType(Transaction.class);
+            transactionType = type;
+        }
+        return type.isEnabled();
     }
 
     /** One transaction's host-side enqueue: the JFR event {@code jnccl.Transaction}. */

@@ -22,27 +22,42 @@ import java.util.List;
  */
 final class FlightRecorder {
 
-    /** One executed transaction; {@code completedNanos} is set once a probe after it has completed. */
+    /**
+     * One executed transaction; {@code completedNanos} is set once a probe after it has completed.
+     * A slot of the recorder, filled again once it is the oldest (read and written under the
+     * recorder's lock): the commands are copied into its array, which grows only for a transaction
+     * with more commands than the slot ever held, so that recording allocates nothing in steady
+     * state. The commands are immutable records, so holding them is as good as a copy of their values.
+     */
     static final class Entry {
-        final long sequence;
-        final List<Command> commands;
-        final long executedNanos;
+        long sequence;
+        Command[] commands = new Command[4];
+        int count;
+        long executedNanos;
         /** The graph this transaction was captured into (it never runs itself), or 0. */
-        final long capturedInto;
+        long capturedInto;
         /** The graph this entry is a replay of ({@code Communicator.launch}), or 0. */
-        final long replayOf;
-        volatile long completedNanos;
+        long replayOf;
+        long completedNanos;
 
-        Entry(long sequence, List<Command> commands, long executedNanos) {
-            this(sequence, commands, executedNanos, 0, 0);
-        }
-
-        Entry(long sequence, List<Command> commands, long executedNanos, long capturedInto, long replayOf) {
+        void set(long sequence, List<Command> commands, long executedNanos, long capturedInto, long replayOf) {
             this.sequence = sequence;
-            this.commands = commands;
+            int size = commands.size();
+            if (size > this.commands.length) {
+                this.commands = new Command[Math.max(size, this.commands.length * 2)];
+            }
+            for (int i = 0; i < size; i++) {
+                this.commands[i] = commands.get(i);
+            }
+            // Forget the commands of the transaction this slot held before (their tensors may be freed).
+            for (int i = size; i < count; i++) {
+                this.commands[i] = null;
+            }
+            this.count = size;
             this.executedNanos = executedNanos;
             this.capturedInto = capturedInto;
             this.replayOf = replayOf;
+            this.completedNanos = 0;
         }
 
         /** {@return whether the entry is a transaction captured into a graph: it never completes itself} */
@@ -100,9 +115,9 @@ final class FlightRecorder {
             } else {
                 sb.append("completion not checked yet");
             }
-            sb.append(", ").append(commands.size()).append(" command(s)");
-            for (Command command : commands) {
-                sb.append("\n      ").append(describe(command));
+            sb.append(", ").append(count).append(" command(s)");
+            for (int i = 0; i < count; i++) {
+                sb.append("\n      ").append(describe(commands[i]));
             }
             return sb.toString();
         }
@@ -148,8 +163,27 @@ final class FlightRecorder {
     /** A probe: an event recorded on the comms stream after transaction {@code covers}. */
     private record Probe(CudaEvent event, long covers, long recordedNanos) {}
 
+    /**
+     * What the watchdog learns of the oldest pending transaction: a copy, since the slot it came
+     * from is filled again once it is the oldest.
+     *
+     * @param name          how the entry is named in messages
+     * @param executedNanos when it was executed ({@link System#nanoTime()})
+     */
+    record Pending(String name, long executedNanos) {
+        /** {@return nanoseconds since the execute, at {@code now}} */
+        long ageNanos(long now) {
+            return now - executedNanos;
+        }
+    }
+
     private final int capacity;
-    private final ArrayDeque<Entry> entries;
+    /** The slots, made as the first {@code capacity} transactions come, then reused oldest first. */
+    private final Entry[] slots;
+    /** The index of the oldest entry in {@link #slots}. */
+    private int first;
+    /** How many slots hold an entry. */
+    private int size;
     private final ArrayDeque<Probe> probes = new ArrayDeque<>();
     private final ArrayDeque<CudaEvent> freeEvents = new ArrayDeque<>();
     /** Whether a watchdog probes completion (else the dump says "not tracked"). */
@@ -166,18 +200,18 @@ final class FlightRecorder {
      */
     FlightRecorder(int capacity) {
         this.capacity = capacity;
-        this.entries = new ArrayDeque<>(capacity);
+        this.slots = new Entry[capacity];
     }
 
     /**
-     * Adds an executed transaction; {@code commands} must be immutable. Called with the comms lock
-     * held, right after the transaction was enqueued.
+     * Adds an executed transaction (its commands are copied). Called with the comms lock held,
+     * right after the transaction was enqueued.
      *
      * @param sequence the transaction's number
      * @param commands the executed commands
      */
     synchronized void add(long sequence, List<Command> commands) {
-        addEntry(new Entry(sequence, commands, System.nanoTime()));
+        addEntry(sequence, commands, 0, 0);
     }
 
     /**
@@ -189,7 +223,7 @@ final class FlightRecorder {
      * @param graph    the graph's id
      */
     synchronized void addCaptured(long sequence, List<Command> commands, long graph) {
-        addEntry(new Entry(sequence, commands, System.nanoTime(), graph, 0));
+        addEntry(sequence, commands, graph, 0);
     }
 
     /**
@@ -201,14 +235,34 @@ final class FlightRecorder {
      * @param graph    the graph's id
      */
     synchronized void addReplay(long sequence, List<Command> commands, long graph) {
-        addEntry(new Entry(sequence, commands, System.nanoTime(), 0, graph));
+        addEntry(sequence, commands, 0, graph);
     }
 
-    private void addEntry(Entry entry) {
-        if (entries.size() == capacity) {
-            entries.removeFirst();
+    private void addEntry(long sequence, List<Command> commands, long capturedInto, long replayOf) {
+        int index;
+        if (size == capacity) {
+            index = first;
+            first = (first + 1) % capacity;
+        } else {
+            index = (first + size) % capacity;
+            size++;
         }
-        entries.addLast(entry);
+        Entry entry = slots[index];
+        if (entry == null) {
+            entry = new Entry();
+            slots[index] = entry;
+        }
+        entry.set(sequence, commands, System.nanoTime(), capturedInto, replayOf);
+    }
+
+    /** {@return the {@code k}-th entry, oldest first} */
+    private Entry entry(int k) {
+        return slots[(first + k) % capacity];
+    }
+
+    /** {@return the newest entry, or null} */
+    private Entry newest() {
+        return size == 0 ? null : entry(size - 1);
     }
 
     /**
@@ -219,7 +273,7 @@ final class FlightRecorder {
      */
     synchronized void probe(CudaStream stream) {
         tracked = true;
-        Entry newest = entries.peekLast();
+        Entry newest = newest();
         if (newest == null || newest.sequence <= probedThrough) {
             return;
         }
@@ -248,14 +302,15 @@ final class FlightRecorder {
      *
      * @return the oldest entry known pending, or null
      */
-    synchronized Entry pollOldestPending() {
+    synchronized Pending pollOldestPending() {
         long now = System.nanoTime();
         while (!probes.isEmpty() && probes.peekFirst().event().isComplete()) {
             Probe done = probes.removeFirst();
             completedThrough = done.covers();
             freeEvents.addLast(done.event());
         }
-        for (Entry entry : entries) {
+        for (int k = 0; k < size; k++) {
+            Entry entry = entry(k);
             if (entry.completedNanos == 0 && !entry.isCaptured() && entry.sequence <= completedThrough) {
                 entry.completedNanos = now;
             }
@@ -263,9 +318,10 @@ final class FlightRecorder {
         if (probes.isEmpty()) {
             return null;
         }
-        for (Entry entry : entries) {
+        for (int k = 0; k < size; k++) {
+            Entry entry = entry(k);
             if (entry.completedNanos == 0 && !entry.isCaptured() && entry.sequence <= probes.peekFirst().covers()) {
-                return entry;
+                return new Pending(entry.name(), entry.executedNanos);
             }
         }
         return null;
@@ -278,7 +334,8 @@ final class FlightRecorder {
      * @return its age in nanoseconds, -1 when every transaction is known complete
      */
     synchronized long oldestUnfinishedAgeNanos(long now) {
-        for (Entry entry : entries) {
+        for (int k = 0; k < size; k++) {
+            Entry entry = entry(k);
             if (entry.completedNanos == 0 && !entry.isCaptured()) {
                 return entry.ageNanos(now);
             }
@@ -290,8 +347,9 @@ final class FlightRecorder {
     synchronized String dump() {
         long now = System.nanoTime();
         StringBuilder sb = new StringBuilder();
-        sb.append("last ").append(entries.size()).append(" transaction(s), oldest first:");
-        for (Entry entry : entries) {
+        sb.append("last ").append(size).append(" transaction(s), oldest first:");
+        for (int k = 0; k < size; k++) {
+            Entry entry = entry(k);
             sb.append("\n    ").append(entry.describe(now, tracked, entry.sequence <= probedThrough));
         }
         return sb.toString();

@@ -399,6 +399,18 @@ final class NcclComm {
                 NcclTypes.of(tensor.dtype()), ncclOp, work, stream.handle()), "ncclReduceScatter", work);
     }
 
+    /**
+     * In-place ncclReduceScatter of {@code tensor}: this rank's shard of it receives the reduction
+     * (its address and count computed here: no shard tensor is made per call).
+     */
+    void reduceScatterInPlace(DeviceTensor tensor, int ncclOp, CudaStream stream) {
+        MemorySegment work = work("ncclReduceScatter");
+        long shardCount = tensor.count() / worldSize;
+        long shardAddress = tensor.address() + rank * shardCount * tensor.dtype().size();
+        check(Nccl.ncclReduceScatter(segment(tensor.address()), segment(shardAddress), shardCount,
+                NcclTypes.of(tensor.dtype()), ncclOp, work, stream.handle()), "ncclReduceScatter", work);
+    }
+
     /** In-place ncclAllReduce of {@code tensor}. */
     void allReduce(DeviceTensor tensor, int ncclOp, CudaStream stream) {
         MemorySegment work = work("ncclAllReduce");

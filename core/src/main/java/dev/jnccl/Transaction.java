@@ -13,23 +13,28 @@ import java.util.Objects;
  * {@link IllegalStateException} naming both threads): add commands, {@link #execute} it, or
  * {@link #close} it without executing to discard it. Closing after execute does nothing, so
  * try-with-resources fits.
+ *
+ * <p>It is a handle of the communicator's open transaction, which keeps the commands in storage it
+ * reuses: making and filling a transaction allocates nothing in steady state. A handle kept after
+ * its transaction was executed or closed says so when used, and never reaches a later transaction.
  */
 public final class Transaction implements AutoCloseable {
-    private enum State { OPEN, EXECUTED, DISCARDED }
+    // A thin handle: the commands and the open/closed state live in the communicator (one
+    // transaction is open at a time), so a transaction allocates nothing per call, and a handle
+    // used after its transaction ended (executed or closed) says so by its number, never adding
+    // to a later transaction. In a begin(..).x(..).execute(..) chain the JIT can scalar-replace it.
 
     private final Communicator communicator;
     private final Checks checks;
-    private final CudaEvent ready;
+    /** The transaction's number, or {@link #CURRENT} for the communicator's own handle of its convenience operations. */
     private final long number;
-    private final CommandBuffer buffer = new CommandBuffer();
-    /** The thread that began it: commands, execute and close from another thread would race with it. */
-    private final Thread owner = Thread.currentThread();
-    private State state = State.OPEN;
 
-    Transaction(Communicator communicator, CudaEvent ready, long number) {
+    /** The {@link #number} of the handle that always means the transaction open now (never given to users). */
+    static final long CURRENT = 0;
+
+    Transaction(Communicator communicator, long number) {
         this.communicator = communicator;
         this.checks = communicator.checks();
-        this.ready = ready;
         this.number = number;
     }
 
@@ -51,13 +56,17 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction reduceScatter(DeviceTensor tensor, ReduceOp op) {
-        requireOpen("reduceScatter");
+        handle("reduceScatter").addReduceScatter(tensor, op);
+        return this;
+    }
+
+    /** Checks and adds {@link #reduceScatter(DeviceTensor, ReduceOp)} (on the communicator's own handle). */
+    void addReduceScatter(DeviceTensor tensor, ReduceOp op) {
         requireTensor("reduceScatter", "tensor", tensor);
         Objects.requireNonNull(op, "reduceScatter: op is null");
         checks.checkReducible("reduceScatter", tensor.dtype(), op);
         requireDivisible("reduceScatter", tensor);
-        buffer.add(new Command.ReduceScatter(tensor, op));
-        return this;
+        commands().reduceScatter(tensor, op);
     }
 
     /**
@@ -68,7 +77,12 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction allGather(DeviceTensor shard, DeviceTensor full) {
-        requireOpen("allGather");
+        handle("allGather").addAllGather(shard, full);
+        return this;
+    }
+
+    /** Checks and adds {@link #allGather(DeviceTensor, DeviceTensor)} (on the communicator's own handle). */
+    void addAllGather(DeviceTensor shard, DeviceTensor full) {
         requireTensor("allGather", "shard", shard);
         requireTensor("allGather", "full", full);
         if (shard.dtype() != full.dtype()) {
@@ -81,8 +95,7 @@ public final class Transaction implements AutoCloseable {
                     + shard.count() + " x world size " + world + " = " + shard.count() * world);
         }
         checks.checkSupported("allGather", shard.dtype());
-        buffer.add(new Command.AllGather(shard, full));
-        return this;
+        commands().allGather(shard, full);
     }
 
     /**
@@ -93,12 +106,16 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction destructiveAllToAll(DeviceTensor tensor) {
-        requireOpen("destructiveAllToAll");
+        handle("destructiveAllToAll").addDestructiveAllToAll(tensor);
+        return this;
+    }
+
+    /** Checks and adds {@link #destructiveAllToAll(DeviceTensor)} (on the communicator's own handle). */
+    void addDestructiveAllToAll(DeviceTensor tensor) {
         requireTensor("destructiveAllToAll", "tensor", tensor);
         checks.checkSupported("destructiveAllToAll", tensor.dtype());
         requireDivisible("destructiveAllToAll", tensor);
-        buffer.add(new Command.DestructiveAllToAll(tensor));
-        return this;
+        commands().destructiveAllToAll(tensor);
     }
 
     /**
@@ -118,7 +135,12 @@ public final class Transaction implements AutoCloseable {
      *                                  world size, or overlapping tensors
      */
     public Transaction allToAll(DeviceTensor send, DeviceTensor recv) {
-        requireOpen("allToAll");
+        handle("allToAll").addAllToAll(send, recv);
+        return this;
+    }
+
+    /** Checks and adds {@link #allToAll(DeviceTensor, DeviceTensor)} (on the communicator's own handle). */
+    void addAllToAll(DeviceTensor send, DeviceTensor recv) {
         requireTensor("allToAll", "send", send);
         requireTensor("allToAll", "recv", recv);
         if (send.dtype() != recv.dtype()) {
@@ -135,8 +157,7 @@ public final class Transaction implements AutoCloseable {
                     + " overlap; use destructiveAllToAll for an in-place exchange");
         }
         checks.checkSupported("allToAll", send.dtype());
-        buffer.add(new Command.AllToAll(send, recv));
-        return this;
+        commands().allToAll(send, recv);
     }
 
     /**
@@ -149,12 +170,16 @@ public final class Transaction implements AutoCloseable {
      * @throws IllegalArgumentException for a root out of range
      */
     public Transaction broadcast(DeviceTensor tensor, int root) {
-        requireOpen("broadcast");
+        handle("broadcast").addBroadcast(tensor, root);
+        return this;
+    }
+
+    /** Checks and adds {@link #broadcast(DeviceTensor, int)} (on the communicator's own handle). */
+    void addBroadcast(DeviceTensor tensor, int root) {
         requireTensor("broadcast", "tensor", tensor);
         checks.checkRoot("broadcast", root);
         checks.checkSupported("broadcast", tensor.dtype());
-        buffer.add(new Command.Broadcast(tensor, root));
-        return this;
+        commands().broadcast(tensor, root);
     }
 
     /**
@@ -165,12 +190,16 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction allReduce(DeviceTensor tensor, ReduceOp op) {
-        requireOpen("allReduce");
+        handle("allReduce").addAllReduce(tensor, op);
+        return this;
+    }
+
+    /** Checks and adds {@link #allReduce(DeviceTensor, ReduceOp)} (on the communicator's own handle). */
+    void addAllReduce(DeviceTensor tensor, ReduceOp op) {
         requireTensor("allReduce", "tensor", tensor);
         Objects.requireNonNull(op, "allReduce: op is null");
         checks.checkReducible("allReduce", tensor.dtype(), op);
-        buffer.add(new Command.AllReduce(tensor, op));
-        return this;
+        commands().allReduce(tensor, op);
     }
 
     /**
@@ -183,12 +212,16 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction send(DeviceTensor tensor, int peer) {
-        requireOpen("send");
+        handle("send").addSend(tensor, peer);
+        return this;
+    }
+
+    /** Checks and adds {@link #send(DeviceTensor, int)} (on the communicator's own handle). */
+    void addSend(DeviceTensor tensor, int peer) {
         requireTensor("send", "tensor", tensor);
         checks.checkPeer("send", peer);
         checks.checkSupported("send", tensor.dtype());
-        buffer.add(new Command.Send(tensor, peer));
-        return this;
+        commands().send(tensor, peer);
     }
 
     /**
@@ -200,12 +233,16 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction recv(DeviceTensor tensor, int peer) {
-        requireOpen("recv");
+        handle("recv").addRecv(tensor, peer);
+        return this;
+    }
+
+    /** Checks and adds {@link #recv(DeviceTensor, int)} (on the communicator's own handle). */
+    void addRecv(DeviceTensor tensor, int peer) {
         requireTensor("recv", "tensor", tensor);
         checks.checkPeer("recv", peer);
         checks.checkSupported("recv", tensor.dtype());
-        buffer.add(new Command.Recv(tensor, peer));
-        return this;
+        commands().recv(tensor, peer);
     }
 
     // ---------------------------------------------------------------- out of place, rooted, uneven
@@ -223,7 +260,12 @@ public final class Transaction implements AutoCloseable {
      *                                  reduced, or partially overlapping tensors
      */
     public Transaction allReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
-        requireOpen("allReduce");
+        handle("allReduce").addAllReduce(src, dst, op);
+        return this;
+    }
+
+    /** Checks and adds {@link #allReduce(DeviceTensor, DeviceTensor, ReduceOp)} (on the communicator's own handle). */
+    void addAllReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
         requireTensor("allReduce", "src", src);
         requireTensor("allReduce", "dst", dst);
         Objects.requireNonNull(op, "allReduce: op is null");
@@ -231,8 +273,11 @@ public final class Transaction implements AutoCloseable {
         requireCount("allReduce", "dst", dst, src.count(), "src's count");
         checks.checkReducible("allReduce", src.dtype(), op);
         boolean inPlace = inPlaceOrApart("allReduce", src, dst, src.address(), "dst equal to src");
-        buffer.add(inPlace ? new Command.AllReduce(dst, op) : new Command.AllReduceOutOfPlace(src, dst, op));
-        return this;
+        if (inPlace) {
+            commands().allReduce(dst, op);
+        } else {
+            commands().allReduce(src, dst, op);
+        }
     }
 
     /**
@@ -251,7 +296,12 @@ public final class Transaction implements AutoCloseable {
      *                                  overlapping tensors
      */
     public Transaction reduceScatter(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
-        requireOpen("reduceScatter");
+        handle("reduceScatter").addReduceScatter(src, dst, op);
+        return this;
+    }
+
+    /** Checks and adds {@link #reduceScatter(DeviceTensor, DeviceTensor, ReduceOp)} (on the communicator's own handle). */
+    void addReduceScatter(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
         requireTensor("reduceScatter", "src", src);
         requireTensor("reduceScatter", "dst", dst);
         Objects.requireNonNull(op, "reduceScatter: op is null");
@@ -260,8 +310,11 @@ public final class Transaction implements AutoCloseable {
         checks.checkReducible("reduceScatter", src.dtype(), op);
         boolean inPlace = inPlaceOrApart("reduceScatter", src, dst,
                 src.address() + communicator.rank() * dst.bytes(), "dst this rank's shard of src");
-        buffer.add(inPlace ? new Command.ReduceScatter(src, op) : new Command.ReduceScatterOutOfPlace(src, dst, op));
-        return this;
+        if (inPlace) {
+            commands().reduceScatter(src, op);
+        } else {
+            commands().reduceScatter(src, dst, op);
+        }
     }
 
     /**
@@ -277,7 +330,12 @@ public final class Transaction implements AutoCloseable {
      *                                  partially overlapping tensors
      */
     public Transaction broadcast(DeviceTensor src, DeviceTensor dst, int root) {
-        requireOpen("broadcast");
+        handle("broadcast").addBroadcast(src, dst, root);
+        return this;
+    }
+
+    /** Checks and adds {@link #broadcast(DeviceTensor, DeviceTensor, int)} (on the communicator's own handle). */
+    void addBroadcast(DeviceTensor src, DeviceTensor dst, int root) {
         requireTensor("broadcast", "src", src);
         requireTensor("broadcast", "dst", dst);
         checks.checkRoot("broadcast", root);
@@ -285,8 +343,11 @@ public final class Transaction implements AutoCloseable {
         requireCount("broadcast", "dst", dst, src.count(), "src's count");
         checks.checkSupported("broadcast", src.dtype());
         boolean inPlace = inPlaceOrApart("broadcast", src, dst, src.address(), "dst equal to src");
-        buffer.add(inPlace ? new Command.Broadcast(dst, root) : new Command.BroadcastOutOfPlace(src, dst, root));
-        return this;
+        if (inPlace) {
+            commands().broadcast(dst, root);
+        } else {
+            commands().broadcast(src, dst, root);
+        }
     }
 
     /**
@@ -306,7 +367,12 @@ public final class Transaction implements AutoCloseable {
      *                                  reduced, or partially overlapping tensors on the root
      */
     public Transaction reduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, int root) {
-        requireOpen("reduce");
+        handle("reduce").addReduce(src, dst, op, root);
+        return this;
+    }
+
+    /** Checks and adds {@link #reduce(DeviceTensor, DeviceTensor, ReduceOp, int)} (on the communicator's own handle). */
+    void addReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, int root) {
         requireTensor("reduce", "src", src);
         Objects.requireNonNull(op, "reduce: op is null");
         checks.checkRoot("reduce", root);
@@ -318,8 +384,7 @@ public final class Transaction implements AutoCloseable {
             }
         }
         checks.checkReducible("reduce", src.dtype(), op);
-        buffer.add(new Command.Reduce(src, dst, op, root));
-        return this;
+        commands().add(new Command.Reduce(src, dst, op, root));
     }
 
     /**
@@ -341,7 +406,12 @@ public final class Transaction implements AutoCloseable {
      *                                  {@code src}, or partially overlapping tensors on the root
      */
     public Transaction gather(DeviceTensor src, DeviceTensor dst, int root) {
-        requireOpen("gather");
+        handle("gather").addGather(src, dst, root);
+        return this;
+    }
+
+    /** Checks and adds {@link #gather(DeviceTensor, DeviceTensor, int)} (on the communicator's own handle). */
+    void addGather(DeviceTensor src, DeviceTensor dst, int root) {
         requireTensor("gather", "src", src);
         checks.checkRoot("gather", root);
         if (requireRootBuffer("gather", "dst", dst, root)) {
@@ -352,8 +422,7 @@ public final class Transaction implements AutoCloseable {
             }
         }
         checks.checkSupported("gather", src.dtype());
-        buffer.add(new Command.Gather(src, dst, root));
-        return this;
+        commands().add(new Command.Gather(src, dst, root));
     }
 
     /**
@@ -375,7 +444,12 @@ public final class Transaction implements AutoCloseable {
      *                                  {@code dst}, or partially overlapping tensors on the root
      */
     public Transaction scatter(DeviceTensor src, DeviceTensor dst, int root) {
-        requireOpen("scatter");
+        handle("scatter").addScatter(src, dst, root);
+        return this;
+    }
+
+    /** Checks and adds {@link #scatter(DeviceTensor, DeviceTensor, int)} (on the communicator's own handle). */
+    void addScatter(DeviceTensor src, DeviceTensor dst, int root) {
         requireTensor("scatter", "dst", dst);
         checks.checkRoot("scatter", root);
         if (requireRootBuffer("scatter", "src", src, root)) {
@@ -386,8 +460,7 @@ public final class Transaction implements AutoCloseable {
             }
         }
         checks.checkSupported("scatter", dst.dtype());
-        buffer.add(new Command.Scatter(src, dst, root));
-        return this;
+        commands().add(new Command.Scatter(src, dst, root));
     }
 
     /**
@@ -413,7 +486,12 @@ public final class Transaction implements AutoCloseable {
      *                                  own counts, or overlapping tensors
      */
     public Transaction allToAll(DeviceTensor send, long[] sendCounts, DeviceTensor recv, long[] recvCounts) {
-        requireOpen("allToAll");
+        handle("allToAll").addAllToAll(send, sendCounts, recv, recvCounts);
+        return this;
+    }
+
+    /** Checks and adds {@link #allToAll(DeviceTensor, long[], DeviceTensor, long[])} (on the communicator's own handle). */
+    void addAllToAll(DeviceTensor send, long[] sendCounts, DeviceTensor recv, long[] recvCounts) {
         requireTensor("allToAll", "send", send);
         requireTensor("allToAll", "recv", recv);
         long[] sends = Objects.requireNonNull(sendCounts, "allToAll: sendCounts is null").clone();
@@ -433,8 +511,7 @@ public final class Transaction implements AutoCloseable {
             throw new IllegalArgumentException("allToAll: send " + send + " and recv " + recv + " overlap");
         }
         checks.checkSupported("allToAll", send.dtype());
-        buffer.add(new Command.UnevenAllToAll(send, sends, recv, recvs));
-        return this;
+        commands().add(new Command.UnevenAllToAll(send, sends, recv, recvs));
     }
 
     /** Counts of an uneven all-to-all: one per rank, none negative, summing to at most the tensor's count. */
@@ -537,23 +614,21 @@ public final class Transaction implements AutoCloseable {
      * @param signal recorded on the comms stream after the commands (may be null)
      */
     public void execute(CudaEvent signal) {
-        requireOpen("execute");
+        handle("execute").executeOpen(signal);
+    }
+
+    /** Checks and adds {@link #execute(CudaEvent)} (on the communicator's own handle). */
+    void executeOpen(CudaEvent signal) {
         if (signal != null && signal.isClosed()) {
             throw new IllegalStateException("execute: signal event " + signal + " is closed");
         }
-        state = State.EXECUTED;
-        communicator.execute(this, signal);
+        communicator.execute(signal);
     }
 
     /** Discards the transaction if it was not executed; otherwise does nothing. */
     @Override
     public void close() {
-        requireOwner("close");
-        if (state == State.OPEN) {
-            state = State.DISCARDED;
-            buffer.clear();
-            communicator.transactionEnded(this);
-        }
+        communicator.closeTransaction(number);
     }
 
     /**
@@ -563,12 +638,12 @@ public final class Transaction implements AutoCloseable {
      * @return the number of commands in the transaction
      */
     public int size() {
-        return buffer.size();
+        return isOpen() ? commands().size() : 0;
     }
 
     /** {@return the sequence number of this transaction on its communicator (1, 2, ...)} */
     public long number() {
-        return number;
+        return number == CURRENT ? communicator.openTransactionNumber() : number;
     }
 
     /**
@@ -577,15 +652,17 @@ public final class Transaction implements AutoCloseable {
      * @return whether the transaction is open
      */
     public boolean isOpen() {
-        return state == State.OPEN;
+        return communicator.isOpenTransaction(number);
     }
 
-    CudaEvent ready() {
-        return ready;
-    }
-
+    /** {@return the commands so far (tests look at what the checks made)} */
     CommandBuffer buffer() {
-        return buffer;
+        return commands();
+    }
+
+    /** The communicator's command buffer, which holds this transaction's commands while it is open. */
+    private CommandBuffer commands() {
+        return communicator.pendingCommands();
     }
 
     /**
@@ -604,28 +681,24 @@ public final class Transaction implements AutoCloseable {
         }
     }
 
-    private void requireOwner(String operation) {
-        Thread current = Thread.currentThread();
-        if (current != owner) {
-            throw new IllegalStateException(operation + ": transaction #" + number + " of rank " + communicator.rank()
-                    + " belongs to thread \"" + owner.getName() + "\" that began it; it was used from thread \""
-                    + current.getName() + "\"");
-        }
+    /**
+     * A user's handle: checks that it is the open transaction, used from the thread that began it;
+     * {@return the communicator's own handle, which checks and adds the commands}: so the user's
+     * handle is passed to nothing, and the JIT can scalar-replace it in a chain of calls.
+     */
+    private Transaction handle(String operation) {
+        requireOpen(operation);
+        return communicator.currentTransaction();
     }
 
+    /** Open, used from the thread that began it, on a usable communicator. */
     private void requireOpen(String operation) {
-        requireOwner(operation);
-        switch (state) {
-            case OPEN -> communicator.requireUsable(operation);
-            case EXECUTED -> throw new IllegalStateException(operation + ": transaction #" + number + " of rank "
-                    + communicator.rank() + " was already executed");
-            case DISCARDED -> throw new IllegalStateException(operation + ": transaction #" + number + " of rank "
-                    + communicator.rank() + " was closed without executing");
-        }
+        communicator.requireOpenTransaction(operation, number);
     }
 
     @Override
     public String toString() {
-        return "Transaction#" + number + "[rank " + communicator.rank() + ", " + state + ", " + buffer + "]";
+        return "Transaction#" + number() + "[rank " + communicator.rank() + ", "
+                + (isOpen() ? "OPEN, " + commands() : communicator.transactionOutcome(number())) + "]";
     }
 }

@@ -140,7 +140,7 @@ final class Watchdog {
             return "an enqueue has been inside NCCL for " + TimeUnit.NANOSECONDS.toMillis(enqueueAge) + " ms (timeout "
                     + Deadlines.toMillis(timeout) + " ms)";
         }
-        FlightRecorder.Entry pending = recorder.pollOldestPending();
+        FlightRecorder.Pending pending = recorder.pollOldestPending();
         long pendingAge = pending == null ? -1 : pending.ageNanos(System.nanoTime());
         if (pending != null && pendingAge > timeoutNanos) {
             return pending.name() + " not complete after "

@@ -13,6 +13,13 @@ import java.util.Objects;
  * another library and {@linkplain #wrap wrapped} without taking ownership.
  */
 public final class CudaStream implements AutoCloseable {
+    /**
+     * Each thread's slot for cudaStreamIsCapturing's answer: every {@link #synchronize()} asks it,
+     * and a loop that synchronizes allocates nothing for it (freed with the thread).
+     */
+    private static final ThreadLocal<MemorySegment> CAPTURE_STATUS =
+            ThreadLocal.withInitial(() -> Arena.ofAuto().allocate(ValueLayout.JAVA_INT));
+
     private final CudaHandle handle;
 
     private CudaStream(CudaHandle handle) {
@@ -129,12 +136,10 @@ public final class CudaStream implements AutoCloseable {
      */
     public boolean isCapturing() {
         handle.requireOpen("isCapturing", this);
-        try (Arena arena = Arena.ofConfined()) {
-            MemorySegment status = arena.allocate(ValueLayout.JAVA_INT);
-            CudaCalls.check(CudaGraphs.cudaStreamIsCapturing(handle.segment(), status), "cudaStreamIsCapturing",
-                    handle.device());
-            return status.get(ValueLayout.JAVA_INT, 0) != CudaGraphs.CAPTURE_STATUS_NONE;
-        }
+        MemorySegment status = CAPTURE_STATUS.get();
+        CudaCalls.check(CudaGraphs.cudaStreamIsCapturing(handle.segment(), status), "cudaStreamIsCapturing",
+                handle.device());
+        return status.get(ValueLayout.JAVA_INT, 0) != CudaGraphs.CAPTURE_STATUS_NONE;
     }
 
     /**

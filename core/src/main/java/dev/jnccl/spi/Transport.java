@@ -22,7 +22,9 @@ public interface Transport {
      * Called after the comms stream has waited for the transaction's ready event and before any
      * command is enqueued.
      *
-     * @param commands the transaction's commands, in order (read-only)
+     * @param commands the transaction's commands, in order (read-only, and valid only until the
+     *                 transaction's {@link #afterCommands}: the communicator reuses the list for its
+     *                 next transaction, so a transport that keeps or shares the commands copies them)
      * @param stream   the comms stream
      */
     default void beforeCommands(List<Command> commands, CudaStream stream) {}

@@ -125,8 +125,9 @@ final class CopyEngineTransport implements Transport {
         }
         this.stream = stream;
         stream.record(readyForPeers);
-        published = pack.exchange("execute", rank, new Published(rank, commands, readyForPeers, doneReading),
-                hostTimeoutNanos);
+        // A copy: the peers read it while the communicator may already fill its list for the next transaction.
+        Published own = new Published(rank, List.copyOf(commands), readyForPeers, doneReading);
+        published = pack.exchange("execute", rank, own, hostTimeoutNanos);
         checkMatching(published, worldSize, options);
         for (Published peer : published) {
             if (peer.rank() != rank) {

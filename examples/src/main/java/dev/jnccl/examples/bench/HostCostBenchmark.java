@@ -56,6 +56,11 @@ import org.openjdk.jmh.infra.IterationParams;
  *   <li>{@code allReduceEnqueue}: {@code comm.allReduce(t, SUM, compute)} — an ncclAllReduce in a
  *       group plus the ordering with the caller's stream (2 event records, 2 stream waits).</li>
  *   <li>{@code allReduceEnqueueRaw}: ncclAllReduce alone on the comms stream, through the bindings.</li>
+ *   <li>{@code transaction4}: a transaction of 4 commands (reduce-scatter, all-gather, all-reduce,
+ *       broadcast), and {@code reduceScatterEnqueue}, {@code broadcastEnqueue}, {@code allToAllEnqueue},
+ *       {@code reduceMeanEnqueue}, {@code reduceMaxEnqueue}, {@code reduceNormSquaredEnqueue}: the other
+ *       convenience operations, ordered with the compute stream as {@code allReduceEnqueue} is. With
+ *       {@code -prof gc} they show what every hot-path call allocates (0 bytes in steady state).</li>
  *   <li>{@code graphStepEager} / {@code graphReplay}: a step of 1, 8 or 32 such transactions, enqueued one
  *       by one, or captured once into a CUDA graph and replayed with {@code comm.launch(graph, compute)}.</li>
  * </ul>
@@ -67,7 +72,8 @@ import org.openjdk.jmh.infra.IterationParams;
  * synchronizations" gives the host-only cost: when it is far below JMH's score, the device (or, on
  * the host emulation, its stream threads) set the pace, not the host.
  *
- * <p>Only {@code allReduceEnqueue} enqueues work on the caller's (compute) stream: an event record
+ * <p>Only the convenience operations (the {@code *Enqueue} variants but {@code allReduceEnqueueRaw})
+ * enqueue work on the caller's (compute) stream: an event record
  * and a wait for the comms stream per operation, which can all complete once the comms stream is
  * synchronized, so that synchronization bounds the compute stream's queue too. Teardown
  * synchronizes the compute stream.
@@ -134,6 +140,11 @@ public class HostCostBenchmark {
         DeviceMemory memory;
         DeviceTensor tensor;
         DeviceTensor shard;
+        /** The receive side of the all-to-all (the tensors must not overlap), the size of {@code tensor}. */
+        DeviceMemory otherMemory;
+        DeviceTensor other;
+        /** One FP32 element, as reduceNormSquared takes. */
+        DeviceTensor one;
 
         /** Creates the communicator, streams, events and tensor. */
         @Setup(Level.Trial)
@@ -147,6 +158,10 @@ public class HostCostBenchmark {
             memory.fill((byte) 0, compute);
             tensor = memory.tensor(DType.FP32);
             shard = tensor.shard(comm.rank(), comm.worldSize());
+            otherMemory = DeviceMemory.allocate(DType.FP32, count);
+            otherMemory.fill((byte) 0, compute);
+            other = otherMemory.tensor(DType.FP32);
+            one = tensor.slice(0, 1);
             compute.record(ready);
             compute.synchronize();
             queue = new QueueBound(commsStream::synchronize);
@@ -168,6 +183,7 @@ public class HostCostBenchmark {
             closing();
             comm.close();
             memory.close();
+            otherMemory.close();
             signal.close();
             ready.close();
             compute.close();
@@ -433,6 +449,84 @@ public class HostCostBenchmark {
     public void allReduceEnqueueRaw(RawState s) {
         s.ended(Nccl.ncclAllReduce(s.buffer, s.buffer, s.count, s.ncclFloat, s.ncclSum, s.ncclComm, s.commsStream),
                 "ncclAllReduce");
+        s.queue.tick();
+    }
+
+    /**
+     * A transaction of 4 commands: reduce-scatter, all-gather, all-reduce and broadcast.
+     *
+     * @param s the state
+     */
+    @Benchmark
+    public void transaction4(JncclState s) {
+        s.comm.begin(s.ready).reduceScatter(s.tensor).allGather(s.shard, s.tensor).allReduce(s.other, ReduceOp.SUM)
+                .broadcast(s.other, 0).execute(s.signal);
+        s.queue.tick();
+    }
+
+    /**
+     * jnccl's in-place reduce-scatter (sum) on a caller stream.
+     *
+     * @param s the state
+     */
+    @Benchmark
+    public void reduceScatterEnqueue(JncclState s) {
+        s.comm.reduceScatter(s.tensor, s.compute);
+        s.queue.tick();
+    }
+
+    /**
+     * jnccl's in-place broadcast from rank 0 on a caller stream.
+     *
+     * @param s the state
+     */
+    @Benchmark
+    public void broadcastEnqueue(JncclState s) {
+        s.comm.broadcast(s.tensor, 0, s.compute);
+        s.queue.tick();
+    }
+
+    /**
+     * jnccl's all-to-all between two tensors on a caller stream.
+     *
+     * @param s the state
+     */
+    @Benchmark
+    public void allToAllEnqueue(JncclState s) {
+        s.comm.allToAll(s.tensor, s.other, s.compute);
+        s.queue.tick();
+    }
+
+    /**
+     * jnccl's in-place mean over ranks on a caller stream.
+     *
+     * @param s the state
+     */
+    @Benchmark
+    public void reduceMeanEnqueue(JncclState s) {
+        s.comm.reduceMean(s.tensor, s.compute);
+        s.queue.tick();
+    }
+
+    /**
+     * jnccl's in-place maximum over ranks on a caller stream.
+     *
+     * @param s the state
+     */
+    @Benchmark
+    public void reduceMaxEnqueue(JncclState s) {
+        s.comm.reduceMax(s.tensor, s.compute);
+        s.queue.tick();
+    }
+
+    /**
+     * jnccl's sum of one FP32 value over ranks on a caller stream.
+     *
+     * @param s the state
+     */
+    @Benchmark
+    public void reduceNormSquaredEnqueue(JncclState s) {
+        s.comm.reduceNormSquared(s.one, s.compute);
         s.queue.tick();
     }
 }
