@@ -15,9 +15,13 @@
 #   libjnccl_host.so inside the benchmark jar and the emulation's own ABI header (no NVIDIA headers).
 # Environment: ITERS (default 20000), REPS (3), WARMUP (2000), COUNT (1024, divisible by W),
 #   OUT (logs; default a new /tmp/jnccl-hostcost.XXXXXX), TIMEOUT per program run (default 900 s),
-#   SKIP_C=1 (jnccl only), JAVA_CASES (MultiRankHostCost --cases; default all three:
+#   SKIP_C=1 (jnccl only), JAVA_CASES (MultiRankHostCost --cases; default
 #   transaction,all_reduce_ordered,reduce_scatter; scripts/gpu/gpu-torch-hostcost.sh runs the last two),
-#   C_CASES (the C program's --cases; default transaction,all_reduce_ordered), JAVA_OPTS (JVM flags;
+#   C_CASES (the C program's --cases; default transaction,all_reduce_ordered), CASES (the default of
+#   both lists; CASES=all: the transaction and every convenience operation, each case named alike in
+#   C and jnccl: transaction, all_reduce_ordered, reduce_scatter_ordered, broadcast_ordered,
+#   all_to_all_ordered, reduce_mean_ordered, reduce_max_ordered, reduce_norm_squared_ordered; the
+#   table pairs C and jnccl by case name), JAVA_OPTS (JVM flags;
 #   default -XX:CompileThresholdScaling=0.05: W processes time-slice the one GPU, so an operation takes
 #   milliseconds and the JIT's usual 10-15k calls before C2 would need minutes of warm-up; the scaling
 #   lets a warm-up of WARMUP operations reach C2 code, which is what a long training run executes).
@@ -37,7 +41,12 @@ reps=${REPS:-3}
 warmup=${WARMUP:-2000}
 count=${COUNT:-1024}
 limit=${TIMEOUT:-900}
-java_cases=${JAVA_CASES:-transaction,all_reduce_ordered,reduce_scatter}
+all_cases=transaction,all_reduce_ordered,reduce_scatter_ordered,broadcast_ordered,all_to_all_ordered
+all_cases+=,reduce_mean_ordered,reduce_max_ordered,reduce_norm_squared_ordered
+cases=${CASES:-}
+[ "$cases" = all ] && cases=$all_cases
+java_cases=${JAVA_CASES:-${cases:-transaction,all_reduce_ordered,reduce_scatter}}
+c_cases=${C_CASES:-${cases:-transaction,all_reduce_ordered}}
 log() { echo "gpu-hostcost-multi.sh: $*" >&2; }
 
 if [ -n "${OUT:-}" ]; then out=$OUT; mkdir -p "$out"; else out=$(mktemp -d /tmp/jnccl-hostcost.XXXXXX); fi
@@ -72,7 +81,7 @@ status=0
 if [ "${SKIP_C:-0}" != 1 ]; then
   log "C, W=$world ($backend): -n $iters -r $reps -w $warmup -c $count"
   launch c "$c_bin" --world "$world" --rank RANK --id-file "$work/c-id" -m all -n "$iters" -r "$reps" -w "$warmup" \
-    -c "$count" --cases "${C_CASES:-transaction,all_reduce_ordered}" || status=1
+    -c "$count" --cases "$c_cases" || status=1
 fi
 log "jnccl, W=$world ($backend): both modes, cases $java_cases"
 # shellcheck disable=SC2086 # JAVA_OPTS: one word per flag
@@ -93,17 +102,23 @@ launch jnccl "$java_bin" ${JAVA_OPTS:--XX:CompileThresholdScaling=0.05} --enable
     }
     {  # W case impl mode median host_median best host_best
       key = $2 SUBSEP $3 SUBSEP $4; w = $1; med[key] = $5; hst[key] = $6; order[n++] = key
+      if (!($2 in seenc)) { seenc[$2] = 1; cases[nc++] = $2 }
     }
-    END {
-      fmt = "%-18s %-6s %-15s %3s %10s %10s %14s %11s\n"
+    END {  # grouped by case (C rows, then jnccl rows), cases in order of first appearance
+      fmt = "%-27s %-6s %-15s %3s %10s %10s %14s %11s\n"
       printf fmt, "case", "impl", "mode", "W", "median_us", "host_us", "host/C blocking", "host/C split"
-      for (k = 0; k < n; k++) {
-        split(order[k], f, SUBSEP)
-        printf fmt, f[1], f[2], f[3], w, med[order[k]], hst[order[k]], ratio(f[1], "blocking", k), ratio(f[1], "split", k)
+      for (c = 0; c < nc; c++) {
+        for (k = 0; k < n; k++) {
+          split(order[k], f, SUBSEP)
+          if (f[1] != cases[c]) continue
+          printf fmt, f[1], f[2], f[3], w, med[order[k]], hst[order[k]], ratio(f[1], "blocking", k), ratio(f[1], "split", k)
+        }
       }
       print ""
       print "C modes: blocking / nonblocking communicator; split = non-blocking parent split into a blocking child"
-      print "  (what jnccl BLOCKING_SPLIT does). jnccl reduce_scatter = comm.reduceScatter(t, stream) (no C twin)."
+      print "  (what jnccl BLOCKING_SPLIT does). jnccl reduce_scatter = comm.reduceScatter(t, stream) (no C twin;"
+      print "  the same call as reduce_scatter_ordered). Each *_ordered case: the convenience operation in jnccl,"
+      print "  its native calls in C (transaction_overhead.c says which); host/C blocking: jnccl / C blocking."
       print "host_us leaves out the every-256 synchronization: when far below median_us, the device set the pace."
     }'
 } | tee "$out/summary.txt"

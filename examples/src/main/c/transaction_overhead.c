@@ -25,6 +25,16 @@
  *                       cudaEventRecord(e1, compute) + cudaStreamWaitEvent(comms, e1) + ncclGroupStart
  *                       + ncclAllReduce + ncclGroupEnd + cudaEventRecord(e2, comms)
  *                       + cudaStreamWaitEvent(compute, e2)
+ *   reduce_scatter_ordered, broadcast_ordered, all_to_all_ordered, reduce_mean_ordered,
+ *   reduce_max_ordered, reduce_norm_squared_ordered
+ *                       the same ordering around the native calls of jnccl's other convenience
+ *                       operations (comm.reduceScatter(t, compute), broadcast(t, 0, compute),
+ *                       allToAll(send, recv, compute), reduceMean, reduceMax, reduceNormSquared):
+ *                       ncclReduceScatter (in place, sum); ncclBroadcast (in place, root 0);
+ *                       ncclAlltoAll (buffer -> src, COUNT / W per peer; before NCCL 2.28 an
+ *                       ncclSend + ncclRecv per peer, as jnccl); ncclAllReduce (in place) with
+ *                       ncclAvg (ncclSum at world size 1, as jnccl), with ncclMax, and with ncclSum
+ *                       on one element
  *   graph_step_eager    one training step of K transactions (--graph-transactions, one RESULT line
  *                       per K, with a k= field), the native calls of jnccl's
  *                       HostCostBenchmark.graphStepEager: K times cudaEventRecord(ready, compute) +
@@ -78,7 +88,8 @@
  *                             [-c COUNT] [-m both|all|blocking|nonblocking|split] [-d DEVICE]
  *                             [--cases LIST] [--graph-transactions K,...]
  *                             [--world W --rank R --id-file FILE | --threads W]
- * (--cases: default transaction,all_reduce,all_reduce_ordered; the graph cases run only when named.
+ * (--cases: default transaction,all_reduce,all_reduce_ordered; the other cases and the graph cases
+ *  run only when named; an unknown name is refused.
  *  --graph-transactions: the step sizes of the graph cases, default 1,8,32.)
  * (the build lines above need -lpthread, or -pthread with gcc, on a glibc older than 2.34)
  */
@@ -99,6 +110,13 @@
 #else
 #include <cuda_runtime.h>
 #include <nccl.h>
+#endif
+#if defined(JNCCL_HOST_ABI) /* the emulation follows NCCL 2.28.3 */
+#define HAS_NCCL_ALLTOALL 1
+#elif NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+#define HAS_NCCL_ALLTOALL 1
+#else
+#define HAS_NCCL_ALLTOALL 0
 #endif
 #include <errno.h>
 #include <getopt.h>
@@ -285,17 +303,72 @@ static void all_reduce(bench_t *b) {
   bound(b);
 }
 
-/* jnccl's comm.allReduce(tensor, SUM, compute): the same native calls, ordering included. */
-static void all_reduce_ordered(bench_t *b) {
+/* What every convenience operation of jnccl does around its collective (comm.x(..., compute)): the
+ * comms stream waits for the compute stream's work so far, the collective runs in a group of its
+ * own, then the compute stream waits for it. */
+static inline void begin_ordered(bench_t *b) {
   CUDA_CHECK(cudaEventRecord(b->ready2, b->compute));
   CUDA_CHECK(cudaStreamWaitEvent(b->comms, b->ready2, 0));
   NCCL_CHECK(ncclGroupStart());
-  NCCL_CHECK(ncclAllReduce(b->buffer, b->buffer, b->count, ncclFloat32, ncclSum, b->comm, b->comms));
+}
+
+static inline void end_ordered(bench_t *b) {
   ended(b, ncclGroupEnd(), "ncclGroupEnd");
   CUDA_CHECK(cudaEventRecord(b->done, b->comms));
   CUDA_CHECK(cudaStreamWaitEvent(b->compute, b->done, 0));
   bound(b);
 }
+
+/* An ordered in-place all-reduce of count elements of buffer with op. */
+static inline void all_reduce_ordered_with(bench_t *b, size_t count, ncclRedOp_t op) {
+  begin_ordered(b);
+  NCCL_CHECK(ncclAllReduce(b->buffer, b->buffer, count, ncclFloat32, op, b->comm, b->comms));
+  end_ordered(b);
+}
+
+/* jnccl's comm.allReduce(tensor, SUM, compute): the same native calls, ordering included. */
+static void all_reduce_ordered(bench_t *b) { all_reduce_ordered_with(b, b->count, ncclSum); }
+
+/* comm.reduceScatter(tensor, compute): in place (the receive buffer is this rank's shard). */
+static void reduce_scatter_ordered(bench_t *b) {
+  begin_ordered(b);
+  NCCL_CHECK(ncclReduceScatter(b->buffer, b->shard, b->shardCount, ncclFloat32, ncclSum, b->comm, b->comms));
+  end_ordered(b);
+}
+
+/* comm.broadcast(tensor, 0, compute): in place, from rank 0. */
+static void broadcast_ordered(bench_t *b) {
+  begin_ordered(b);
+  NCCL_CHECK(ncclBroadcast(b->buffer, b->buffer, b->count, ncclFloat32, 0, b->comm, b->comms));
+  end_ordered(b);
+}
+
+/* comm.allToAll(send, recv, compute): buffer -> src (count elements each, count / W per peer).
+ * jnccl calls ncclAlltoAll where the library has it (NCCL 2.28+), else a send and a receive per
+ * peer in the same group; this program decides by the header it was built against. */
+static void all_to_all_ordered(bench_t *b) {
+  begin_ordered(b);
+#if HAS_NCCL_ALLTOALL
+  NCCL_CHECK(ncclAlltoAll(b->buffer, b->src, b->shardCount, ncclFloat32, b->comm, b->comms));
+#else
+  for (int peer = 0; peer < b->self->world; peer++) {
+    NCCL_CHECK(ncclSend(b->buffer + (size_t)peer * b->shardCount, b->shardCount, ncclFloat32, peer, b->comm, b->comms));
+    NCCL_CHECK(ncclRecv(b->src + (size_t)peer * b->shardCount, b->shardCount, ncclFloat32, peer, b->comm, b->comms));
+  }
+#endif
+  end_ordered(b);
+}
+
+/* comm.reduceMean(tensor, compute): ncclAvg, or ncclSum at world size 1 (jnccl's choice there). */
+static void reduce_mean_ordered(bench_t *b) {
+  all_reduce_ordered_with(b, b->count, b->self->world == 1 ? ncclSum : ncclAvg);
+}
+
+/* comm.reduceMax(tensor, compute). */
+static void reduce_max_ordered(bench_t *b) { all_reduce_ordered_with(b, b->count, ncclMax); }
+
+/* comm.reduceNormSquared(value, compute): a sum of one FP32 element. */
+static void reduce_norm_squared_ordered(bench_t *b) { all_reduce_ordered_with(b, 1, ncclSum); }
 
 /* One step of K transactions begun on the compute stream, which then waits for them: the native
  * calls of jnccl's HostCostBenchmark.step (comm.begin(compute)...execute(null), K times, then
@@ -530,7 +603,9 @@ static void usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s [-n ITERS] [-r REPS] [-w WARMUP] [-t MAX_SECONDS_PER_REP] [-c COUNT]"
           " [-m both|all|blocking|nonblocking|split] [-d DEVICE]"
-          " [--cases transaction,all_reduce,all_reduce_ordered,graph_step_eager,graph_replay]"
+          " [--cases transaction,all_reduce,all_reduce_ordered,reduce_scatter_ordered,broadcast_ordered,"
+          "all_to_all_ordered,reduce_mean_ordered,reduce_max_ordered,reduce_norm_squared_ordered,"
+          "graph_step_eager,graph_replay]"
           " [--graph-transactions K,... (default 1,8,32)] [--world W --rank R --id-file FILE | --threads W]\n",
           argv0);
   exit(2);
@@ -556,20 +631,58 @@ static int parse_steps(const char *list, plan_t *plan) {
   }
 }
 
+/* The cases of one operation each, in the order they run (the graph cases come after them). */
+static const struct {
+  const char *name;
+  op_fn op;
+} SIMPLE_CASES[] = {{"transaction", transaction},
+                    {"all_reduce", all_reduce},
+                    {"all_reduce_ordered", all_reduce_ordered},
+                    {"reduce_scatter_ordered", reduce_scatter_ordered},
+                    {"broadcast_ordered", broadcast_ordered},
+                    {"all_to_all_ordered", all_to_all_ordered},
+                    {"reduce_mean_ordered", reduce_mean_ordered},
+                    {"reduce_max_ordered", reduce_max_ordered},
+                    {"reduce_norm_squared_ordered", reduce_norm_squared_ordered}};
+
+/* Whether the comma-separated list names the case (whole names only: all_reduce is not all_reduce_ordered). */
+static int has_case(const char *list, const char *name) {
+  size_t len = strlen(name);
+  for (const char *p = list; (p = strstr(p, name)) != NULL; p += len) {
+    if ((p == list || p[-1] == ',') && (p[len] == ',' || p[len] == '\0')) return 1;
+  }
+  return 0;
+}
+
+/* Whether every name of the comma-separated list is a case (0 after a message naming the first that is not). */
+static int known_cases(const char *list) {
+  const char *p = list;
+  for (;;) {
+    size_t len = strcspn(p, ",");
+    int known = (len == 16 && strncmp(p, "graph_step_eager", len) == 0) ||
+                (len == 12 && strncmp(p, "graph_replay", len) == 0);
+    for (size_t c = 0; !known && c < sizeof SIMPLE_CASES / sizeof SIMPLE_CASES[0]; c++)
+      known = strlen(SIMPLE_CASES[c].name) == len && strncmp(p, SIMPLE_CASES[c].name, len) == 0;
+    if (!known) {
+      fprintf(stderr, "unknown case '%.*s' in --cases %s\n", (int)len, p, list);
+      return 0;
+    }
+    if (p[len] == '\0') return 1;
+    p += len + 1;
+  }
+}
+
 /* Every case the plan names, with every communicator mode: one rank's whole run. */
 static void run_plan(rank_t *self, const plan_t *plan) {
   const char *cases = plan->cases;
-  size_t n = strlen(cases);
   for (int m = 0; m < plan->nmodes; m++) {
-    if (strstr(cases, "transaction")) measure(self, "transaction", transaction, plan, plan->modes[m], 0);
-    if (strstr(cases, "all_reduce,") || (n >= 10 && strcmp(cases + n - 10, "all_reduce") == 0))
-      measure(self, "all_reduce", all_reduce, plan, plan->modes[m], 0);
-    if (strstr(cases, "all_reduce_ordered"))
-      measure(self, "all_reduce_ordered", all_reduce_ordered, plan, plan->modes[m], 0);
+    for (size_t c = 0; c < sizeof SIMPLE_CASES / sizeof SIMPLE_CASES[0]; c++)
+      if (has_case(cases, SIMPLE_CASES[c].name))
+        measure(self, SIMPLE_CASES[c].name, SIMPLE_CASES[c].op, plan, plan->modes[m], 0);
     for (int g = 0; g < plan->ngraphSteps; g++) {
-      if (strstr(cases, "graph_step_eager"))
+      if (has_case(cases, "graph_step_eager"))
         measure(self, "graph_step_eager", graph_step_eager, plan, plan->modes[m], plan->graphSteps[g]);
-      if (strstr(cases, "graph_replay")) measure(self, "graph_replay", graph_replay, plan, plan->modes[m], plan->graphSteps[g]);
+      if (has_case(cases, "graph_replay")) measure(self, "graph_replay", graph_replay, plan, plan->modes[m], plan->graphSteps[g]);
     }
   }
 }
@@ -658,7 +771,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bad --world %d / --rank %d (a world above 1 needs --id-file)\n", self.world, self.rank);
     usage(argv[0]);
   }
-  if (!parse_steps(graphSteps, &plan)) usage(argv[0]);
+  if (!parse_steps(graphSteps, &plan) || !known_cases(plan.cases)) usage(argv[0]);
   if (plan.count % (size_t)self.world != 0) {
     fprintf(stderr, "-c %zu is not divisible by the world size %d\n", plan.count, self.world);
     usage(argv[0]);

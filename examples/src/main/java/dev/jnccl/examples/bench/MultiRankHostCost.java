@@ -23,7 +23,15 @@ import java.util.List;
  *   <li>{@code transaction}: {@code comm.begin(ready).reduceScatter(t).allGather(shard, t).execute(signal)}
  *       (the C program's "transaction" case),</li>
  *   <li>{@code all_reduce_ordered}: {@code comm.allReduce(t, SUM, compute)} (C: "all_reduce_ordered"),</li>
- *   <li>{@code reduce_scatter}: {@code comm.reduceScatter(t, compute)}, the convenience operation.</li>
+ *   <li>{@code reduce_scatter}: {@code comm.reduceScatter(t, compute)}, the convenience operation;</li>
+ *   <li>the other convenience operations, each beside the C case of the same name, which makes
+ *       the same native calls: {@code reduce_scatter_ordered} ({@code comm.reduceScatter(t, compute)}
+ *       again, under the C case's name), {@code broadcast_ordered} ({@code comm.broadcast(t, 0, compute)}),
+ *       {@code all_to_all_ordered} ({@code comm.allToAll(t, recv, compute)}, {@code recv} as large as
+ *       {@code t}), {@code reduce_mean_ordered} ({@code comm.reduceMean(t, compute)}),
+ *       {@code reduce_max_ordered} ({@code comm.reduceMax(t, compute)}) and
+ *       {@code reduce_norm_squared_ordered} ({@code comm.reduceNormSquared(v, compute)}, {@code v}
+ *       the first element of {@code t}).</li>
  * </ul>
  * As in the C program the comms stream is synchronized after every 256th operation inside the timed
  * loop, and the median and the best of the repetitions are printed, one parseable line per case
@@ -34,8 +42,9 @@ import java.util.List;
  * java --enable-native-access=ALL-UNNAMED -cp jnccl-benchmarks.jar dev.jnccl.examples.bench.MultiRankHostCost \
  *     --world 2 --rank 0 --id-file /tmp/id [--mode BLOCKING_SPLIT|NON_BLOCKING|both] [--iters 20000]
  *     [--reps 3] [--warmup 2000] [--count 1024] [--device 0]
- *     [--cases transaction,all_reduce_ordered,reduce_scatter]
+ *     [--cases transaction,all_reduce_ordered,reduce_scatter,...]
  * </pre>
+ * (--cases: default every case above.)
  * Every rank must be given the same --iters, --warmup, --reps and --count (their collectives must match).
  * The watchdog is on, as by default for users; {@code -Djnccl.bench.watchdog=off} turns it off.
  */

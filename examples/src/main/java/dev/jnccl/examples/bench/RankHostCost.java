@@ -28,8 +28,14 @@ import java.util.Locale;
  */
 final class RankHostCost {
     private static final int SYNC_EVERY = QueueBound.SYNC_EVERY;
-    /** Every case, in the order they run. */
-    static final List<String> CASES = List.of("transaction", "all_reduce_ordered", "reduce_scatter");
+    /**
+     * Every case, in the order they run. {@code reduce_scatter} and {@code reduce_scatter_ordered}
+     * time the same call: the first name is the torch comparison's, the second pairs with the C
+     * program's case of that name, as every {@code *_ordered} case does.
+     */
+    static final List<String> CASES = List.of("transaction", "all_reduce_ordered", "reduce_scatter",
+            "reduce_scatter_ordered", "broadcast_ordered", "all_to_all_ordered", "reduce_mean_ordered",
+            "reduce_max_ordered", "reduce_norm_squared_ordered");
 
     private RankHostCost() {}
 
@@ -118,12 +124,16 @@ final class RankHostCost {
                            Runnable barrier) {
         int count = settings.count();
         try (CudaStream compute = CudaStream.create(); CudaEvent ready = CudaEvent.create();
-             CudaEvent signal = CudaEvent.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, count)) {
+             CudaEvent signal = CudaEvent.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, count);
+             DeviceMemory received = DeviceMemory.allocate(DType.FP32, count)) {
             memory.fill((byte) 0, compute);
+            received.fill((byte) 0, compute);
             compute.record(ready);
             compute.synchronize();
             DeviceTensor tensor = memory.tensor(DType.FP32);
             DeviceTensor shard = tensor.shard(comm.rank(), comm.worldSize());
+            DeviceTensor recv = received.tensor(DType.FP32); // all_to_all_ordered: tensor -> recv
+            DeviceTensor value = tensor.slice(0, 1); // reduce_norm_squared_ordered: one FP32 element
             System.out.println("# jnccl rank " + comm.rank() + " of " + comm.worldSize() + " (" + launch
                     + "), device " + comm.device() + ", backend " + ExampleSupport.backendName(comm.backend()) + ", NCCL " + comm.ncclVersion()
                     + ", mode " + mode + ", watchdog " + (comm.options().watchdogEnabled() ? "on" : "off") + ", "
@@ -133,7 +143,12 @@ final class RankHostCost {
                     case "transaction" -> () -> comm.begin(ready).reduceScatter(tensor).allGather(shard, tensor)
                             .execute(signal);
                     case "all_reduce_ordered" -> () -> comm.allReduce(tensor, ReduceOp.SUM, compute);
-                    case "reduce_scatter" -> () -> comm.reduceScatter(tensor, compute);
+                    case "reduce_scatter", "reduce_scatter_ordered" -> () -> comm.reduceScatter(tensor, compute);
+                    case "broadcast_ordered" -> () -> comm.broadcast(tensor, 0, compute);
+                    case "all_to_all_ordered" -> () -> comm.allToAll(tensor, recv, compute);
+                    case "reduce_mean_ordered" -> () -> comm.reduceMean(tensor, compute);
+                    case "reduce_max_ordered" -> () -> comm.reduceMax(tensor, compute);
+                    case "reduce_norm_squared_ordered" -> () -> comm.reduceNormSquared(value, compute);
                     default -> throw new IllegalArgumentException("unknown case " + name);
                 };
                 measure(name, comm, mode, settings, launch, barrier, op);

@@ -125,7 +125,8 @@ class HostCostProgramsTest {
                         () -> RankHostCost.Settings.parse(new String[] {"--max-lead", "2"}, false, "MultiRankHostCost"))
                         .getMessage());
         assertEquals("ThreadsHostCost: unknown case allgather in --cases transaction,allgather (known: transaction,"
-                        + "all_reduce_ordered,reduce_scatter)",
+                        + "all_reduce_ordered,reduce_scatter,reduce_scatter_ordered,broadcast_ordered,"
+                        + "all_to_all_ordered,reduce_mean_ordered,reduce_max_ordered,reduce_norm_squared_ordered)",
                 assertThrows(IllegalArgumentException.class, () -> RankHostCost.Settings.parse(
                         new String[] {"--cases", "transaction,allgather"}, true, "ThreadsHostCost")).getMessage());
         assertEquals("ThreadsHostCost: --world needs a value",
