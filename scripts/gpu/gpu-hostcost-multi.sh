@@ -21,7 +21,10 @@
 #   both lists; CASES=all: the transaction and every convenience operation, each case named alike in
 #   C and jnccl: transaction, all_reduce_ordered, reduce_scatter_ordered, broadcast_ordered,
 #   all_to_all_ordered, reduce_mean_ordered, reduce_max_ordered, reduce_norm_squared_ordered; the
-#   table pairs C and jnccl by case name), JAVA_OPTS (JVM flags;
+#   table pairs C and jnccl by case name), C_MODES (the C program's -m: all (default), blocking,
+#   nonblocking, split or both), JAVA_MODES (MultiRankHostCost --mode: both (default),
+#   BLOCKING_SPLIT or NON_BLOCKING; C_MODES=blocking JAVA_MODES=BLOCKING_SPLIT: jnccl's default mode
+#   against its C baseline in 2/5 of the time), JAVA_OPTS (JVM flags;
 #   default -XX:CompileThresholdScaling=0.05: W processes time-slice the one GPU, so an operation takes
 #   milliseconds and the JIT's usual 10-15k calls before C2 would need minutes of warm-up; the scaling
 #   lets a warm-up of WARMUP operations reach C2 code, which is what a long training run executes).
@@ -79,14 +82,14 @@ launch() {
 
 status=0
 if [ "${SKIP_C:-0}" != 1 ]; then
-  log "C, W=$world ($backend): -n $iters -r $reps -w $warmup -c $count"
-  launch c "$c_bin" --world "$world" --rank RANK --id-file "$work/c-id" -m all -n "$iters" -r "$reps" -w "$warmup" \
+  log "C, W=$world ($backend): -m ${C_MODES:-all} -n $iters -r $reps -w $warmup -c $count --cases $c_cases"
+  launch c "$c_bin" --world "$world" --rank RANK --id-file "$work/c-id" -m "${C_MODES:-all}" -n "$iters" -r "$reps" -w "$warmup" \
     -c "$count" --cases "$c_cases" || status=1
 fi
-log "jnccl, W=$world ($backend): both modes, cases $java_cases"
+log "jnccl, W=$world ($backend): mode ${JAVA_MODES:-both}, cases $java_cases"
 # shellcheck disable=SC2086 # JAVA_OPTS: one word per flag
 launch jnccl "$java_bin" ${JAVA_OPTS:--XX:CompileThresholdScaling=0.05} --enable-native-access=ALL-UNNAMED -Djnccl.backend=$backend -cp "$jar" \
-  dev.jnccl.examples.bench.MultiRankHostCost --world "$world" --rank RANK --id-file "$work/j-id" --mode both \
+  dev.jnccl.examples.bench.MultiRankHostCost --world "$world" --rank RANK --id-file "$work/j-id" --mode "${JAVA_MODES:-both}" \
   --iters "$iters" --reps "$reps" --warmup "$warmup" --count "$count" --cases "$java_cases" || status=1
 
 # ---------------------------------------------------------------- summary
