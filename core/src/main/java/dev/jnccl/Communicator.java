@@ -7,6 +7,7 @@ import dev.jnccl.cuda.CudaGraph;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
 import dev.jnccl.internal.Backoff;
+import dev.jnccl.internal.Captures;
 import dev.jnccl.internal.Deadlines;
 import dev.jnccl.internal.Pins;
 import dev.jnccl.internal.Resources;
@@ -23,7 +24,6 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import java.util.OptionalLong;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
@@ -504,7 +504,7 @@ public final class Communicator implements AutoCloseable {
             // Outside the lock: the launcher may wait here for slower ranks, and an abort from
             // another thread (a failing pack, the watchdog) must not wait for this one meanwhile.
             // Called directly, not through onHost: no lambda per transaction on the hot path.
-            if (CudaGraph.currentCaptureId().isEmpty()) {
+            if (Captures.currentCaptureId() == 0) {
                 host.pace(hostTimeoutNanos);
             }
             // Inside a capture the pace is skipped: a captured transaction puts nothing in the launch
@@ -595,13 +595,13 @@ public final class Communicator implements AutoCloseable {
      * Asks CUDA only inside a capture: outside, one volatile read.
      */
     private long capturedInto() {
-        OptionalLong capture = CudaGraph.currentCaptureId();
-        return capture.isPresent() && stream.isCapturing() ? capture.getAsLong() : 0;
+        long capture = Captures.currentCaptureId();
+        return capture != 0 && stream.isCapturing() ? capture : 0;
     }
 
     /** The list of a graph's first captured transaction; drops the lists of graphs closed since. */
     private List<Command> startCapturedList(long graph) {
-        capturedByGraph.keySet().removeIf(id -> id != graph && !CudaGraph.isOpen(id));
+        capturedByGraph.keySet().removeIf(id -> id != graph && !Captures.isOpen(id));
         return new ArrayList<>();
     }
 
@@ -681,7 +681,7 @@ public final class Communicator implements AutoCloseable {
      */
     private void refuseOpenGraphs() {
         for (Map.Entry<Long, List<Command>> captured : capturedByGraph.entrySet()) {
-            if (CudaGraph.isOpen(captured.getKey())) {
+            if (Captures.isOpen(captured.getKey())) {
                 throw new IllegalStateException("close: CUDA graph #" + captured.getKey() + " captured "
                         + captured.getValue().size() + " command(s) of rank " + rank + " of " + worldSize
                         + " and is still open: close the graph first (its NCCL nodes use this communicator)");

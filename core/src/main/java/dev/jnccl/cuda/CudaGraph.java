@@ -3,13 +3,13 @@ package dev.jnccl.cuda;
 import dev.jnccl.NativeLibraryException;
 import dev.jnccl.bindings.CudaGraphs;
 import dev.jnccl.bindings.LoadedLibraries;
+import dev.jnccl.internal.Captures;
 import dev.jnccl.internal.Native;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.util.Objects;
 import java.util.Optional;
-import java.util.OptionalLong;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -158,30 +158,25 @@ public final class CudaGraph implements AutoCloseable {
         return CAPTURES.get() == 0 ? Optional.empty() : Optional.ofNullable(CAPTURING.get());
     }
 
-    /**
-     * The {@link #id()} that the graph the calling thread is capturing (inside {@link #capture}'s
-     * body) will have: work captured meanwhile can be filed under it (a communicator keeps the
-     * transactions each graph captured, for {@code Communicator.launch} and its flight recorder).
-     *
-     * @return the id, or empty outside a capture
-     */
-    public static OptionalLong currentCaptureId() {
-        if (CAPTURES.get() == 0) {
-            return OptionalLong.empty();
-        }
-        Long id = CAPTURE_ID.get();
-        return id == null ? OptionalLong.empty() : OptionalLong.of(id);
-    }
+    static {
+        // A communicator files the transactions captured meanwhile under the graph's id and refuses
+        // to close while a graph that holds them is open; it asks through Captures, not through
+        // public methods of this class.
+        Captures.install(new Captures.Source() {
+            @Override
+            public long currentCaptureId() {
+                if (CAPTURES.get() == 0) {
+                    return 0;
+                }
+                Long id = CAPTURE_ID.get();
+                return id == null ? 0 : id;
+            }
 
-    /**
-     * Whether the graph numbered {@code id} was instantiated and is not closed yet (a capture that
-     * failed made no graph).
-     *
-     * @param id a graph's {@link #id()}
-     * @return whether that graph is open
-     */
-    public static boolean isOpen(long id) {
-        return LIVE.contains(id);
+            @Override
+            public boolean isOpen(long id) {
+                return LIVE.contains(id);
+            }
+        });
     }
 
     /**
