@@ -1018,6 +1018,11 @@ public final class Communicator implements AutoCloseable {
                     }
                 }
                 if (complete) {
+                    // An abort from another thread (the pack, a peer's failure) does not wait for this
+                    // lock: it may have ended the work, and released the handles the failure check
+                    // reads, after the first look at the state. It marks the state first, so a second
+                    // look tells work that completed from work the abort ended.
+                    requireUsable("await");
                     return;
                 }
             } finally {
