@@ -48,13 +48,13 @@ final class CommandBuffer {
     }
 
     void allReduce(DeviceTensor tensor, ReduceOp op) {
-        if (!reused(previous() instanceof Command.AllReduce c && same(c.tensor(), tensor) && c.op() == op)) {
+        if (!reused(previous() instanceof Command.AllReduce c && same(c.tensor(), tensor) && c.op().equals(op))) {
             add(new Command.AllReduce(tensor, op));
         }
     }
 
     void reduceScatter(DeviceTensor tensor, ReduceOp op) {
-        if (!reused(previous() instanceof Command.ReduceScatter c && same(c.tensor(), tensor) && c.op() == op)) {
+        if (!reused(previous() instanceof Command.ReduceScatter c && same(c.tensor(), tensor) && c.op().equals(op))) {
             add(new Command.ReduceScatter(tensor, op));
         }
     }
@@ -97,14 +97,14 @@ final class CommandBuffer {
 
     void allReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
         if (!reused(previous() instanceof Command.AllReduceOutOfPlace c && same(c.src(), src)
-                && same(c.dst(), dst) && c.op() == op)) {
+                && same(c.dst(), dst) && c.op().equals(op))) {
             add(new Command.AllReduceOutOfPlace(src, dst, op));
         }
     }
 
     void reduceScatter(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
         if (!reused(previous() instanceof Command.ReduceScatterOutOfPlace c && same(c.src(), src)
-                && same(c.dst(), dst) && c.op() == op)) {
+                && same(c.dst(), dst) && c.op().equals(op))) {
             add(new Command.ReduceScatterOutOfPlace(src, dst, op));
         }
     }
