@@ -85,7 +85,8 @@ fi
 cp "$console" "$stage/tools/junit-console.jar"
 
 # The runtime: the modules jdeps finds in the jars, the tests and JUnit's launcher, plus jdk.jfr
-# (jnccl's JFR events; -XX:StartFlightRecording) and jdk.unsupported. jmh.core is the examples
+# (jnccl's JFR events; -XX:StartFlightRecording), jdk.management (com.sun.management.ThreadMXBean:
+# JMH's -prof gc counts allocated bytes through it) and jdk.unsupported. jmh.core is the examples
 # module's automatic dependency, resolved here only so that jdeps can read the module.
 jmh_core=$(find "$HOME/.m2/repository/org/openjdk/jmh/jmh-core" -name 'jmh-core-*.jar' | head -1)
 modules=$("$JAVA_HOME/bin/jdeps" --ignore-missing-deps --print-module-deps --multi-release 25 \
@@ -93,7 +94,7 @@ modules=$("$JAVA_HOME/bin/jdeps" --ignore-missing-deps --print-module-deps --mul
   | tr ',' '\n' | grep -E '^(java|jdk)\.' | tr '\n' ',')
 tests_modules=$("$JAVA_HOME/bin/jdeps" --ignore-missing-deps --print-module-deps --multi-release 25 \
   -cp "$stage/lib/*:$stage/tools/*" "$stage"/tests/* | tr ',' '\n' | grep -E '^(java|jdk)\.' | tr '\n' ',')
-modules="${modules}${tests_modules}jdk.jfr,jdk.unsupported"
+modules="${modules}${tests_modules}jdk.jfr,jdk.management,jdk.unsupported"
 modules=$(echo "$modules" | tr ',' '\n' | sort -u | paste -sd, -)
 echo "bundle.sh: jlink --add-modules $modules" >&2
 "$JAVA_HOME/bin/jlink" --add-modules "$modules" --strip-debug --no-man-pages --no-header-files \

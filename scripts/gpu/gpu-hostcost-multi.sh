@@ -21,8 +21,8 @@
 #   both lists; CASES=all: the transaction and every convenience operation, each case named alike in
 #   C and jnccl: transaction, all_reduce_ordered, reduce_scatter_ordered, broadcast_ordered,
 #   all_to_all_ordered, reduce_mean_ordered, reduce_max_ordered, reduce_norm_squared_ordered; the
-#   table pairs C and jnccl by case name), C_MODES (the C program's -m: all (default), blocking,
-#   nonblocking, split or both), JAVA_MODES (MultiRankHostCost --mode: both (default),
+#   table pairs C and jnccl by case name), C_MODES (the C program's -m, a comma list of: all (default),
+#   blocking, nonblocking, split, both), JAVA_MODES (MultiRankHostCost --mode: both (default),
 #   BLOCKING_SPLIT or NON_BLOCKING; C_MODES=blocking JAVA_MODES=BLOCKING_SPLIT: jnccl's default mode
 #   against its C baseline in 2/5 of the time), JAVA_OPTS (JVM flags;
 #   default -XX:CompileThresholdScaling=0.05: W processes time-slice the one GPU, so an operation takes
@@ -44,10 +44,9 @@ reps=${REPS:-3}
 warmup=${WARMUP:-2000}
 count=${COUNT:-1024}
 limit=${TIMEOUT:-900}
-all_cases=transaction,all_reduce_ordered,reduce_scatter_ordered,broadcast_ordered,all_to_all_ordered
-all_cases+=,reduce_mean_ordered,reduce_max_ordered,reduce_norm_squared_ordered
+. "$root/scripts/gpu/lib/hostcost.sh"
 cases=${CASES:-}
-[ "$cases" = all ] && cases=$all_cases
+[ "$cases" = all ] && cases=$hostcost_all_cases
 java_cases=${JAVA_CASES:-${cases:-transaction,all_reduce_ordered,reduce_scatter}}
 c_cases=${C_CASES:-${cases:-transaction,all_reduce_ordered}}
 log() { echo "gpu-hostcost-multi.sh: $*" >&2; }
@@ -57,7 +56,6 @@ work=$(mktemp -d /tmp/jnccl-hostcost-build.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 # ---------------------------------------------------------------- jar, java and the C program
-. "$root/scripts/gpu/lib/hostcost.sh"
 hostcost_prepare
 
 # ---------------------------------------------------------------- runs

@@ -20,12 +20,16 @@
 #   is built with gcc against the libjnccl_host.so inside the benchmark jar. Its figures say nothing
 #   about NCCL or a GPU: on the emulation streams are host threads that compete with the ranks' threads.
 # Environment: ITERS (default 20000), REPS (3), WARMUP (2000), COUNT (1024, divisible by every W),
-#   CASES (default transaction; also all_reduce_ordered), OUT (logs; default a new
+#   CASES (default transaction; a comma list of gpu-hostcost-multi.sh's cases, or all: the transaction and
+#   every convenience operation), OUT (logs; default a new
 #   /tmp/jnccl-hostcost-threads.XXXXXX), TIMEOUT per program run (default 900 s), JAVA_OPTS (extra JVM
 #   flags), PIN_CPUS (jnccl's CPU pinning, default true as jnccl's default), MAX_LEAD (jnccl's
 #   ThreadsOptions.maxLead, default 0 = jnccl's default of 8: a rank more than that many transactions
 #   ahead of the slowest waits on the host, inside its timed loop; the C threads have no such throttle,
-#   so MAX_LEAD=1000000 shows jnccl's cost without it).
+#   so MAX_LEAD=65536, its largest, shows jnccl's cost without it), C_MODES (the C program's -m, a comma
+#   list: all (default), blocking, nonblocking, split, both), JAVA_MODES (ThreadsHostCost --mode: both
+#   (default), BLOCKING_SPLIT or NON_BLOCKING; C_MODES=blocking,split JAVA_MODES=BLOCKING_SPLIT: jnccl's
+#   default mode against its two C baselines in about a third of the time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -44,7 +48,9 @@ iters=${ITERS:-20000}
 reps=${REPS:-3}
 warmup=${WARMUP:-2000}
 count=${COUNT:-1024}
+. "$root/scripts/gpu/lib/hostcost.sh"
 cases=${CASES:-transaction}
+[ "$cases" = all ] && cases=$hostcost_all_cases
 limit=${TIMEOUT:-900}
 pin=${PIN_CPUS:-true}
 log() { echo "gpu-hostcost-threads.sh: $*" >&2; }
@@ -54,7 +60,6 @@ work=$(mktemp -d /tmp/jnccl-hostcost-build.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 # ---------------------------------------------------------------- jar, java and the C program
-. "$root/scripts/gpu/lib/hostcost.sh"
 hostcost_prepare
 
 # ---------------------------------------------------------------- NCCL 2.30 (GPU)
@@ -72,13 +77,13 @@ export NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 status=0
 for world in "${worlds[@]}"; do
   if [ $((count % world)) != 0 ]; then log "COUNT $count is not divisible by W=$world"; exit 2; fi
-  log "C, W=$world threads ($backend): -m all -n $iters -r $reps -w $warmup -c $count --cases $cases"
-  timeout "$limit" "$c_bin" --threads "$world" -m all -n "$iters" -r "$reps" -w "$warmup" -c "$count" \
+  log "C, W=$world threads ($backend): -m ${C_MODES:-all} -n $iters -r $reps -w $warmup -c $count --cases $cases"
+  timeout "$limit" "$c_bin" --threads "$world" -m "${C_MODES:-all}" -n "$iters" -r "$reps" -w "$warmup" -c "$count" \
     --cases "$cases" > "$out/c.$world.txt" 2>&1 || { log "C at W=$world failed: see $out/c.$world.txt"; tail -n 5 "$out/c.$world.txt" >&2; status=1; }
-  log "jnccl, W=$world threads ($backend): both modes"
+  log "jnccl, W=$world threads ($backend): mode ${JAVA_MODES:-both}"
   # shellcheck disable=SC2086
   timeout "$limit" "$java_bin" --enable-native-access=ALL-UNNAMED -Djnccl.backend=$backend "${java_nccl[@]}" \
-    ${JAVA_OPTS:-} -cp "$jar" dev.jnccl.examples.bench.ThreadsHostCost --world "$world" --mode both \
+    ${JAVA_OPTS:-} -cp "$jar" dev.jnccl.examples.bench.ThreadsHostCost --world "$world" --mode "${JAVA_MODES:-both}" \
     --iters "$iters" --reps "$reps" --warmup "$warmup" --count "$count" --cases "$cases" --pin-cpus "$pin" --max-lead "${MAX_LEAD:-0}" \
     > "$out/jnccl.$world.txt" 2>&1 || { log "jnccl at W=$world failed: see $out/jnccl.$world.txt"; tail -n 5 "$out/jnccl.$world.txt" >&2; status=1; }
   if [ "$mode" = gpu ]; then
@@ -104,13 +109,14 @@ done
       jm[1] = "BLOCKING_SPLIT"; cm[1] = "split"
       jm[2] = "NON_BLOCKING";   cm[2] = "nonblocking"
       jm[3] = "-";              cm[3] = "blocking"
-      fmt = "%3s  %-18s %-15s %-12s %9s %9s %10s %10s %7s %7s\n"
+      fmt = "%3s  %-27s %-15s %-12s %9s %9s %10s %10s %7s %7s\n"
       printf fmt, "W", "case", "mode", "C comm", "C us", "C host", "jnccl us", "jnccl host", "ratio", "r.host"
       for (i = 0; i < nw; i++) for (c = 1; c <= nc; c++) for (m = 1; m <= 3; m++) {
         w = worlds[i]
         ck = w SUBSEP cl[c] SUBSEP "C" SUBSEP cm[m]
         jk = w SUBSEP cl[c] SUBSEP "jnccl" SUBSEP jm[m]
         cu = cell(ck, best); ch = cell(ck, hbest); ju = cell(jk, best); jh = cell(jk, hbest)
+        if (cu == "-" && ju == "-") continue # a mode C_MODES / JAVA_MODES left out
         printf fmt, w, cl[c], jm[m] == "-" ? "(C only)" : jm[m], cm[m], cu, ch, ju, jh, ratio(ju, cu), ratio(jh, ch)
       }
       print ""

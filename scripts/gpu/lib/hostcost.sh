@@ -3,6 +3,11 @@
 # backend (not with SKIP_C=1). Source it from the repository root after setting: root (the repository root), mode (gpu or
 # host), work (a scratch folder) and a `log` function. Sets: bundle, jar, java_bin, backend, c_bin, build.
 
+# CASES=all in both scripts: the transaction and every convenience operation, each case named alike
+# in transaction_overhead.c and RankHostCost (the summary tables pair C and jnccl by that name).
+hostcost_all_cases=transaction,all_reduce_ordered,reduce_scatter_ordered,broadcast_ordered,all_to_all_ordered
+hostcost_all_cases+=,reduce_mean_ordered,reduce_max_ordered,reduce_norm_squared_ordered
+
 hostcost_prepare() {
   # The bundle that scripts/stage-gpu.sh packed (GPU machine): its JMH jar and Java runtime.
   bundle=""

@@ -85,7 +85,7 @@
  *       transaction_overhead.c -L<dir of libjnccl_host.so> -l:libjnccl_host.so -Wl,-rpath,<that dir>
  *
  * Usage: transaction_overhead [-n ITERS] [-r REPS] [-w WARMUP] [-t MAX_SECONDS_PER_REP]
- *                             [-c COUNT] [-m both|all|blocking|nonblocking|split] [-d DEVICE]
+ *                             [-c COUNT] [-m MODE[,MODE...]: both|all|blocking|nonblocking|split] [-d DEVICE]
  *                             [--cases LIST] [--graph-transactions K,...]
  *                             [--world W --rank R --id-file FILE | --threads W]
  * (--cases: default transaction,all_reduce,all_reduce_ordered; the other cases and the graph cases
@@ -187,6 +187,14 @@ typedef struct {
   int modes[3], nmodes;
   int graphSteps[16], ngraphSteps; /* --graph-transactions: K of each graph case's RESULT line */
 } plan_t;
+
+/* -m: adds a communicator kind once (a list may name it twice, e.g. -m both,blocking). */
+static void add_mode(plan_t *plan, int kind) {
+  for (int m = 0; m < plan->nmodes; m++) {
+    if (plan->modes[m] == kind) return;
+  }
+  plan->modes[plan->nmodes++] = kind;
+}
 
 typedef struct {
   rank_t *self;
@@ -602,7 +610,7 @@ static void measure(rank_t *self, const char *name, op_fn op, const plan_t *plan
 static void usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s [-n ITERS] [-r REPS] [-w WARMUP] [-t MAX_SECONDS_PER_REP] [-c COUNT]"
-          " [-m both|all|blocking|nonblocking|split] [-d DEVICE]"
+          " [-m MODE[,MODE...]: both|all|blocking|nonblocking|split] [-d DEVICE]"
           " [--cases transaction,all_reduce,all_reduce_ordered,reduce_scatter_ordered,broadcast_ordered,"
           "all_to_all_ordered,reduce_mean_ordered,reduce_max_ordered,reduce_norm_squared_ordered,"
           "graph_step_eager,graph_replay]"
@@ -776,21 +784,21 @@ int main(int argc, char **argv) {
     fprintf(stderr, "-c %zu is not divisible by the world size %d\n", plan.count, self.world);
     usage(argv[0]);
   }
-  if (strcmp(mode, "both") == 0) {
-    plan.modes[plan.nmodes++] = COMM_NONBLOCKING;
-    plan.modes[plan.nmodes++] = COMM_BLOCKING;
-  } else if (strcmp(mode, "all") == 0) {
-    plan.modes[plan.nmodes++] = COMM_NONBLOCKING;
-    plan.modes[plan.nmodes++] = COMM_BLOCKING;
-    plan.modes[plan.nmodes++] = COMM_SPLIT;
-  } else if (strcmp(mode, "nonblocking") == 0) {
-    plan.modes[plan.nmodes++] = COMM_NONBLOCKING;
-  } else if (strcmp(mode, "blocking") == 0) {
-    plan.modes[plan.nmodes++] = COMM_BLOCKING;
-  } else if (strcmp(mode, "split") == 0) {
-    plan.modes[plan.nmodes++] = COMM_SPLIT;
-  } else {
-    usage(argv[0]);
+  /* -m: a comma list of nonblocking, blocking, split, both (nonblocking,blocking), all (the three). */
+  {
+    char modes[64];
+    if (strlen(mode) >= sizeof modes) usage(argv[0]);
+    strcpy(modes, mode);
+    for (char *save = NULL, *name = strtok_r(modes, ",", &save); name != NULL; name = strtok_r(NULL, ",", &save)) {
+      int all = strcmp(name, "all") == 0, both = strcmp(name, "both") == 0;
+      if (all || both || strcmp(name, "nonblocking") == 0) add_mode(&plan, COMM_NONBLOCKING);
+      if (all || both || strcmp(name, "blocking") == 0) add_mode(&plan, COMM_BLOCKING);
+      if (all || strcmp(name, "split") == 0) add_mode(&plan, COMM_SPLIT);
+      if (!all && !both && strcmp(name, "nonblocking") != 0 && strcmp(name, "blocking") != 0 && strcmp(name, "split") != 0) {
+        usage(argv[0]);
+      }
+    }
+    if (plan.nmodes == 0) usage(argv[0]);
   }
 
   int ncclVersion = 0, runtime = 0, driver = 0;

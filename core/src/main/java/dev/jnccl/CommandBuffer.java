@@ -21,8 +21,16 @@ final class CommandBuffer {
     /** The read-only view the transport, the runner and the recorder see: one object for every transaction. */
     private final List<Command> view = new View();
 
-    /** {@code command} at the end (a command made by the caller: not reusable, e.g. an uneven all-to-all). */
-    void add(Command command) {
+    /**
+     * The counts each slot's uneven all-to-all was made with, beside it: the record hands out
+     * copies only, and comparing through them would allocate on every call.
+     */
+    private UnevenCounts[] unevenCounts = new UnevenCounts[0];
+    /** The scratch arrays of {@link #countsScratch}: sends, receives. */
+    private long[][] countsScratch = new long[2][0];
+
+    /** {@code command} at the end, made anew. */
+    private void add(Command command) {
         if (size == slots.length) {
             slots = Arrays.copyOf(slots, size * 2);
         }
@@ -37,6 +45,11 @@ final class CommandBuffer {
     /** Identity first: a training loop passes the same tensor objects, and a record's equals costs more. */
     private static boolean same(DeviceTensor a, DeviceTensor b) {
         return a == b || a.equals(b);
+    }
+
+    /** {@link #same} for a tensor that may be null (a rooted command's buffer off the root). */
+    private static boolean sameOrNull(DeviceTensor a, DeviceTensor b) {
+        return a == b || (a != null && a.equals(b));
     }
 
     /** Adds the slot's earlier command again when {@code same} (it equals the new one); {@return same} */
@@ -115,6 +128,62 @@ final class CommandBuffer {
             add(new Command.BroadcastOutOfPlace(src, dst, root));
         }
     }
+
+    void reduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, int root) {
+        if (!reused(previous() instanceof Command.Reduce c && same(c.src(), src) && sameOrNull(c.dst(), dst)
+                && c.op().equals(op) && c.root() == root)) {
+            add(new Command.Reduce(src, dst, op, root));
+        }
+    }
+
+    void gather(DeviceTensor src, DeviceTensor dst, int root) {
+        if (!reused(previous() instanceof Command.Gather c && same(c.src(), src) && sameOrNull(c.dst(), dst)
+                && c.root() == root)) {
+            add(new Command.Gather(src, dst, root));
+        }
+    }
+
+    void scatter(DeviceTensor src, DeviceTensor dst, int root) {
+        if (!reused(previous() instanceof Command.Scatter c && sameOrNull(c.src(), src) && same(c.dst(), dst)
+                && c.root() == root)) {
+            add(new Command.Scatter(src, dst, root));
+        }
+    }
+
+    /**
+     * An uneven all-to-all. The counts are the caller's checked copies, which it may reuse once
+     * this returns: a new command copies them, a reused one equals them.
+     */
+    void allToAll(DeviceTensor send, long[] sendCounts, DeviceTensor recv, long[] recvCounts) {
+        int slot = size;
+        if (previous() instanceof Command.UnevenAllToAll c && same(c.send(), send) && same(c.recv(), recv)
+                && slot < unevenCounts.length && unevenCounts[slot] != null && unevenCounts[slot].made() == c
+                && Arrays.equals(unevenCounts[slot].send(), sendCounts)
+                && Arrays.equals(unevenCounts[slot].recv(), recvCounts)) {
+            size++;
+            return;
+        }
+        Command.UnevenAllToAll command = new Command.UnevenAllToAll(send, sendCounts, recv, recvCounts);
+        add(command);
+        if (unevenCounts.length < slots.length) {
+            unevenCounts = Arrays.copyOf(unevenCounts, slots.length);
+        }
+        unevenCounts[slot] = new UnevenCounts(command, sendCounts.clone(), recvCounts.clone());
+    }
+
+    /**
+     * {@return scratch array {@code which} (0: sends, 1: receives) of {@code world} entries} for an
+     * uneven all-to-all's counts while they are checked; made once, overwritten by the next one.
+     */
+    long[] countsScratch(int which, int world) {
+        if (countsScratch[which].length != world) {
+            countsScratch[which] = new long[world];
+        }
+        return countsScratch[which];
+    }
+
+    /** The counts {@code made} was made with (copies of its own). */
+    private record UnevenCounts(Command.UnevenAllToAll made, long[] send, long[] recv) { }
 
     /** Discards the commands (their slots keep them for reuse by the next transaction). */
     void clear() {

@@ -37,6 +37,14 @@ final class CommandRunner {
     private final Runnable groupedBody = this::runGrouped;
     /** {@link #runOwnGroup} as the group body, made once. */
     private final Runnable ownGroupBody = this::runOwnGroup;
+    /** The destructive all-to-all's rounds for this rank, made once. */
+    private final List<AllToAllSchedule.Round> rounds;
+    /** The destructive all-to-all {@link #runRound} enqueues a round of, null between runs. */
+    private DeviceTensor roundTensor;
+    /** The round {@link #runRound} enqueues. */
+    private AllToAllSchedule.Round round;
+    /** {@link #runRound} as the group body, made once. */
+    private final Runnable roundBody = this::runRound;
 
     CommandRunner(NcclComm comm, CudaStream stream, LoadedLibraries libraries, Transport transport, int rank,
                   int worldSize) {
@@ -47,6 +55,7 @@ final class CommandRunner {
         this.rank = rank;
         this.worldSize = worldSize;
         this.oneRankTailSplit = worldSize == 1 && libraries.nccl().compareTo(ONE_RANK_TAIL_FIXED) < 0;
+        this.rounds = AllToAllSchedule.rounds(rank, worldSize);
     }
 
     /**
@@ -205,33 +214,54 @@ final class CommandRunner {
             case Command.Reduce r -> comm.reduce(r.src(), r.dst(), ncclOp(r.op(), r.src().dtype()), r.root(), stream);
             case Command.Gather gather -> gather(gather);
             case Command.Scatter scatter -> scatter(scatter);
-            case Command.UnevenAllToAll allToAll -> {
-                for (int peer = 0; peer < worldSize; peer++) {
-                    DeviceTensor out = allToAll.sendBlock(peer);
-                    DeviceTensor in = allToAll.recvBlock(peer);
-                    if (out.count() > 0) {
-                        comm.send(out, peer, stream);
-                    }
-                    if (in.count() > 0) {
-                        comm.recv(in, peer, stream);
-                    }
-                }
-            }
+            case Command.UnevenAllToAll allToAll -> unevenAllToAll(allToAll);
             case Command.DestructiveAllToAll allToAll -> throw new IllegalStateException(
                     "a destructive all-to-all runs in rounds, not in a group: " + allToAll);
         }
     }
 
-    private void runAllToAll(DeviceTensor tensor) {
-        for (AllToAllSchedule.Round round : AllToAllSchedule.rounds(rank, worldSize)) {
-            DeviceTensor sendSlot = tensor.shard(round.sendSlot(), worldSize);
-            DeviceTensor recvSlot = tensor.shard(round.recvSlot(), worldSize);
-            // Always NCCL (never an overridden transport): the rounds' order is what makes it safe.
-            comm.group(() -> {
-                comm.send(sendSlot, round.sendPeer(), stream);
-                comm.recv(recvSlot, round.recvPeer(), stream);
-            });
+    /** The uneven all-to-all as a send and a receive per rank with a non-empty block, addressed in place. */
+    private void unevenAllToAll(Command.UnevenAllToAll allToAll) {
+        DeviceTensor send = allToAll.send();
+        DeviceTensor recv = allToAll.recv();
+        long elementSize = send.dtype().size();
+        long sendAt = send.address();
+        long recvAt = recv.address();
+        for (int peer = 0; peer < worldSize; peer++) {
+            long out = allToAll.sendCount(peer);
+            long in = allToAll.recvCount(peer);
+            if (out > 0) {
+                comm.send(sendAt, out, send.dtype(), peer, stream);
+            }
+            if (in > 0) {
+                comm.recv(recvAt, in, recv.dtype(), peer, stream);
+            }
+            sendAt += out * elementSize;
+            recvAt += in * elementSize;
         }
+    }
+
+    private void runAllToAll(DeviceTensor tensor) {
+        roundTensor = tensor;
+        try {
+            for (int i = 0; i < rounds.size(); i++) {
+                round = rounds.get(i);
+                // Always NCCL (never an overridden transport): the rounds' order is what makes it safe.
+                comm.group(roundBody);
+            }
+        } finally {
+            roundTensor = null;
+            round = null;
+        }
+    }
+
+    /** The body of one round's group: {@link #round} of the destructive all-to-all of {@link #roundTensor}. */
+    private void runRound() {
+        DeviceTensor tensor = roundTensor;
+        long slotCount = tensor.count() / worldSize;
+        long slotBytes = slotCount * tensor.dtype().size();
+        comm.send(tensor.address() + round.sendSlot() * slotBytes, slotCount, tensor.dtype(), round.sendPeer(), stream);
+        comm.recv(tensor.address() + round.recvSlot() * slotBytes, slotCount, tensor.dtype(), round.recvPeer(), stream);
     }
 
     /** NCCL's all-to-all, or a send and a receive per rank where the loaded NCCL has none. */

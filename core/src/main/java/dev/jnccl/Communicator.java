@@ -29,7 +29,6 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.Optional;
-import java.util.function.Consumer;
 import java.util.function.Function;
 import java.util.function.Supplier;
 import org.slf4j.Logger;
@@ -98,6 +97,8 @@ public final class Communicator implements AutoCloseable {
      * by the capturing thread holding the native lock; read by launch and close.
      */
     private final Map<Long, List<Command>> capturedByGraph = new ConcurrentHashMap<>();
+    /** The graph {@link #launch} replayed last, with its captured commands (see {@link #capturedCommands}). */
+    private Replayed lastReplayed;
 
     private volatile State state = State.OPEN;
     private volatile String abortReason;
@@ -632,7 +633,7 @@ public final class Communicator implements AutoCloseable {
         checks.requireStream("launch", stream);
         refuseInsideCapture("launch");
         requireUsable("launch");
-        List<Command> captured = capturedByGraph.get(graph.id());
+        List<Command> captured = capturedCommands(graph.id());
         if (captured == null) {
             throw new IllegalArgumentException("launch: " + graph + " captured no transaction of rank " + rank
                     + " of " + worldSize + " (device " + device + "); replay graphs without its work with"
@@ -641,8 +642,10 @@ public final class Communicator implements AutoCloseable {
         if (graph.isClosed()) {
             throw new IllegalStateException("launch: " + graph + " is closed");
         }
-        Events.Transaction event = new Events.Transaction();
-        event.begin();
+        Events.Transaction event = Events.transactionEnabled() ? new Events.Transaction() : null;
+        if (event != null) {
+            event.begin();
+        }
         try {
             host.pace(hostTimeoutNanos);
         } catch (CommunicatorAbortedException e) {
@@ -672,8 +675,30 @@ public final class Communicator implements AutoCloseable {
         } finally {
             nativeLock.unlock();
         }
-        event.commit(rank, number, captured, "replay of graph #" + graph.id());
+        if (event != null && event.shouldCommit()) {
+            event.commit(rank, number, captured, "replay of graph #" + graph.id());
+        }
     }
+
+    /**
+     * The commands {@code graph} captured from this communicator, or null. The last graph launched
+     * is remembered: a training loop replays the same graph step after step, and the map's lookup
+     * would box its id on every replay.
+     */
+    private List<Command> capturedCommands(long graph) {
+        Replayed last = lastReplayed;
+        if (last != null && last.graph() == graph) {
+            return last.commands();
+        }
+        List<Command> captured = capturedByGraph.get(graph);
+        if (captured != null) {
+            lastReplayed = new Replayed(graph, captured);
+        }
+        return captured;
+    }
+
+    /** A graph's id and captured commands; immutable, so a racing reader sees either the old or the new one whole. */
+    private record Replayed(long graph, List<Command> commands) { }
 
     /**
      * Refuses to close while a graph that captured this communicator's transactions is open: its
@@ -700,8 +725,8 @@ public final class Communicator implements AutoCloseable {
     public void reduceScatter(DeviceTensor tensor, CudaStream stream) {
         Objects.requireNonNull(tensor, "reduceScatter: tensor is null");
         checks.requireStream("reduceScatter", stream);
-        runOrdered("reduceScatter", stream, tensor, ReduceOp.SUM, null, 0,
-                (transaction, t, op, unused, i) -> transaction.addReduceScatter(t, op));
+        runOrdered("reduceScatter", stream, tensor, ReduceOp.SUM, null, null, 0,
+                (transaction, t, op, unused, unusedD, i) -> transaction.addReduceScatter(t, op));
     }
 
     /**
@@ -713,11 +738,12 @@ public final class Communicator implements AutoCloseable {
     public void reduceScatter(List<DeviceTensor> tensors, CudaStream stream) {
         Objects.requireNonNull(tensors, "reduceScatter: tensors is null");
         checks.requireStream("reduceScatter", stream);
-        runOrdered("reduceScatter", stream, transaction -> {
-            for (DeviceTensor tensor : tensors) {
-                transaction.reduceScatter(tensor);
-            }
-        });
+        runOrdered("reduceScatter", stream, tensors, ReduceOp.SUM, null, null, 0,
+                (transaction, list, op, unused, unusedD, i) -> {
+                    for (int k = 0; k < list.size(); k++) { // indexed: no iterator per call
+                        transaction.addReduceScatter(list.get(k), op);
+                    }
+                });
     }
 
     /**
@@ -731,8 +757,8 @@ public final class Communicator implements AutoCloseable {
         Objects.requireNonNull(tensor, "allReduce: tensor is null");
         Objects.requireNonNull(op, "allReduce: op is null");
         checks.requireStream("allReduce", stream);
-        runOrdered("allReduce", stream, tensor, op, null, 0,
-                (transaction, t, o, unused, i) -> transaction.addAllReduce(t, o));
+        runOrdered("allReduce", stream, tensor, op, null, null, 0,
+                (transaction, t, o, unused, unusedD, i) -> transaction.addAllReduce(t, o));
     }
 
     /**
@@ -746,8 +772,8 @@ public final class Communicator implements AutoCloseable {
     public void broadcast(DeviceTensor tensor, int root, CudaStream stream) {
         checks.requireStream("broadcast", stream);
         checks.checkRoot("broadcast", root);
-        runOrdered("broadcast", stream, tensor, null, null, root,
-                (transaction, t, unused, unused2, r) -> transaction.addBroadcast(t, r));
+        runOrdered("broadcast", stream, tensor, null, null, null, root,
+                (transaction, t, unused, unused2, unusedD, r) -> transaction.addBroadcast(t, r));
     }
 
     /**
@@ -760,8 +786,8 @@ public final class Communicator implements AutoCloseable {
      */
     public void allToAll(DeviceTensor send, DeviceTensor recv, CudaStream stream) {
         checks.requireStream("allToAll", stream);
-        runOrdered("allToAll", stream, send, recv, null, 0,
-                (transaction, s, r, unused, i) -> transaction.addAllToAll(s, r));
+        runOrdered("allToAll", stream, send, recv, null, null, 0,
+                (transaction, s, r, unused, unusedD, i) -> transaction.addAllToAll(s, r));
     }
 
     /**
@@ -775,8 +801,8 @@ public final class Communicator implements AutoCloseable {
      */
     public void allReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, CudaStream stream) {
         checks.requireStream("allReduce", stream);
-        runOrdered("allReduce", stream, src, dst, op, 0,
-                (transaction, s, d, o, i) -> transaction.addAllReduce(s, d, o));
+        runOrdered("allReduce", stream, src, dst, op, null, 0,
+                (transaction, s, d, o, unusedD, i) -> transaction.addAllReduce(s, d, o));
     }
 
     /**
@@ -790,8 +816,8 @@ public final class Communicator implements AutoCloseable {
      */
     public void reduceScatter(DeviceTensor src, DeviceTensor dst, ReduceOp op, CudaStream stream) {
         checks.requireStream("reduceScatter", stream);
-        runOrdered("reduceScatter", stream, src, dst, op, 0,
-                (transaction, s, d, o, i) -> transaction.addReduceScatter(s, d, o));
+        runOrdered("reduceScatter", stream, src, dst, op, null, 0,
+                (transaction, s, d, o, unusedD, i) -> transaction.addReduceScatter(s, d, o));
     }
 
     /**
@@ -805,8 +831,8 @@ public final class Communicator implements AutoCloseable {
      */
     public void broadcast(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
         checks.requireStream("broadcast", stream);
-        runOrdered("broadcast", stream, src, dst, null, root,
-                (transaction, s, d, unused, r) -> transaction.addBroadcast(s, d, r));
+        runOrdered("broadcast", stream, src, dst, null, null, root,
+                (transaction, s, d, unused, unusedD, r) -> transaction.addBroadcast(s, d, r));
     }
 
     /**
@@ -822,8 +848,8 @@ public final class Communicator implements AutoCloseable {
      */
     public void reduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, int root, CudaStream stream) {
         checks.requireStream("reduce", stream);
-        runOrdered("reduce", stream, src, dst, op, root,
-                (transaction, s, d, o, r) -> transaction.addReduce(s, d, o, r));
+        runOrdered("reduce", stream, src, dst, op, null, root,
+                (transaction, s, d, o, unusedD, r) -> transaction.addReduce(s, d, o, r));
     }
 
     /**
@@ -838,8 +864,8 @@ public final class Communicator implements AutoCloseable {
      */
     public void gather(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
         checks.requireStream("gather", stream);
-        runOrdered("gather", stream, src, dst, null, root,
-                (transaction, s, d, unused, r) -> transaction.addGather(s, d, r));
+        runOrdered("gather", stream, src, dst, null, null, root,
+                (transaction, s, d, unused, unusedD, r) -> transaction.addGather(s, d, r));
     }
 
     /**
@@ -854,8 +880,8 @@ public final class Communicator implements AutoCloseable {
      */
     public void scatter(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
         checks.requireStream("scatter", stream);
-        runOrdered("scatter", stream, src, dst, null, root,
-                (transaction, s, d, unused, r) -> transaction.addScatter(s, d, r));
+        runOrdered("scatter", stream, src, dst, null, null, root,
+                (transaction, s, d, unused, unusedD, r) -> transaction.addScatter(s, d, r));
     }
 
     /**
@@ -871,17 +897,8 @@ public final class Communicator implements AutoCloseable {
     public void allToAll(DeviceTensor send, long[] sendCounts, DeviceTensor recv, long[] recvCounts,
                          CudaStream stream) {
         checks.requireStream("allToAll", stream);
-        runOrdered("allToAll", stream, transaction -> transaction.allToAll(send, sendCounts, recv, recvCounts));
-    }
-
-    /**
-     * The convenience operations: one transaction after the work on {@code stream} so far, then
-     * {@code stream} waits for it. Going through a transaction gives them what transactions have:
-     * the watchdog tracks them, the flight recorder lists them, threads mode throttles them.
-     */
-    private void runOrdered(String operation, CudaStream stream, Consumer<Transaction> commands) {
-        runOrdered(operation, stream, commands, null, null, 0,
-                (transaction, body, unused, unused2, i) -> body.accept(transaction));
+        runOrdered("allToAll", stream, send, sendCounts, recv, recvCounts, 0,
+                (transaction, s, sends, r, recvs, i) -> transaction.addAllToAll(s, sends, r, recvs));
     }
 
     /**
@@ -890,21 +907,24 @@ public final class Communicator implements AutoCloseable {
      * it, so that a call allocates nothing.
      */
     @FunctionalInterface
-    private interface Commands<A, B, C> {
-        void add(Transaction transaction, A a, B b, C c, int i);
+    private interface Commands<A, B, C, D> {
+        void add(Transaction transaction, A a, B b, C c, D d, int i);
     }
 
     /**
-     * {@link #runOrdered(String, CudaStream, Consumer)} without a capturing lambda: the commands
-     * go through this communicator's own handle of the open transaction, so nothing is allocated.
+     * The convenience operations: one transaction after the work on {@code stream} so far, then
+     * {@code stream} waits for it. Going through a transaction gives them what transactions have:
+     * the watchdog tracks them, the flight recorder lists them, threads mode throttles them. The
+     * commands go through this communicator's own handle of the open transaction, so nothing is
+     * allocated.
      */
-    private <A, B, C> void runOrdered(String operation, CudaStream stream, A a, B b, C c, int i,
-                                      Commands<A, B, C> commands) {
+    private <A, B, C, D> void runOrdered(String operation, CudaStream stream, A a, B b, C c, D d, int i,
+                                         Commands<A, B, C, D> commands) {
         long number = open(operation, transactionReady);
         try {
             // The commands are checked before anything native happens; the ready event is recorded
             // after (nobody else can use it: the transaction is open).
-            commands.add(current, a, b, c, i);
+            commands.add(current, a, b, c, d, i);
             nativeLock.lock();
             try {
                 requireUsable(operation);

@@ -473,15 +473,25 @@ final class NcclComm {
     }
 
     void send(DeviceTensor tensor, int peer, CudaStream stream) {
-        MemorySegment work = work("ncclSend");
-        check(Nccl.ncclSend(segment(tensor.address()), tensor.count(), NcclTypes.of(tensor.dtype()), peer, work,
-                stream.handle()), "ncclSend", work);
+        send(tensor.address(), tensor.count(), tensor.dtype(), peer, stream);
     }
 
     void recv(DeviceTensor tensor, int peer, CudaStream stream) {
+        recv(tensor.address(), tensor.count(), tensor.dtype(), peer, stream);
+    }
+
+    /** ncclSend of {@code count} elements at {@code address}: a block of a tensor, with no tensor object per call. */
+    void send(long address, long count, DType dtype, int peer, CudaStream stream) {
+        MemorySegment work = work("ncclSend");
+        check(Nccl.ncclSend(segment(address), count, NcclTypes.of(dtype), peer, work, stream.handle()), "ncclSend",
+                work);
+    }
+
+    /** ncclRecv of {@code count} elements into {@code address}: see {@link #send(long, long, DType, int, CudaStream)}. */
+    void recv(long address, long count, DType dtype, int peer, CudaStream stream) {
         MemorySegment work = work("ncclRecv");
-        check(Nccl.ncclRecv(segment(tensor.address()), tensor.count(), NcclTypes.of(tensor.dtype()), peer, work,
-                stream.handle()), "ncclRecv", work);
+        check(Nccl.ncclRecv(segment(address), count, NcclTypes.of(dtype), peer, work, stream.handle()), "ncclRecv",
+                work);
     }
 
     /**

@@ -384,7 +384,7 @@ public final class Transaction implements AutoCloseable {
             }
         }
         checks.checkReducible("reduce", src.dtype(), op);
-        commands().add(new Command.Reduce(src, dst, op, root));
+        commands().reduce(src, dst, op, root);
     }
 
     /**
@@ -422,7 +422,7 @@ public final class Transaction implements AutoCloseable {
             }
         }
         checks.checkSupported("gather", src.dtype());
-        commands().add(new Command.Gather(src, dst, root));
+        commands().gather(src, dst, root);
     }
 
     /**
@@ -460,7 +460,7 @@ public final class Transaction implements AutoCloseable {
             }
         }
         checks.checkSupported("scatter", dst.dtype());
-        commands().add(new Command.Scatter(src, dst, root));
+        commands().scatter(src, dst, root);
     }
 
     /**
@@ -494,8 +494,10 @@ public final class Transaction implements AutoCloseable {
     void addAllToAll(DeviceTensor send, long[] sendCounts, DeviceTensor recv, long[] recvCounts) {
         requireTensor("allToAll", "send", send);
         requireTensor("allToAll", "recv", recv);
-        long[] sends = Objects.requireNonNull(sendCounts, "allToAll: sendCounts is null").clone();
-        long[] recvs = Objects.requireNonNull(recvCounts, "allToAll: recvCounts is null").clone();
+        // Checked on copies (another thread may change the caller's arrays meanwhile), reused from
+        // call to call: the command buffer copies them again when it makes a command.
+        long[] sends = countsCopy(Objects.requireNonNull(sendCounts, "allToAll: sendCounts is null"), "sendCounts", 0);
+        long[] recvs = countsCopy(Objects.requireNonNull(recvCounts, "allToAll: recvCounts is null"), "recvCounts", 1);
         if (send.dtype() != recv.dtype()) {
             throw new IllegalArgumentException("allToAll: send dtype " + send.dtype() + " differs from recv dtype "
                     + recv.dtype());
@@ -511,16 +513,24 @@ public final class Transaction implements AutoCloseable {
             throw new IllegalArgumentException("allToAll: send " + send + " and recv " + recv + " overlap");
         }
         checks.checkSupported("allToAll", send.dtype());
-        commands().add(new Command.UnevenAllToAll(send, sends, recv, recvs));
+        commands().allToAll(send, sends, recv, recvs);
     }
 
-    /** Counts of an uneven all-to-all: one per rank, none negative, summing to at most the tensor's count. */
-    private void requireCounts(String argument, long[] counts, String tensorName, DeviceTensor tensor) {
+    /** {@code counts} (world size entries, else refused) copied into the command buffer's scratch array {@code which}. */
+    private long[] countsCopy(long[] counts, String argument, int which) {
         int world = communicator.worldSize();
         if (counts.length != world) {
             throw new IllegalArgumentException("allToAll: " + argument + " has " + counts.length
                     + " entries, expected world size " + world);
         }
+        long[] copy = commands().countsScratch(which, world);
+        System.arraycopy(counts, 0, copy, 0, world);
+        return copy;
+    }
+
+    /** Counts of an uneven all-to-all: one per rank, none negative, summing to at most the tensor's count. */
+    private void requireCounts(String argument, long[] counts, String tensorName, DeviceTensor tensor) {
+        int world = counts.length; // countsCopy checked it
         long sum = 0;
         for (int q = 0; q < world; q++) {
             if (counts[q] < 0) {

@@ -4,12 +4,14 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.cuda.CudaGraph;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
 import java.lang.invoke.MethodHandle;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.MethodType;
 import java.lang.management.ManagementFactory;
+import java.util.List;
 import java.util.function.Consumer;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterEach;
@@ -23,8 +25,8 @@ import org.slf4j.LoggerFactory;
 /**
  * The hot path allocates nothing: a transaction (of 2 and of 4 commands) and every convenience
  * operation, called again and again with the same tensors as a training loop does, with the
- * watchdog and the flight recorder on (the defaults) and JFR off. Measured with the calling
- * thread's allocation counter ({@code com.sun.management.ThreadMXBean}), never with a clock: after a
+ * watchdog and the flight recorder on (the defaults) and JFR off; so do the rooted and uneven
+ * operations and the replay of a captured graph. Measured with the calling thread's allocation counter ({@code com.sun.management.ThreadMXBean}), never with a clock: after a
  * warm-up long enough for the JIT to compile the calls, the fewest bytes per call over several
  * windows must be below a bound smaller than any object, so one object per call (or per few calls)
  * fails it, while a stray allocation of the JIT or the runtime in one window does not.
@@ -49,6 +51,11 @@ class HotPathAllocationTest {
     private DeviceTensor shard;
     private DeviceTensor other;
     private DeviceTensor one;
+    /** The uneven all-to-all's counts (world 1: everything to itself). */
+    private final long[] counts = {1024};
+    private List<DeviceTensor> both;
+    /** A captured all-reduce, made on first use by the replay case. */
+    private CudaGraph graph;
 
     /** jnccl's log level before the test (logback without a configuration logs everything, at DEBUG). */
     private Object savedLevel;
@@ -70,6 +77,7 @@ class HotPathAllocationTest {
         shard = tensor.shard(comm.rank(), comm.worldSize());
         other = otherMemory.tensor(DType.FP32);
         one = tensor.slice(0, 1);
+        both = List.of(tensor, other);
         compute.record(ready);
         compute.synchronize();
     }
@@ -79,6 +87,9 @@ class HotPathAllocationTest {
         setJncclLogLevel(savedLevel);
         if (compute != null) {
             compute.synchronize();
+        }
+        if (graph != null) {
+            graph.close(); // before the communicator: it refuses to close under an open graph
         }
         if (comm != null) {
             comm.close();
@@ -107,7 +118,27 @@ class HotPathAllocationTest {
                 Named.of("allToAll", t -> t.comm.allToAll(t.tensor, t.other, t.compute)),
                 Named.of("reduceMean", t -> t.comm.reduceMean(t.tensor, t.compute)),
                 Named.of("reduceMax", t -> t.comm.reduceMax(t.tensor, t.compute)),
-                Named.of("reduceNormSquared", t -> t.comm.reduceNormSquared(t.one, t.compute)));
+                Named.of("reduceNormSquared", t -> t.comm.reduceNormSquared(t.one, t.compute)),
+                Named.of("reduceScatter of a list", t -> t.comm.reduceScatter(t.both, t.compute)),
+                Named.of("reduce", t -> t.comm.reduce(t.tensor, t.other, ReduceOp.SUM, 0, t.compute)),
+                Named.of("gather", t -> t.comm.gather(t.tensor, t.other, 0, t.compute)),
+                Named.of("scatter", t -> t.comm.scatter(t.other, t.tensor, 0, t.compute)),
+                Named.of("uneven allToAll", t -> t.comm.allToAll(t.tensor, t.counts, t.other, t.counts, t.compute)),
+                Named.of("transaction: reduce + gather + scatter + uneven allToAll", t -> t.comm.begin(t.ready)
+                        .reduce(t.tensor, t.other, ReduceOp.SUM, 0).gather(t.tensor, t.other, 0)
+                        .scatter(t.other, t.tensor, 0).allToAll(t.tensor, t.counts, t.other, t.counts)
+                        .execute(t.signal)),
+                Named.of("transaction: destructiveAllToAll", t -> t.comm.begin(t.ready).destructiveAllToAll(t.tensor)
+                        .execute(t.signal)),
+                Named.of("launch of a captured graph", t -> t.comm.launch(t.graph(), t.compute)));
+    }
+
+    /** The graph of the replay case: one all-reduce on the compute stream, captured once. */
+    private CudaGraph graph() {
+        if (graph == null) {
+            graph = CudaGraph.capture(compute, () -> comm.allReduce(tensor, ReduceOp.SUM, compute));
+        }
+        return graph;
     }
 
     @ParameterizedTest

@@ -7,7 +7,13 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
+import dev.jnccl.spi.Command;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.List;
 import java.util.Random;
+import java.util.function.Consumer;
 import java.util.concurrent.atomic.AtomicReference;
 import org.junit.jupiter.api.Test;
 
@@ -99,6 +105,105 @@ class ReusedStateTest {
                 for (int c = 0; c < 9; c++) {
                     String line = "allReduce SUM FP32 " + (1 + 100 * t + c) + " elements";
                     assertEquals(kept && c < sizes[t], dump.contains(line), line + " in " + dump);
+                }
+            }
+        }
+    }
+
+    /**
+     * An uneven all-to-all is reused only with the same counts, and the counts are the ones the
+     * call saw: changing the caller's arrays afterwards (within the transaction, or before the next
+     * one) changes nothing already added, and a transaction with two of them keeps both apart.
+     * World 1: the all-to-all copies the first {@code counts[0]} elements of send into recv.
+     */
+    @Test
+    void anUnevenAllToAllKeepsTheCountsItWasGiven() {
+        Random random = new Random();
+        int count = 256;
+        try (Communicator comm = Communicator.single(0); CudaStream stream = CudaStream.create();
+             DeviceMemory send = DeviceMemory.allocate(DType.FP32, count);
+             DeviceMemory recv = DeviceMemory.allocate(DType.FP32, count); Arena arena = Arena.ofConfined()) {
+            DeviceTensor sendTensor = send.tensor(DType.FP32);
+            DeviceTensor recvTensor = recv.tensor(DType.FP32);
+            long[] counts = new long[1];
+            Command previous = null;
+            int[] lengths = {100, 100, 37, 256, 256, 0, 37};
+            for (int t = 0; t < lengths.length; t++) {
+                MemorySegment input = TestData.random(arena, DType.FP32, count, random);
+                MemorySegment before = TestData.random(arena, DType.FP32, count, random);
+                send.copyFromHost(input);
+                recv.copyFromHost(before);
+                counts[0] = lengths[t];
+                Transaction tx = comm.begin(stream).allToAll(sendTensor, counts, recvTensor, counts);
+                counts[0] = count - lengths[t]; // after the call: changes nothing added
+                Command added = comm.pendingCommands().snapshot().get(0);
+                assertTrue(added instanceof Command.UnevenAllToAll a && a.sendCounts()[0] == lengths[t]
+                        && a.recvCounts()[0] == lengths[t], added.toString());
+                boolean same = t > 0 && lengths[t] == lengths[t - 1];
+                assertEquals(same, added == previous, "transaction " + t + ": reused exactly when the counts repeat");
+                previous = added;
+                tx.execute(null);
+                comm.synchronize();
+                MemorySegment result = arena.allocate((long) count * Float.BYTES);
+                recv.copyToHost(result);
+                for (int i = 0; i < count; i++) {
+                    float expected = (i < lengths[t] ? input : before).getAtIndex(ValueLayout.JAVA_FLOAT, i);
+                    assertEquals(expected, result.getAtIndex(ValueLayout.JAVA_FLOAT, i),
+                            "transaction " + t + " (" + lengths[t] + " elements), element " + i);
+                }
+            }
+
+            // Two in one transaction, the second with other counts in the same (reused) caller array.
+            try (Transaction tx = comm.begin(stream)) {
+                counts[0] = 10;
+                tx.allToAll(sendTensor, counts, recvTensor, counts);
+                counts[0] = 20;
+                tx.allToAll(sendTensor, counts, recvTensor, counts);
+                List<Command> added = comm.pendingCommands().snapshot();
+                assertEquals(10, ((Command.UnevenAllToAll) added.get(0)).sendCounts()[0], added.toString());
+                assertEquals(20, ((Command.UnevenAllToAll) added.get(1)).sendCounts()[0], added.toString());
+            }
+
+            // Refused counts leave the transaction without the command, and the next call works.
+            try (Transaction tx = comm.begin(stream)) {
+                IllegalArgumentException refused = assertThrows(IllegalArgumentException.class,
+                        () -> tx.allToAll(sendTensor, new long[] {count + 1}, recvTensor, new long[] {count + 1}));
+                assertTrue(refused.getMessage().contains("sendCounts"), refused.getMessage());
+                assertEquals(0, tx.size());
+                assertThrows(IllegalArgumentException.class,
+                        () -> tx.allToAll(sendTensor, new long[] {1, 1}, recvTensor, counts));
+                tx.allToAll(sendTensor, new long[] {5}, recvTensor, new long[] {5});
+                assertEquals(1, tx.size());
+            }
+        }
+    }
+
+    /** Reduce, gather and scatter commands are reused only when everything they name repeats. */
+    @Test
+    void rootedCommandsAreReusedOnlyWhenTheyRepeat() {
+        try (Communicator comm = Communicator.single(0); CudaStream stream = CudaStream.create();
+             DeviceMemory a = DeviceMemory.allocate(DType.FP32, 64); DeviceMemory b = DeviceMemory.allocate(DType.FP32, 64)) {
+            DeviceTensor x = a.tensor(DType.FP32);
+            DeviceTensor y = b.tensor(DType.FP32);
+            List<Consumer<Transaction>> steps = List.of(
+                    tx -> tx.reduce(x, y, ReduceOp.SUM, 0), tx -> tx.reduce(x, y, ReduceOp.SUM, 0),
+                    tx -> tx.reduce(x, y, ReduceOp.MAX, 0), tx -> tx.reduce(y, x, ReduceOp.MAX, 0),
+                    tx -> tx.gather(x, y, 0), tx -> tx.gather(x, y, 0), tx -> tx.gather(y, x, 0),
+                    tx -> tx.scatter(x, y, 0), tx -> tx.scatter(x, y, 0), tx -> tx.scatter(x.slice(0, 64), y, 0),
+                    tx -> tx.scatter(y, x, 0));
+            boolean[] reused = {false, true, false, false, false, true, false, false, true, true, false};
+            Command previous = null;
+            for (int i = 0; i < steps.size(); i++) {
+                try (Transaction tx = comm.begin(stream)) {
+                    steps.get(i).accept(tx);
+                    Command added = comm.pendingCommands().snapshot().get(0);
+                    assertEquals(reused[i], added == previous, "step " + i + ": " + added + " after " + previous);
+                    if (i > 0 && !reused[i]) {
+                        assertFalse(added.equals(previous), "step " + i + " differs from the one before");
+                    } else if (i > 0) {
+                        assertEquals(previous, added);
+                    }
+                    previous = added;
                 }
             }
         }

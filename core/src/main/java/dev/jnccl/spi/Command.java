@@ -330,6 +330,26 @@ public sealed interface Command {
         }
 
         /**
+         * The number of elements sent to {@code peer} (no copy of the array).
+         *
+         * @param peer a rank
+         * @return {@code sendCounts[peer]}
+         */
+        public long sendCount(int peer) {
+            return sendCounts[peer];
+        }
+
+        /**
+         * The number of elements received from {@code peer} (no copy of the array).
+         *
+         * @param peer a rank
+         * @return {@code recvCounts[peer]}
+         */
+        public long recvCount(int peer) {
+            return recvCounts[peer];
+        }
+
+        /**
          * The block of {@code send} for {@code peer}.
          *
          * @param peer a rank

@@ -5,6 +5,7 @@ import dev.jnccl.CommunicatorMode;
 import dev.jnccl.DType;
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.ReduceOp;
+import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
@@ -136,7 +137,7 @@ final class RankHostCost {
             DeviceTensor value = tensor.slice(0, 1); // reduce_norm_squared_ordered: one FP32 element
             System.out.println("# jnccl rank " + comm.rank() + " of " + comm.worldSize() + " (" + launch
                     + "), device " + comm.device() + ", backend " + ExampleSupport.backendName(comm.backend()) + ", NCCL " + comm.ncclVersion()
-                    + ", mode " + mode + ", watchdog " + (comm.options().watchdogEnabled() ? "on" : "off") + ", "
+                    + ", mode " + mode + ", watchdog " + (comm.options().watchdogEnabled() ? "on" : "off") + ", sync " + SYNC + ", "
                     + count + " x FP32");
             for (String name : settings.cases()) {
                 Runnable op = switch (name) {
@@ -157,9 +158,30 @@ final class RankHostCost {
         }
     }
 
+    /**
+     * How the timed loops wait for the comms stream: {@code -Djnccl.bench.sync=jnccl} (default)
+     * through {@link CudaStream#synchronize()} (it polls cudaStreamQuery and parks between polls),
+     * {@code cuda} through cudaStreamSynchronize itself (the driver waits, as the C program does):
+     * tells apart what the way of waiting does to the device's pace when ranks time-slice one GPU.
+     */
+    private static final String SYNC = System.getProperty("jnccl.bench.sync", "jnccl");
+
+    private static Runnable synchronizer(CudaStream comms) {
+        return switch (SYNC) {
+            case "jnccl" -> comms::synchronize;
+            case "cuda" -> () -> {
+                int result = CudaRuntime.cudaStreamSynchronize(comms.handle());
+                if (result != 0) {
+                    throw new IllegalStateException("cudaStreamSynchronize failed: cudaError " + result);
+                }
+            };
+            default -> throw new IllegalArgumentException("-Djnccl.bench.sync=" + SYNC + ": expected jnccl or cuda");
+        };
+    }
+
     private static void measure(String name, Communicator comm, CommunicatorMode mode, Settings settings,
                                 String launch, Runnable barrier, Runnable op) {
-        CudaStream comms = comm.stream();
+        Runnable sync = synchronizer(comm.stream());
         long iters = settings.iters();
         int reps = settings.reps();
         long[] syncNanos = new long[1];
@@ -168,7 +190,7 @@ final class RankHostCost {
                 op.run();
                 if ((i & (SYNC_EVERY - 1)) == 0) {
                     long start = System.nanoTime();
-                    comms.synchronize();
+                    sync.run();
                     syncNanos[0] += System.nanoTime() - start;
                 }
             }
@@ -177,10 +199,10 @@ final class RankHostCost {
         for (long i = 1; i <= settings.warmup(); i++) {
             op.run();
             if ((i & (SYNC_EVERY - 1)) == 0) {
-                comms.synchronize();
+                sync.run();
             }
         }
-        comms.synchronize();
+        sync.run();
         double[] all = new double[reps];
         double[] enqueue = new double[reps];
         List<String> samples = new ArrayList<>();
@@ -190,7 +212,7 @@ final class RankHostCost {
             long start = System.nanoTime();
             timed.run();
             long elapsed = System.nanoTime() - start;
-            comms.synchronize();
+            sync.run();
             all[r] = elapsed / 1000.0 / iters;
             enqueue[r] = (elapsed - syncNanos[0]) / 1000.0 / iters;
             samples.add(String.format(Locale.ROOT, "%.3f", all[r]));
