@@ -762,6 +762,28 @@ final class NcclComm {
         }
     }
 
+    /**
+     * The child a split published into {@link #childSlot} after its communicator was taken for the
+     * abort (cleared here), or null. An abort under the holder runs without the lock, and the holder
+     * may be closing: its close frees the arena (the slot with it) at any moment, having finalized
+     * or aborted whatever the split published; a closed arena therefore means nothing is left, never
+     * a failed abort.
+     */
+    private MemorySegment lateChild() {
+        try {
+            if (!arena.scope().isAlive()) {
+                return null;
+            }
+            MemorySegment late = nullToNull(childSlot.get(ADDRESS, 0));
+            if (late != null) {
+                childSlot.set(ADDRESS, 0, MemorySegment.NULL);
+            }
+            return late;
+        } catch (IllegalStateException closedMeanwhile) {
+            return null;
+        }
+    }
+
     /** Closes the native memory once the handles are gone (after an abort that had to skip it). Caller holds the lock. */
     void closeArena() {
         if (isReleased() && arena.scope().isAlive()) {
@@ -781,10 +803,8 @@ final class NcclComm {
         if (nonBlocking != null) {
             warnIfFailed(Nccl.ncclCommAbort(nonBlocking), "ncclCommAbort");
             // An aborted split may still have published its child: abort that one too.
-            MemorySegment late = arena.scope().isAlive() && mode == CommunicatorMode.BLOCKING_SPLIT
-                    && blocking == null ? nullToNull(childSlot.get(ADDRESS, 0)) : null;
+            MemorySegment late = mode == CommunicatorMode.BLOCKING_SPLIT && blocking == null ? lateChild() : null;
             if (late != null) {
-                childSlot.set(ADDRESS, 0, MemorySegment.NULL);
                 warnIfFailed(Nccl.ncclCommAbort(late), "ncclCommAbort of the blocking communicator");
             }
         }

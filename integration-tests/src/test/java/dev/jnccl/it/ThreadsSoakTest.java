@@ -470,8 +470,13 @@ class ThreadsSoakTest {
                 finished = true;
             }
             if (!finished) {
+                // What the ranks that ended threw tells whether the pack failed (and so should have
+                // interrupted the ranks still in their work) or not.
+                StringBuilder thrownByRank = new StringBuilder();
+                byRank.forEach((rank, t) -> thrownByRank.append("\n  rank ").append(rank).append(": ").append(describe(t)));
                 throw new AssertionFailedError(round.where() + ": the pack did not end within " + limit
-                        + "; where its threads were:\n  " + String.join("\n  ", Packs.fullStacks()));
+                        + "; where its threads were:\n  " + String.join("\n  ", Packs.fullStacks())
+                        + "\nwhat the ranks that ended threw:" + (thrownByRank.isEmpty() ? " nothing" : thrownByRank));
             }
         } finally {
             injection.close();

@@ -198,27 +198,48 @@ final class PackState {
         }
         // The failing rank's own communicator last: its abort may wait for the peers' copies (see
         // awaitReadsDrained), which the peers' aborts let finish when a collective is stuck.
-        for (int r = 0; r < toAbort.length; r++) {
-            if (r != rank && toAbort[r] != null) {
-                toAbort[r].abort(reason(failed));
+        try {
+            for (int r = 0; r < toAbort.length; r++) {
+                if (r != rank) {
+                    abortQuietly(toAbort[r], failed);
+                }
             }
-        }
-        if (rank >= 0 && rank < toAbort.length && toAbort[rank] != null) {
-            toAbort[rank].abort(reason(failed));
-        }
-        // User code of the other ranks may wait for this rank outside jnccl (a queue, a latch, a
-        // sleep): the interrupt ends such waits, as executors cancel tasks. After the aborts, so that
-        // a rank interrupted inside a jnccl wait finds its communicator aborted and says why.
-        // Under the lock, and only threads still in their work: a rank that has left it (working(r,
-        // false) takes the lock too) is closing, and an interrupt there would cut its waits short.
-        synchronized (lock) {
-            for (Thread thread : working) {
-                if (thread != null && thread != Thread.currentThread()) {
-                    thread.interrupt();
+            if (rank >= 0 && rank < toAbort.length) {
+                abortQuietly(toAbort[rank], failed);
+            }
+        } finally {
+            // User code of the other ranks may wait for this rank outside jnccl (a queue, a latch, a
+            // sleep): the interrupt ends such waits, as executors cancel tasks. After the aborts, so
+            // that a rank interrupted inside a jnccl wait finds its communicator aborted and says why;
+            // and whatever the aborts did, or every rank waiting outside jnccl would wait on.
+            // Under the lock, and only threads still in their work: a rank that has left it (working(r,
+            // false) takes the lock too) is closing, and an interrupt there would cut its waits short.
+            synchronized (lock) {
+                for (Thread thread : working) {
+                    if (thread != null && thread != Thread.currentThread()) {
+                        thread.interrupt();
+                    }
                 }
             }
         }
         return true;
+    }
+
+    /**
+     * Aborts {@code communicator} (null: none) for the pack's failure. An abort that throws is
+     * logged and the next one goes on: each rank's communicator is aborted and each rank released
+     * whatever one abort did, and the failure the ranks report stays the pack's first.
+     */
+    private static void abortQuietly(Communicator communicator, Failure failed) {
+        if (communicator == null) {
+            return;
+        }
+        try {
+            communicator.abort(reason(failed));
+        } catch (RuntimeException e) {
+            LOG.warn("rank {}: aborting its communicator for the pack's failure failed; the pack goes on releasing"
+                    + " its ranks", communicator.rank(), e);
+        }
     }
 
     /**
