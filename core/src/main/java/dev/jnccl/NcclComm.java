@@ -68,6 +68,13 @@ final class NcclComm {
     private final Arena arena = Arena.ofShared();
     private final MemorySegment asyncErrorSlot;
     private final MemorySegment childSlot;
+    /**
+     * Held around each finalize, destroy and abort of the handles (with the fields that name them):
+     * an abort from another thread while the lock's holder closes (abort under the holder) then
+     * never hands NCCL a communicator the close is finalizing or destroying, nor destroys one the
+     * close is using; whichever comes second finds the fields cleared. Never held across a wait.
+     */
+    private final Object handleUse = new Object();
 
     /** The non-blocking communicator (both modes); null once aborted or destroyed. */
     private volatile MemorySegment parent;
@@ -638,30 +645,40 @@ final class NcclComm {
     }
 
     private String finalizeAndDestroyIdle(long deadlineNanos, Duration timeout) {
-        MemorySegment blocking = child;
-        if (blocking != null) {
-            int status = asyncError(blocking);
-            if (status != SUCCESS) {
-                return "close: the blocking communicator reports " + status + " (" + Native.ncclErrorText(status) + ")";
-            }
-            releaseUserState(blocking);
-            int result = Nccl.ncclCommFinalize(blocking);
-            if (result != SUCCESS) {
-                return "close: ncclCommFinalize of the blocking communicator failed: "
-                        + failure(result, "ncclCommFinalize", blocking).getMessage();
-            }
-            child = null;
-            result = Nccl.ncclCommDestroy(blocking);
-            if (result != SUCCESS) {
-                LOG.warn("rank {}: ncclCommDestroy of the blocking communicator returned {} ({})", rank, result,
-                        Native.ncclErrorText(result));
+        synchronized (handleUse) {
+            MemorySegment blocking = child;
+            if (blocking != null) {
+                int status = asyncError(blocking);
+                if (status != SUCCESS) {
+                    return "close: the blocking communicator reports " + status + " (" + Native.ncclErrorText(status)
+                            + ")";
+                }
+                releaseUserState(blocking);
+                int result = Nccl.ncclCommFinalize(blocking);
+                if (result != SUCCESS) {
+                    return "close: ncclCommFinalize of the blocking communicator failed: "
+                            + failure(result, "ncclCommFinalize", blocking).getMessage();
+                }
+                child = null;
+                result = Nccl.ncclCommDestroy(blocking);
+                if (result != SUCCESS) {
+                    LOG.warn("rank {}: ncclCommDestroy of the blocking communicator returned {} ({})", rank, result,
+                            Native.ncclErrorText(result));
+                }
             }
         }
-        MemorySegment handle = parent;
-        if (mode != CommunicatorMode.BLOCKING_SPLIT) {
-            releaseUserState(handle);
+        MemorySegment handle;
+        int result;
+        synchronized (handleUse) {
+            handle = parent;
+            if (handle == null) {
+                return ABORTED_MEANWHILE;
+            }
+            if (mode != CommunicatorMode.BLOCKING_SPLIT) {
+                releaseUserState(handle);
+            }
+            result = Nccl.ncclCommFinalize(handle);
         }
-        int result = Nccl.ncclCommFinalize(handle);
         while (result == IN_PROGRESS) {
             if (Deadlines.passed(deadlineNanos)) {
                 return "close: ncclCommFinalize did not finish within " + Deadlines.toMillis(timeout)
@@ -671,19 +688,32 @@ final class NcclComm {
                 return "close: interrupted while ncclCommFinalize was in progress";
             }
             Backoff.park(POLL_NANOS);
-            result = asyncError(handle);
+            synchronized (handleUse) {
+                if (parent != handle) {
+                    return ABORTED_MEANWHILE;
+                }
+                result = asyncError(handle);
+            }
         }
-        if (result != SUCCESS) {
-            return "close: ncclCommFinalize failed: " + failure(result, "ncclCommFinalize", handle).getMessage();
+        synchronized (handleUse) {
+            if (parent != handle) {
+                return ABORTED_MEANWHILE;
+            }
+            if (result != SUCCESS) {
+                return "close: ncclCommFinalize failed: " + failure(result, "ncclCommFinalize", handle).getMessage();
+            }
+            parent = null;
+            result = Nccl.ncclCommDestroy(handle);
         }
-        parent = null;
-        result = Nccl.ncclCommDestroy(handle);
         if (result != SUCCESS) {
             LOG.warn("rank {}: ncclCommDestroy returned {} ({})", rank, result, Native.ncclErrorText(result));
         }
         arena.close();
         return null;
     }
+
+    /** What close says when an abort from another thread took the handles while it finalized them. */
+    private static final String ABORTED_MEANWHILE = "close: the communicator was aborted meanwhile";
 
     /**
      * ncclCommAbort of the child, then of the parent: work in flight ends, peers waiting for this
@@ -792,6 +822,12 @@ final class NcclComm {
     }
 
     private void abortHandles() {
+        synchronized (handleUse) {
+            abortHandlesInUse();
+        }
+    }
+
+    private void abortHandlesInUse() {
         // Clear the fields first: a thread that comes back from NCCL must see the communicator gone.
         MemorySegment blocking = child;
         MemorySegment nonBlocking = parent;
