@@ -5,7 +5,7 @@ import static java.lang.foreign.ValueLayout.JAVA_INT;
 import static java.lang.foreign.ValueLayout.JAVA_LONG;
 
 import dev.jnccl.bindings.NcclConfigs;
-import dev.jnccl.bindings.NcclRootedCollectives;
+import dev.jnccl.bindings.NcclBufferCalls;
 import dev.jnccl.bindings.NcclRedOps;
 import dev.jnccl.bindings.nccl.Nccl;
 import dev.jnccl.bindings.nccl.ncclConfig_t;
@@ -395,14 +395,14 @@ final class NcclComm {
     /** ncclAllGather of {@code shard} into {@code full} on {@code stream}. */
     void allGather(DeviceTensor shard, DeviceTensor full, CudaStream stream) {
         MemorySegment work = work("ncclAllGather");
-        check(Nccl.ncclAllGather(segment(shard.address()), segment(full.address()), shard.count(),
+        check(NcclBufferCalls.ncclAllGather(shard.address(), full.address(), shard.count(),
                 NcclTypes.of(shard.dtype()), work, stream.handle()), "ncclAllGather", work);
     }
 
     /** ncclReduceScatter of {@code tensor} into {@code shard} (this rank's shard for in place). */
     void reduceScatter(DeviceTensor tensor, DeviceTensor shard, int ncclOp, CudaStream stream) {
         MemorySegment work = work("ncclReduceScatter");
-        check(Nccl.ncclReduceScatter(segment(tensor.address()), segment(shard.address()), shard.count(),
+        check(NcclBufferCalls.ncclReduceScatter(tensor.address(), shard.address(), shard.count(),
                 NcclTypes.of(tensor.dtype()), ncclOp, work, stream.handle()), "ncclReduceScatter", work);
     }
 
@@ -414,68 +414,68 @@ final class NcclComm {
         MemorySegment work = work("ncclReduceScatter");
         long shardCount = tensor.count() / worldSize;
         long shardAddress = tensor.address() + rank * shardCount * tensor.dtype().size();
-        check(Nccl.ncclReduceScatter(segment(tensor.address()), segment(shardAddress), shardCount,
+        check(NcclBufferCalls.ncclReduceScatter(tensor.address(), shardAddress, shardCount,
                 NcclTypes.of(tensor.dtype()), ncclOp, work, stream.handle()), "ncclReduceScatter", work);
     }
 
     /** In-place ncclAllReduce of {@code tensor}. */
     void allReduce(DeviceTensor tensor, int ncclOp, CudaStream stream) {
         MemorySegment work = work("ncclAllReduce");
-        check(Nccl.ncclAllReduce(segment(tensor.address()), segment(tensor.address()), tensor.count(),
+        check(NcclBufferCalls.ncclAllReduce(tensor.address(), tensor.address(), tensor.count(),
                 NcclTypes.of(tensor.dtype()), ncclOp, work, stream.handle()), "ncclAllReduce", work);
     }
 
     /** In-place ncclBroadcast of {@code tensor} from {@code root}. */
     void broadcast(DeviceTensor tensor, int root, CudaStream stream) {
         MemorySegment work = work("ncclBroadcast");
-        check(Nccl.ncclBroadcast(segment(tensor.address()), segment(tensor.address()), tensor.count(),
+        check(NcclBufferCalls.ncclBroadcast(tensor.address(), tensor.address(), tensor.count(),
                 NcclTypes.of(tensor.dtype()), root, work, stream.handle()), "ncclBroadcast", work);
     }
 
     /**
      * ncclAlltoAll from {@code send} into {@code recv} ({@code count} elements per peer). Only when
-     * the loaded NCCL has it ({@code NcclFeature.ALL_TO_ALL}): the generated binding links lazily.
+     * the loaded NCCL has it ({@code NcclFeature.ALL_TO_ALL}): the binding links on first use.
      */
     void allToAll(DeviceTensor send, DeviceTensor recv, long count, CudaStream stream) {
         MemorySegment work = work("ncclAlltoAll");
-        check(Nccl.ncclAlltoAll(segment(send.address()), segment(recv.address()), count,
+        check(NcclBufferCalls.ncclAlltoAll(send.address(), recv.address(), count,
                 NcclTypes.of(send.dtype()), work, stream.handle()), "ncclAlltoAll", work);
     }
 
     /** Out-of-place ncclAllReduce of {@code src} into {@code dst}. */
     void allReduce(DeviceTensor src, DeviceTensor dst, int ncclOp, CudaStream stream) {
         MemorySegment work = work("ncclAllReduce");
-        check(Nccl.ncclAllReduce(segment(src.address()), segment(dst.address()), dst.count(),
+        check(NcclBufferCalls.ncclAllReduce(src.address(), dst.address(), dst.count(),
                 NcclTypes.of(dst.dtype()), ncclOp, work, stream.handle()), "ncclAllReduce", work);
     }
 
     /** Out-of-place ncclBroadcast of the root's {@code src} into {@code dst}. */
     void broadcast(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
         MemorySegment work = work("ncclBroadcast");
-        check(Nccl.ncclBroadcast(segment(src.address()), segment(dst.address()), dst.count(),
+        check(NcclBufferCalls.ncclBroadcast(src.address(), dst.address(), dst.count(),
                 NcclTypes.of(dst.dtype()), root, work, stream.handle()), "ncclBroadcast", work);
     }
 
     /** ncclReduce of {@code src} into the root's {@code dst} (null on other ranks: NCCL does not use it there). */
     void reduce(DeviceTensor src, DeviceTensor dst, int ncclOp, int root, CudaStream stream) {
         MemorySegment work = work("ncclReduce");
-        check(Nccl.ncclReduce(segment(src.address()), dst == null ? MemorySegment.NULL : segment(dst.address()),
+        check(NcclBufferCalls.ncclReduce(src.address(), dst == null ? 0 : dst.address(),
                 src.count(), NcclTypes.of(src.dtype()), ncclOp, root, work, stream.handle()), "ncclReduce", work);
     }
 
     /** ncclGather of {@code src} into the root's {@code dst} (null elsewhere). Only with {@code NcclFeature.GATHER}. */
     void gather(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
         MemorySegment work = work("ncclGather");
-        check(NcclRootedCollectives.ncclGather(segment(src.address()),
-                dst == null ? MemorySegment.NULL : segment(dst.address()), src.count(), NcclTypes.of(src.dtype()),
+        check(NcclBufferCalls.ncclGather(src.address(),
+                dst == null ? 0 : dst.address(), src.count(), NcclTypes.of(src.dtype()),
                 root, work, stream.handle()), "ncclGather", work);
     }
 
     /** ncclScatter of the root's {@code src} (null elsewhere) into {@code dst}. Only with {@code NcclFeature.SCATTER}. */
     void scatter(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
         MemorySegment work = work("ncclScatter");
-        check(NcclRootedCollectives.ncclScatter(src == null ? MemorySegment.NULL : segment(src.address()),
-                segment(dst.address()), dst.count(), NcclTypes.of(dst.dtype()), root, work, stream.handle()),
+        check(NcclBufferCalls.ncclScatter(src == null ? 0 : src.address(),
+                dst.address(), dst.count(), NcclTypes.of(dst.dtype()), root, work, stream.handle()),
                 "ncclScatter", work);
     }
 
@@ -490,14 +490,14 @@ final class NcclComm {
     /** ncclSend of {@code count} elements at {@code address}: a block of a tensor, with no tensor object per call. */
     void send(long address, long count, DType dtype, int peer, CudaStream stream) {
         MemorySegment work = work("ncclSend");
-        check(Nccl.ncclSend(segment(address), count, NcclTypes.of(dtype), peer, work, stream.handle()), "ncclSend",
+        check(NcclBufferCalls.ncclSend(address, count, NcclTypes.of(dtype), peer, work, stream.handle()), "ncclSend",
                 work);
     }
 
     /** ncclRecv of {@code count} elements into {@code address}: see {@link #send(long, long, DType, int, CudaStream)}. */
     void recv(long address, long count, DType dtype, int peer, CudaStream stream) {
         MemorySegment work = work("ncclRecv");
-        check(Nccl.ncclRecv(segment(address), count, NcclTypes.of(dtype), peer, work, stream.handle()), "ncclRecv",
+        check(NcclBufferCalls.ncclRecv(address, count, NcclTypes.of(dtype), peer, work, stream.handle()), "ncclRecv",
                 work);
     }
 

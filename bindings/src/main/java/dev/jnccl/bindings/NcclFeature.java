@@ -22,9 +22,9 @@ public enum NcclFeature {
     FP8(2, 24),
     /** ncclAlltoAll (a library that reports 2.28 or newer but lacks the symbol does not have it). */
     ALL_TO_ALL(2, 28, "ncclAlltoAll"),
-    /** ncclGather (called through {@link NcclRootedCollectives}). */
+    /** ncclGather (called through {@link NcclBufferCalls}). */
     GATHER(2, 28, "ncclGather"),
-    /** ncclScatter (called through {@link NcclRootedCollectives}). */
+    /** ncclScatter (called through {@link NcclBufferCalls}). */
     SCATTER(2, 28, "ncclScatter");
 
     private final LibraryVersion since;

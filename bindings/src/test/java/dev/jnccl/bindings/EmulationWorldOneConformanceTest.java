@@ -132,8 +132,19 @@ class EmulationWorldOneConformanceTest {
                 assertNccl(invalid, Nccl.ncclBroadcast(a, b, 4, type, 0, comm, stream), "ncclBroadcast datatype " + type);
                 assertNccl(invalid, Nccl.ncclReduce(a, b, 4, type, sum, 0, comm, stream), "ncclReduce datatype " + type);
                 assertNccl(invalid, Nccl.ncclAlltoAll(a, b, 4, type, comm, stream), "ncclAlltoAll datatype " + type);
-                assertNccl(invalid, NcclRootedCollectives.ncclGather(a, b, 4, type, 0, comm, stream), "ncclGather datatype " + type);
-                assertNccl(invalid, NcclRootedCollectives.ncclScatter(a, b, 4, type, 0, comm, stream), "ncclScatter datatype " + type);
+                // The same functions through the hot path's address-taking downcalls.
+                long x = a.address();
+                long y = b.address();
+                assertNccl(invalid, NcclBufferCalls.ncclAllReduce(x, y, 4, type, sum, comm, stream), "ncclAllReduce (address) datatype " + type);
+                assertNccl(invalid, NcclBufferCalls.ncclReduceScatter(x, y, 4, type, sum, comm, stream), "ncclReduceScatter (address) datatype " + type);
+                assertNccl(invalid, NcclBufferCalls.ncclAllGather(x, y, 4, type, comm, stream), "ncclAllGather (address) datatype " + type);
+                assertNccl(invalid, NcclBufferCalls.ncclBroadcast(x, y, 4, type, 0, comm, stream), "ncclBroadcast (address) datatype " + type);
+                assertNccl(invalid, NcclBufferCalls.ncclReduce(x, y, 4, type, sum, 0, comm, stream), "ncclReduce (address) datatype " + type);
+                assertNccl(invalid, NcclBufferCalls.ncclAlltoAll(x, y, 4, type, comm, stream), "ncclAlltoAll (address) datatype " + type);
+                assertNccl(invalid, NcclBufferCalls.ncclGather(x, y, 4, type, 0, comm, stream), "ncclGather datatype " + type);
+                assertNccl(invalid, NcclBufferCalls.ncclScatter(x, y, 4, type, 0, comm, stream), "ncclScatter datatype " + type);
+                assertNccl(invalid, NcclBufferCalls.ncclSend(x, 4, type, 0, comm, stream), "ncclSend (address) datatype " + type);
+                assertNccl(invalid, NcclBufferCalls.ncclRecv(y, 4, type, 0, comm, stream), "ncclRecv (address) datatype " + type);
                 assertNccl(invalid, Nccl.ncclSend(a, 4, type, 0, comm, stream), "ncclSend datatype " + type);
                 assertNccl(invalid, Nccl.ncclRecv(b, 4, type, 0, comm, stream), "ncclRecv datatype " + type);
             }
@@ -220,8 +231,10 @@ class EmulationWorldOneConformanceTest {
         assertNccl(ok, Nccl.ncclBroadcast(none, none, 0, f32, 0, comm, stream), "ncclBroadcast count 0");
         assertNccl(ok, Nccl.ncclReduce(none, none, 0, f32, Nccl.ncclAvg(), 0, comm, stream), "ncclReduce count 0");
         assertNccl(ok, Nccl.ncclAlltoAll(none, none, 0, f32, comm, stream), "ncclAlltoAll count 0");
-        assertNccl(ok, NcclRootedCollectives.ncclGather(none, none, 0, f32, 0, comm, stream), "ncclGather count 0");
-        assertNccl(ok, NcclRootedCollectives.ncclScatter(none, none, 0, f32, 0, comm, stream), "ncclScatter count 0");
+        long nowhere = none.address();
+        assertNccl(ok, NcclBufferCalls.ncclAllReduce(nowhere, nowhere, 0, f32, Nccl.ncclSum(), comm, stream), "ncclAllReduce (address) count 0");
+        assertNccl(ok, NcclBufferCalls.ncclGather(nowhere, nowhere, 0, f32, 0, comm, stream), "ncclGather count 0");
+        assertNccl(ok, NcclBufferCalls.ncclScatter(nowhere, nowhere, 0, f32, 0, comm, stream), "ncclScatter count 0");
         cuda(CudaRuntime.cudaStreamSynchronize(stream), "cudaStreamSynchronize");
         assertNccl(ok, EmulationSupport.asyncError(comm), "ncclCommGetAsyncError after empty collectives");
     }
