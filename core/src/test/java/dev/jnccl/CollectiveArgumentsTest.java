@@ -186,5 +186,14 @@ class CollectiveArgumentsTest {
         assertArrayEquals(new long[] {5, 0, 7}, uneven.sendCounts());
         assertArrayEquals(new long[] {1, 0, 2}, uneven.recvCounts());
         assertEquals(12L * 4, uneven.bytes());
+        assertEquals(7, uneven.sendCount(2));
+        assertEquals(2, uneven.recvCount(2));
+        // A peer that is no rank: refused naming the method, the value and the range.
+        assertEquals("UnevenAllToAll.sendCount: peer 3 out of range [0, 3)",
+                assertThrows(IllegalArgumentException.class, () -> uneven.sendCount(3)).getMessage());
+        assertEquals("UnevenAllToAll.recvCount: peer -1 out of range [0, 3)",
+                assertThrows(IllegalArgumentException.class, () -> uneven.recvCount(-1)).getMessage());
+        assertEquals("UnevenAllToAll.sendBlock: peer 7 out of range [0, 3)",
+                assertThrows(IllegalArgumentException.class, () -> uneven.sendBlock(7)).getMessage());
     }
 }

@@ -334,9 +334,10 @@ public sealed interface Command {
          *
          * @param peer a rank
          * @return {@code sendCounts[peer]}
+         * @throws IllegalArgumentException when {@code peer} is not in {@code [0, world size)}
          */
         public long sendCount(int peer) {
-            return sendCounts[peer];
+            return sendCounts[requirePeer("sendCount", peer)];
         }
 
         /**
@@ -344,9 +345,10 @@ public sealed interface Command {
          *
          * @param peer a rank
          * @return {@code recvCounts[peer]}
+         * @throws IllegalArgumentException when {@code peer} is not in {@code [0, world size)}
          */
         public long recvCount(int peer) {
-            return recvCounts[peer];
+            return recvCounts[requirePeer("recvCount", peer)];
         }
 
         /**
@@ -356,7 +358,7 @@ public sealed interface Command {
          * @return the view of {@code send} sent to {@code peer}
          */
         public DeviceTensor sendBlock(int peer) {
-            return block(send, sendCounts, peer);
+            return block(send, sendCounts, requirePeer("sendBlock", peer));
         }
 
         /**
@@ -366,7 +368,16 @@ public sealed interface Command {
          * @return the view of {@code recv} received from {@code peer}
          */
         public DeviceTensor recvBlock(int peer) {
-            return block(recv, recvCounts, peer);
+            return block(recv, recvCounts, requirePeer("recvBlock", peer));
+        }
+
+        /** {@return {@code peer}} when it names a rank of the counts, else a refusal naming it and the range. */
+        private int requirePeer(String method, int peer) {
+            if (peer < 0 || peer >= sendCounts.length) {
+                throw new IllegalArgumentException("UnevenAllToAll." + method + ": peer " + peer
+                        + " out of range [0, " + sendCounts.length + ")");
+            }
+            return peer;
         }
 
         private static DeviceTensor block(DeviceTensor tensor, long[] counts, int peer) {
