@@ -4,6 +4,10 @@ import dev.jnccl.bindings.LoadedLibraries;
 import dev.jnccl.bindings.NcclFeature;
 import dev.jnccl.cuda.Cuda;
 import dev.jnccl.cuda.CudaStream;
+import dev.jnccl.cuda.DeviceMemory;
+import dev.jnccl.spi.Command.Kind;
+import dev.jnccl.spi.Command.RootOnly;
+import dev.jnccl.spi.Command.Shape;
 
 /**
  * The argument checks of one rank's {@link Communicator} and its transactions, made before any
@@ -103,5 +107,263 @@ final class Checks {
             throw new IllegalArgumentException(operation + ": stream is on device " + stream.device()
                     + ", the communicator of rank " + rank + " on device " + device);
         }
+    }
+
+    // ---------------------------------------------------------------- tensors
+
+    /**
+     * Checks that {@code tensor} is given and its memory, when known, is open: a freed buffer gives
+     * an exception naming the operation and the argument instead of a CUDA error or corrupted memory.
+     * Allocates nothing unless it throws.
+     *
+     * @throws NullPointerException  when {@code tensor} is null
+     * @throws IllegalStateException when its memory was closed
+     */
+    static void requireOpen(String operation, String argument, DeviceTensor tensor) {
+        if (tensor == null) {
+            throw new NullPointerException(operation + ": " + argument + " is null");
+        }
+        DeviceMemory memory = tensor.memory();
+        if (memory != null && memory.isClosed()) {
+            throw new IllegalStateException(operation + ": " + argument + " " + tensor + " views " + memory
+                    + (memory.isOwned() ? ", which was closed: its memory was freed"
+                            : ", which was closed: jnccl no longer uses the wrapped pointer"));
+        }
+    }
+
+    /** {@link #requireOpen}, and on this rank's device when the tensor knows its device (a raw address passes). */
+    void requireUsable(String operation, String argument, DeviceTensor tensor) {
+        requireOpen(operation, argument, tensor);
+        int actual = tensor.device();
+        if (actual != -1 && actual != device) {
+            throw new IllegalArgumentException(operation + ": " + argument + " is on device " + actual
+                    + " but the communicator of rank " + rank + " is on device " + device);
+        }
+    }
+
+    // ---------------------------------------------------------------- commands
+
+    /**
+     * Checks a command's arguments before anything native happens, from its kind's row: the
+     * buffers (given, open, on this device; null allowed off the root where only the root uses
+     * one), the op, the root or peer, the data types, the counts of the kind's shape, what the
+     * loaded NCCL supports, and that the buffers are in place or apart.
+     *
+     * @param kind   the collective
+     * @param single whether the caller passed one tensor (named "tensor"; in place)
+     * @return whether both buffers are there (false off the root for a root-only buffer)
+     */
+    boolean command(Kind kind, boolean single, DeviceTensor src, DeviceTensor dst, ReduceOp op, int target) {
+        String operation = kind.method();
+        String srcName = single ? "tensor" : kind.srcName();
+        String dstName = single ? "tensor" : kind.dstName();
+        if (kind.rootOnly() != RootOnly.SRC) {
+            requireUsable(operation, srcName, src);
+        }
+        if (!single && kind.rootOnly() != RootOnly.DST) {
+            requireUsable(operation, dstName, dst);
+        }
+        if (kind.reduces() && op == null) {
+            throw new NullPointerException(operation + ": op is null");
+        }
+        switch (kind.role()) {
+            case ROOT -> checkRoot(operation, target);
+            case PEER -> checkPeer(operation, target);
+            case NONE -> { }
+        }
+        boolean both = single || (kind.rootOnly() == RootOnly.SRC ? rootBuffer(operation, srcName, src, target)
+                : kind.rootOnly() != RootOnly.DST || rootBuffer(operation, dstName, dst, target));
+        DType dtype = (src != null ? src : dst).dtype();
+        if (single) {
+            requireDivisible(kind, src);
+        } else if (both) {
+            shape(kind, srcName, src, dstName, dst, kind.rootOnly() == RootOnly.NONE || target == rank);
+        }
+        if (kind.reduces()) {
+            checkReducible(operation, dtype, op);
+        } else {
+            checkSupported(operation, dtype);
+        }
+        return both;
+    }
+
+    /** The world-size slots of a one-tensor command: a whole number of elements per rank. */
+    private void requireDivisible(Kind kind, DeviceTensor tensor) {
+        Shape shape = kind.shape();
+        if ((shape == Shape.SCATTERED || kind == Kind.DESTRUCTIVE_ALL_TO_ALL) && tensor.count() % worldSize != 0) {
+            throw new IllegalArgumentException(kind.method() + ": " + tensor.count()
+                    + " elements not divisible by world size " + worldSize);
+        }
+    }
+
+    /** A root-only buffer: checked where given, refused when the root gives none; {@return whether given} */
+    private boolean rootBuffer(String operation, String argument, DeviceTensor tensor, int root) {
+        if (tensor == null) {
+            if (root == rank) {
+                throw new IllegalArgumentException(operation + ": " + argument + " is null on the root rank " + root
+                        + "; only ranks other than the root may pass null");
+            }
+            return false;
+        }
+        requireUsable(operation, argument, tensor);
+        return true;
+    }
+
+    /** The two buffers of an even kind: one type, the counts of its shape, in place or apart. */
+    private void shape(Kind kind, String srcName, DeviceTensor src, String dstName, DeviceTensor dst,
+                       boolean used) {
+        String operation = kind.method();
+        if (src.dtype() != dst.dtype()) {
+            throw new IllegalArgumentException(operation + ": " + srcName + " dtype " + src.dtype() + " differs from "
+                    + dstName + " dtype " + dst.dtype());
+        }
+        switch (kind.shape()) {
+            case SAME -> {
+                requireCount(operation, dstName, dst, src.count(), srcName);
+                apart(used, operation, srcName, src, dstName, dst, dst.address() == src.address(), true, " equal to ");
+            }
+            case SCATTERED -> {
+                requireWorldTimes(operation, srcName, src, dstName, dst);
+                apart(used, operation, srcName, src, dstName, dst, dst.address() == src.address() + rank * dst.bytes(),
+                        true, " this rank's slot of ");
+            }
+            case GATHERED -> {
+                requireWorldTimes(operation, dstName, dst, srcName, src);
+                apart(used, operation, srcName, src, dstName, dst, src.address() == dst.address() + rank * src.bytes(),
+                        false, " this rank's slot of ");
+            }
+            case EXCHANGED -> exchanged(operation, src, dst);
+            case ONE, COUNTED -> { }
+        }
+    }
+
+    /** All-to-all's buffers: one count, a whole number per rank, apart. */
+    private void exchanged(String operation, DeviceTensor send, DeviceTensor recv) {
+        if (send.count() != recv.count()) {
+            throw new IllegalArgumentException(operation + ": send has " + send.count() + " elements but recv has "
+                    + recv.count());
+        }
+        if (send.count() % worldSize != 0) {
+            throw new IllegalArgumentException(operation + ": " + send.count() + " elements not divisible by world size "
+                    + worldSize);
+        }
+        if (overlap(send, recv)) {
+            throw new IllegalArgumentException(operation + ": send " + send + " and recv " + recv
+                    + " overlap; use destructiveAllToAll for an in-place exchange");
+        }
+    }
+
+    /**
+     * Checks the counts of a counted kind, given as scratch copies (another thread may change the
+     * caller's arrays meanwhile): an uneven all-to-all's per-peer blocks, or an uneven all-gather's
+     * per-rank blocks of which this rank's is its whole source.
+     *
+     * @param sends the send counts, or null for the all-gather
+     */
+    void counted(Kind kind, DeviceTensor src, long[] sends, DeviceTensor dst, long[] recvs) {
+        String operation = kind.method();
+        String srcName = kind.srcName();
+        String dstName = kind.dstName();
+        if (src.dtype() != dst.dtype()) {
+            throw new IllegalArgumentException(operation + ": " + srcName + " dtype " + src.dtype() + " differs from "
+                    + dstName + " dtype " + dst.dtype());
+        }
+        if (sends != null) {
+            requireCounts(operation, "sendCounts", sends, srcName, src);
+        }
+        requireCounts(operation, sends == null ? "counts" : "recvCounts", recvs, dstName, dst);
+        if (sends != null) {
+            if (sends[rank] != recvs[rank]) {
+                throw new IllegalArgumentException(operation + ": sendCounts[" + rank + "] = " + sends[rank]
+                        + " (to this rank itself) must equal recvCounts[" + rank + "] = " + recvs[rank]);
+            }
+            if (overlap(src, dst)) {
+                throw new IllegalArgumentException(operation + ": " + srcName + " " + src + " and " + dstName + " "
+                        + dst + " overlap");
+            }
+            return;
+        }
+        if (recvs[rank] != src.count()) {
+            throw new IllegalArgumentException(operation + ": counts[" + rank + "] = " + recvs[rank]
+                    + " (this rank's block) must equal " + srcName + "'s " + src.count() + " elements");
+        }
+        long before = 0;
+        for (int q = 0; q < rank; q++) {
+            before += recvs[q];
+        }
+        apart(true, operation, srcName, src, dstName, dst, src.address() == dst.address() + before * dst.dtype().size(),
+                false, " this rank's block of ");
+    }
+
+    /** Each count in range and their running sum within the tensor. */
+    private static void requireCounts(String operation, String argument, long[] counts, String tensorName,
+                                      DeviceTensor tensor) {
+        long sum = 0;
+        for (int q = 0; q < counts.length; q++) {
+            if (counts[q] < 0) {
+                throw new IllegalArgumentException(operation + ": " + argument + "[" + q + "] = " + counts[q]
+                        + " out of range [0, " + tensor.count() + "]");
+            }
+            if (counts[q] > tensor.count() - sum) {
+                throw new IllegalArgumentException(operation + ": " + argument + " up to [" + q + "] sum past "
+                        + tensorName + "'s " + tensor.count() + " elements (" + argument + "[" + q + "] = " + counts[q]
+                        + " after " + sum + "; allowed [0, " + (tensor.count() - sum) + "])");
+            }
+            sum += counts[q];
+        }
+    }
+
+    /**
+     * {@return a world-size copy of {@code counts}} after checking its length: scratch array
+     * {@code which} of {@code buffer}, so that a call allocates nothing.
+     */
+    long[] countsCopy(String operation, String argument, long[] counts, CommandBuffer buffer, int which) {
+        if (counts == null) {
+            throw new NullPointerException(operation + ": " + argument + " is null");
+        }
+        if (counts.length != worldSize) {
+            throw new IllegalArgumentException(operation + ": " + argument + " has " + counts.length
+                    + " entries, expected world size " + worldSize);
+        }
+        long[] copy = buffer.countsScratch(which, worldSize);
+        System.arraycopy(counts, 0, copy, 0, worldSize);
+        return copy;
+    }
+
+    private static void requireCount(String operation, String argument, DeviceTensor tensor, long expected,
+                                     String expectedName) {
+        if (tensor.count() != expected) {
+            throw new IllegalArgumentException(operation + ": " + argument + " has " + tensor.count()
+                    + " elements, expected " + expectedName + "'s count " + expected);
+        }
+    }
+
+    private void requireWorldTimes(String operation, String wholeName, DeviceTensor whole, String partName,
+                                   DeviceTensor part) {
+        if (part.count() > Long.MAX_VALUE / worldSize || whole.count() != part.count() * worldSize) {
+            throw new IllegalArgumentException(operation + ": " + wholeName + " has " + whole.count()
+                    + " elements, expected " + partName + " " + part.count() + " x world size " + worldSize
+                    + (part.count() > Long.MAX_VALUE / worldSize ? "" : " = " + part.count() * worldSize));
+        }
+    }
+
+    /**
+     * Refuses buffers that overlap without being in place ({@code inPlace}: the kind's in-place rule
+     * holds), where they are {@code used} (a root-only buffer is not, off the root). The rule reads
+     * "dst this rank's slot of src" ({@code dstIsPart}) or "src this rank's slot of dst", made only
+     * when refused: the hot path builds no text.
+     */
+    private static void apart(boolean used, String operation, String srcName, DeviceTensor src, String dstName,
+                              DeviceTensor dst, boolean inPlace, boolean dstIsPart, String relation) {
+        if (used && !inPlace && overlap(src, dst)) {
+            String rule = dstIsPart ? dstName + relation + srcName : srcName + relation + dstName;
+            throw new IllegalArgumentException(operation + ": " + srcName + " " + src + " and " + dstName + " " + dst
+                    + " overlap but are not in place (in place needs " + rule + "; otherwise they must not overlap)");
+        }
+    }
+
+    static boolean overlap(DeviceTensor a, DeviceTensor b) {
+        return a.bytes() > 0 && b.bytes() > 0 && a.address() < b.address() + b.bytes()
+                && b.address() < a.address() + a.bytes();
     }
 }

@@ -2,16 +2,21 @@ package dev.jnccl;
 
 import dev.jnccl.bindings.LibraryVersion;
 import dev.jnccl.bindings.LoadedLibraries;
-import dev.jnccl.bindings.NcclFeature;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.spi.Command;
+import dev.jnccl.spi.Command.Group;
+import dev.jnccl.spi.Command.Kind;
 import dev.jnccl.spi.Transport;
 import java.util.List;
 
 /**
  * Enqueues a transaction's commands on the comms stream, for one {@link Communicator} (which holds
- * its lock meanwhile): each command is offered to the launcher's {@link Transport} first, and what
- * it does not take goes into NCCL here.
+ * its lock meanwhile), as each command's {@link Kind} row says: its {@link Group} decides the NCCL
+ * group it runs in; each command is offered to the launcher's {@link Transport} first, and what it
+ * does not take goes into NCCL here: one NCCL call of the kind's function (through
+ * {@link NcclComm#call}, the table from kind to function) with the buffers as NCCL takes them, or,
+ * for the kinds NCCL has no one function for (or the loaded NCCL lacks), their sends, receives or
+ * broadcasts.
  */
 final class CommandRunner {
     private final NcclComm comm;
@@ -58,54 +63,6 @@ final class CommandRunner {
         this.rounds = AllToAllSchedule.rounds(rank, worldSize);
     }
 
-    /**
-     * NCCL before 2.30 runs a reduction with a pre-multiplied sum on a single rank as one kernel
-     * (src/device/onerank.cu) whose blocks each take {@code count / blocks} elements rounded <em>down</em>
-     * before the 16-byte alignment, so up to {@code blocks - 1} (at most 31) elements at the end are
-     * neither scaled nor written; NCCL 2.30 rounds up. Returns how many leading elements that kernel
-     * covers for {@code count} elements of {@code elementSize} bytes: the rest needs a call of its
-     * own, which fits one block (at most 31 elements, under 16 KiB) and is covered whole.
-     */
-    static long oneRankPreMulSumCovers(long count, int elementSize) {
-        long perPack = 16 / elementSize;
-        long blocks = Math.min(32, Math.ceilDiv(count * elementSize, 16 << 10));
-        if (blocks <= 1) {
-            return count;
-        }
-        long perBlock = Math.ceilDiv(count / blocks, perPack) * perPack;
-        return Math.min(count, blocks * perBlock);
-    }
-
-    /**
-     * After a reducing command with a scaled sum on one rank, where the loaded NCCL leaves a tail
-     * (see {@link #oneRankPreMulSumCovers}): that tail as an all-reduce of its own, in the same group
-     * and on the same stream. On one rank NCCL runs every reduction (all-reduce, reduce-scatter,
-     * reduce) as the same copy-and-scale of {@code src} into {@code dst}, and the first call left the
-     * tail untouched, so the result is what a correct NCCL gives, element for element.
-     */
-    private void oneRankScaledSumTail(Command command) {
-        switch (command) {
-            case Command.AllReduce a -> scaledSumTail(a.tensor(), a.tensor(), a.op());
-            case Command.ReduceScatter r -> scaledSumTail(r.tensor(), r.tensor(), r.op());
-            case Command.AllReduceOutOfPlace a -> scaledSumTail(a.src(), a.dst(), a.op());
-            case Command.ReduceScatterOutOfPlace r -> scaledSumTail(r.src(), r.dst(), r.op());
-            case Command.Reduce r -> scaledSumTail(r.src(), r.dst(), r.op());
-            default -> { }
-        }
-    }
-
-    private void scaledSumTail(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
-        if (op.kind() != ReduceOp.Kind.SCALED_SUM) {
-            return;
-        }
-        long count = dst.count();
-        long covered = oneRankPreMulSumCovers(count, dst.dtype().size());
-        if (covered < count) {
-            comm.allReduce(src.slice(covered, count - covered), dst.slice(covered, count - covered),
-                    ncclOp(op, dst.dtype()), stream);
-        }
-    }
-
     void forceAllToAllBySendRecv() {
         allToAllBySendRecv = true;
     }
@@ -119,125 +76,191 @@ final class CommandRunner {
     }
 
     /**
-     * The commands as one NCCL group, then each all-to-all (and each other collective NCCL runs as
-     * point-to-point traffic: gather, scatter, the uneven all-to-all) in command order: a plain one
-     * as its own group, a destructive one as its ordered rounds. Apart from the transaction's sends
-     * and receives, such a collective (point-to-point traffic in NCCL's ncclAlltoAll, ncclGather
-     * and ncclScatter, or in the send/recv fallbacks) can never be paired with them, whatever order
-     * the ranks added them in.
+     * The commands of {@link Group#TRANSACTION} as one NCCL group, then the others in command
+     * order: each of {@link Group#OWN} as a group of its own, each of {@link Group#ROUNDS} as its
+     * ordered rounds. Point-to-point traffic underneath a collective (NCCL's all-to-all, gather and
+     * scatter, or the sends and receives standing in for them) can so never pair with the
+     * transaction's own sends and receives, whatever order the ranks added them in.
      */
     void run(List<Command> commands) {
         // Indexed loops and preallocated group bodies: the hot path allocates no iterator or lambda.
-        boolean grouped = false;
-        for (int i = 0; i < commands.size(); i++) {
-            Command command = commands.get(i);
-            if (!(command instanceof Command.DestructiveAllToAll || isOwnGroup(command))) {
-                grouped = true;
-                break;
-            }
-        }
-        if (grouped) {
-            running = commands;
-            try {
-                comm.group(groupedBody);
-            } finally {
-                running = null;
-            }
-        }
-        for (int i = 0; i < commands.size(); i++) {
-            Command command = commands.get(i);
-            if (isOwnGroup(command)) {
-                running = commands;
-                runningIndex = i;
-                try {
-                    comm.group(ownGroupBody);
-                } finally {
-                    running = null;
+        running = commands;
+        try {
+            for (int i = 0; i < commands.size(); i++) {
+                if (commands.get(i).kind().group() == Group.TRANSACTION) {
+                    comm.group(groupedBody);
+                    break;
                 }
-            } else if (command instanceof Command.DestructiveAllToAll allToAll) {
-                runAllToAll(allToAll.tensor()); // always NCCL: the rounds' order is what makes it safe
             }
+            for (int i = 0; i < commands.size(); i++) {
+                Command command = commands.get(i);
+                switch (command.kind().group()) {
+                    case OWN -> {
+                        runningIndex = i;
+                        comm.group(ownGroupBody);
+                    }
+                    case ROUNDS -> runAllToAll(command.src());
+                    case TRANSACTION -> { }
+                }
+            }
+        } finally {
+            running = null;
         }
     }
 
-    /** The body of the transaction's one group: every command that runs in it. */
+    /** The body of the transaction's one group: every command of {@link Group#TRANSACTION}. */
     private void runGrouped() {
         List<Command> commands = running;
         for (int i = 0; i < commands.size(); i++) {
             Command command = commands.get(i);
-            if (!(isOwnGroup(command) || command instanceof Command.DestructiveAllToAll)
-                    && !transport.enqueue(command, stream)) {
-                nccl(command);
+            if (command.kind().group() == Group.TRANSACTION) {
+                enqueue(command);
             }
         }
     }
 
     /** The body of a group of its own: command {@link #runningIndex}. */
     private void runOwnGroup() {
-        Command command = running.get(runningIndex);
-        if (!transport.enqueue(command, stream)) {
-            nccl(command);
+        enqueue(running.get(runningIndex));
+    }
+
+    /** One command, inside the open group: the transport's, or NCCL's. */
+    private void enqueue(Command command) {
+        if (transport.enqueue(command, stream)) {
+            return;
+        }
+        Kind kind = command.kind();
+        switch (kind) {
+            case ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, REDUCE, SEND, RECV -> direct(command);
+            case GATHER, SCATTER, ALL_TO_ALL -> {
+                if (libraries.supports(kind.feature()) && !allToAllBySendRecv) {
+                    direct(command);
+                } else {
+                    bySendRecv(command); // an NCCL before the function's feature
+                }
+            }
+            case UNEVEN_ALL_TO_ALL -> bySendRecv(command);
+            case ALL_GATHER_V -> byBroadcasts(command);
+            case DESTRUCTIVE_ALL_TO_ALL -> throw new IllegalStateException(
+                    "a destructive all-to-all runs in rounds, not in a group: " + command);
         }
     }
 
-    /** The collectives that are point-to-point traffic underneath, each run in a group of its own. */
-    private static boolean isOwnGroup(Command command) {
-        return command instanceof Command.AllToAll || command instanceof Command.UnevenAllToAll
-                || command instanceof Command.Gather || command instanceof Command.Scatter;
-    }
-
-    /** One command into NCCL, inside the open group. */
-    private void nccl(Command command) {
-        ncclCall(command);
-        if (oneRankTailSplit) {
-            oneRankScaledSumTail(command);
+    /**
+     * The command as the one NCCL call of its kind, its buffers as NCCL takes them: in place, the
+     * receive buffer is this rank's slot of the send buffer (scattered) or the same buffer; counts
+     * are per rank where NCCL's are; a buffer only the root uses is 0 elsewhere.
+     */
+    private void direct(Command command) {
+        Kind kind = command.kind();
+        DeviceTensor src = command.src();
+        DeviceTensor dst = command.dst();
+        long count = switch (kind.shape()) {
+            case SCATTERED -> dst != null && dst != src ? dst.count() : src.count() / worldSize;
+            case EXCHANGED -> src.count() / worldSize;
+            case ONE, SAME, GATHERED, COUNTED -> (src != null ? src : dst).count();
+        };
+        long send = src == null ? 0 : src.address();
+        long recv = dst == null ? 0 : dst.address();
+        if (kind.shape() == Command.Shape.SCATTERED && dst == src) { // one tensor: this rank's slot receives
+            recv += rank * count * src.dtype().size();
+        }
+        int op = kind.reduces() ? ncclOp(command.op(), command.dtype()) : 0;
+        int target = kind.role() == Command.Role.PEER ? command.peer() : Math.max(command.root(), 0);
+        comm.call(kind, send, recv, count, command.dtype(), op, target, stream);
+        if (oneRankTailSplit && kind.reduces() && command.op().kind() == ReduceOp.Kind.SCALED_SUM) {
+            scaledSumTail(send, recv, count, command.dtype(), op);
         }
     }
 
-    private void ncclCall(Command command) {
-        switch (command) {
-            case Command.AllGather gather -> comm.allGather(gather.shard(), gather.full(), stream);
-            // In place in NCCL's sense: the receive buffer is this rank's shard of the send buffer.
-            case Command.ReduceScatter scatter -> comm.reduceScatterInPlace(scatter.tensor(),
-                    ncclOp(scatter.op(), scatter.tensor().dtype()), stream);
-            case Command.AllReduce allReduce -> comm.allReduce(allReduce.tensor(),
-                    ncclOp(allReduce.op(), allReduce.tensor().dtype()), stream);
-            case Command.Broadcast broadcast -> comm.broadcast(broadcast.tensor(), broadcast.root(), stream);
-            case Command.Send send -> comm.send(send.tensor(), send.peer(), stream);
-            case Command.Recv recv -> comm.recv(recv.tensor(), recv.peer(), stream);
-            case Command.AllToAll allToAll -> allToAll(allToAll);
-            case Command.AllReduceOutOfPlace a ->
-                    comm.allReduce(a.src(), a.dst(), ncclOp(a.op(), a.src().dtype()), stream);
-            case Command.ReduceScatterOutOfPlace r ->
-                    comm.reduceScatter(r.src(), r.dst(), ncclOp(r.op(), r.src().dtype()), stream);
-            case Command.BroadcastOutOfPlace b -> comm.broadcast(b.src(), b.dst(), b.root(), stream);
-            case Command.Reduce r -> comm.reduce(r.src(), r.dst(), ncclOp(r.op(), r.src().dtype()), r.root(), stream);
-            case Command.Gather gather -> gather(gather);
-            case Command.Scatter scatter -> scatter(scatter);
-            case Command.UnevenAllToAll allToAll -> unevenAllToAll(allToAll);
-            case Command.DestructiveAllToAll allToAll -> throw new IllegalStateException(
-                    "a destructive all-to-all runs in rounds, not in a group: " + allToAll);
+    /**
+     * NCCL's single-rank scaled sum (before 2.30) leaves a tail (see {@link #oneRankPreMulSumCovers}):
+     * that tail as an all-reduce of its own, in the same group and on the same stream. On one rank
+     * NCCL runs every reduction (all-reduce, reduce-scatter, reduce) as the same copy-and-scale of
+     * the send buffer into the receive buffer, so the result is what a correct NCCL gives.
+     */
+    private void scaledSumTail(long send, long recv, long count, DType dtype, int op) {
+        long covered = oneRankPreMulSumCovers(count, dtype.size());
+        if (covered < count) {
+            long skip = covered * dtype.size();
+            comm.call(Kind.ALL_REDUCE, send + skip, recv + skip, count - covered, dtype, op, 0, stream);
         }
     }
 
-    /** The uneven all-to-all as a send and a receive per rank with a non-empty block, addressed in place. */
-    private void unevenAllToAll(Command.UnevenAllToAll allToAll) {
-        DeviceTensor send = allToAll.send();
-        DeviceTensor recv = allToAll.recv();
-        long elementSize = send.dtype().size();
-        long sendAt = send.address();
-        long recvAt = recv.address();
+    /**
+     * A point-to-point collective as a send and a receive per rank with a non-empty block, in the
+     * open group, addressed in place: the uneven all-to-all always, the all-to-all, gather and
+     * scatter where the loaded NCCL has no function for them. A rank's block to or from itself is
+     * skipped where it already is in place.
+     */
+    private void bySendRecv(Command command) {
+        DeviceTensor src = command.src();
+        DeviceTensor dst = command.dst();
+        DType dtype = command.dtype();
+        long size = dtype.size();
+        // Each block starts where the one before ended; a rank's blocks of the rooted kinds are
+        // empty where it sends or receives nothing, so the root's blocks land at their slots.
+        long sendAt = src == null ? 0 : src.address();
+        long recvAt = dst == null ? 0 : dst.address();
         for (int peer = 0; peer < worldSize; peer++) {
-            long out = allToAll.sendCount(peer);
-            long in = allToAll.recvCount(peer);
-            if (out > 0) {
-                comm.send(sendAt, out, send.dtype(), peer, stream);
+            long out = sendCount(command, peer);
+            long in = recvCount(command, peer);
+            boolean inPlace = peer == rank && out > 0 && sendAt == recvAt;
+            if (out > 0 && !inPlace) {
+                comm.call(Kind.SEND, sendAt, 0, out, dtype, 0, peer, stream);
             }
-            if (in > 0) {
-                comm.recv(recvAt, in, recv.dtype(), peer, stream);
+            if (in > 0 && !inPlace) {
+                comm.call(Kind.RECV, 0, recvAt, in, dtype, 0, peer, stream);
             }
-            sendAt += out * elementSize;
-            recvAt += in * elementSize;
+            sendAt += out * size;
+            recvAt += in * size;
+        }
+    }
+
+    /** Elements this rank sends to {@code peer} in {@link #bySendRecv}. */
+    private long sendCount(Command command, int peer) {
+        DeviceTensor src = command.src();
+        return switch (command.kind()) {
+            case GATHER -> peer == command.root() ? src.count() : 0;
+            case SCATTER -> rank == command.root() ? command.dst().count() : 0;
+            case UNEVEN_ALL_TO_ALL -> command.sendCount(peer);
+            case ALL_TO_ALL -> src.count() / worldSize; // a slot per rank
+            case ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, REDUCE, ALL_GATHER_V, DESTRUCTIVE_ALL_TO_ALL, SEND,
+                 RECV -> throw notPointToPoint(command);
+        };
+    }
+
+    /** Elements this rank receives from {@code peer} in {@link #bySendRecv}. */
+    private long recvCount(Command command, int peer) {
+        return switch (command.kind()) {
+            case GATHER -> rank == command.root() ? command.src().count() : 0;
+            case SCATTER -> peer == command.root() ? command.dst().count() : 0;
+            case UNEVEN_ALL_TO_ALL -> command.recvCount(peer);
+            case ALL_TO_ALL -> command.dst().count() / worldSize;
+            case ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, REDUCE, ALL_GATHER_V, DESTRUCTIVE_ALL_TO_ALL, SEND,
+                 RECV -> throw notPointToPoint(command);
+        };
+    }
+
+    private static IllegalStateException notPointToPoint(Command command) {
+        return new IllegalStateException("not run as sends and receives: " + command);
+    }
+
+    /**
+     * The uneven all-gather: one broadcast per rank with a non-empty block, from that rank into its
+     * block of every rank's destination, in the open group (as Megatron and vLLM build it on NCCL).
+     */
+    private void byBroadcasts(Command command) {
+        DeviceTensor dst = command.dst();
+        DType dtype = command.dtype();
+        long blockAt = dst.address();
+        for (int root = 0; root < worldSize; root++) {
+            long count = command.recvCount(root);
+            if (count > 0) {
+                long send = root == rank ? command.src().address() : blockAt;
+                comm.call(Kind.BROADCAST, send, blockAt, count, dtype, 0, root, stream);
+            }
+            blockAt += count * dtype.size();
         }
     }
 
@@ -260,63 +283,28 @@ final class CommandRunner {
         DeviceTensor tensor = roundTensor;
         long slotCount = tensor.count() / worldSize;
         long slotBytes = slotCount * tensor.dtype().size();
-        comm.send(tensor.address() + round.sendSlot() * slotBytes, slotCount, tensor.dtype(), round.sendPeer(), stream);
-        comm.recv(tensor.address() + round.recvSlot() * slotBytes, slotCount, tensor.dtype(), round.recvPeer(), stream);
+        comm.call(Kind.SEND, tensor.address() + round.sendSlot() * slotBytes, 0, slotCount, tensor.dtype(), 0,
+                round.sendPeer(), stream);
+        comm.call(Kind.RECV, 0, tensor.address() + round.recvSlot() * slotBytes, slotCount, tensor.dtype(), 0,
+                round.recvPeer(), stream);
     }
 
-    /** NCCL's all-to-all, or a send and a receive per rank where the loaded NCCL has none. */
-    private void allToAll(Command.AllToAll allToAll) {
-        if (libraries.supports(NcclFeature.ALL_TO_ALL) && !allToAllBySendRecv) {
-            comm.allToAll(allToAll.send(), allToAll.recv(), allToAll.send().count() / worldSize, stream);
-        } else {
-            allToAllBySendRecv(allToAll);
+    /**
+     * NCCL before 2.30 runs a reduction with a pre-multiplied sum on a single rank as one kernel
+     * (src/device/onerank.cu) whose blocks each take {@code count / blocks} elements rounded <em>down</em>
+     * before the 16-byte alignment, so up to {@code blocks - 1} (at most 31) elements at the end are
+     * neither scaled nor written; NCCL 2.30 rounds up. Returns how many leading elements that kernel
+     * covers for {@code count} elements of {@code elementSize} bytes: the rest needs a call of its
+     * own, which fits one block (at most 31 elements, under 16 KiB) and is covered whole.
+     */
+    static long oneRankPreMulSumCovers(long count, int elementSize) {
+        long perPack = 16 / elementSize;
+        long blocks = Math.min(32, Math.ceilDiv(count * elementSize, 16 << 10));
+        if (blocks <= 1) {
+            return count;
         }
-    }
-
-    /** NCCL's gather, or a send to the root and, on the root, a receive per rank (NCCL before 2.28). */
-    private void gather(Command.Gather gather) {
-        if (libraries.supports(NcclFeature.GATHER) && !allToAllBySendRecv) {
-            comm.gather(gather.src(), gather.dst(), gather.root(), stream);
-            return;
-        }
-        DeviceTensor src = gather.src();
-        boolean root = rank == gather.root();
-        DeviceTensor own = root ? gather.dst().shard(rank, worldSize) : null;
-        if (!root || own.address() != src.address()) { // in place the root's own slot is already there
-            comm.send(src, gather.root(), stream);
-        }
-        for (int peer = 0; root && peer < worldSize; peer++) {
-            if (peer != rank || own.address() != src.address()) {
-                comm.recv(gather.dst().shard(peer, worldSize), peer, stream);
-            }
-        }
-    }
-
-    /** NCCL's scatter, or, on the root, a send per rank and a receive from the root (NCCL before 2.28). */
-    private void scatter(Command.Scatter scatter) {
-        if (libraries.supports(NcclFeature.SCATTER) && !allToAllBySendRecv) {
-            comm.scatter(scatter.src(), scatter.dst(), scatter.root(), stream);
-            return;
-        }
-        DeviceTensor dst = scatter.dst();
-        boolean root = rank == scatter.root();
-        boolean inPlace = root && scatter.src().shard(rank, worldSize).address() == dst.address();
-        for (int peer = 0; root && peer < worldSize; peer++) {
-            if (peer != rank || !inPlace) {
-                comm.send(scatter.src().shard(peer, worldSize), peer, stream);
-            }
-        }
-        if (!inPlace) {
-            comm.recv(dst, scatter.root(), stream);
-        }
-    }
-
-    /** The all-to-all as a send and a receive of one slot per rank, in the open NCCL group (NCCL before 2.28). */
-    private void allToAllBySendRecv(Command.AllToAll allToAll) {
-        for (int peer = 0; peer < worldSize; peer++) {
-            comm.send(allToAll.send().shard(peer, worldSize), peer, stream);
-            comm.recv(allToAll.recv().shard(peer, worldSize), peer, stream);
-        }
+        long perBlock = Math.ceilDiv(count / blocks, perPack) * perPack;
+        return Math.min(count, blocks * perBlock);
     }
 
     /**

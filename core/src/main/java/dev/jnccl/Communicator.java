@@ -12,6 +12,7 @@ import dev.jnccl.internal.Deadlines;
 import dev.jnccl.internal.Pins;
 import dev.jnccl.internal.Resources;
 import dev.jnccl.spi.Command;
+import dev.jnccl.spi.Command.Kind;
 import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.Membership;
 import dev.jnccl.spi.Modes;
@@ -102,26 +103,8 @@ public final class Communicator implements AutoCloseable {
 
     private volatile State state = State.OPEN;
     private volatile String abortReason;
-    private long sequence;
-    /**
-     * The open transaction's number, 0 when none is open. Written under the native lock by the
-     * thread that owns it; volatile so that another thread using a handle gets the right message.
-     */
-    private volatile long openNumber;
-    /** The thread that began the open transaction (written before {@link #openNumber}). */
-    private Thread openOwner;
-    /** The event the open transaction's commands wait for. */
-    private CudaEvent openReady;
-    /** The open transaction's commands: one buffer, reused by every transaction of this communicator. */
-    private final CommandBuffer pending = new CommandBuffer();
-    /** The communicator's own handle of the open transaction, for the convenience operations. */
-    private final Transaction current;
-    /** How recent transactions ended, by number modulo the length: +number executed, -number closed unexecuted. */
-    private final long[] outcomes = new long[OUTCOMES];
-    /** How many transaction outcomes {@link #outcomes} remembers, for the messages of stale handles. */
-    private static final int OUTCOMES = 1024;
-    /** Transactions executed (counted as their enqueue starts), for the host side's view of how far this rank got. */
-    private volatile long executed;
+    /** The transactions: numbers, the open one, outcomes, how many were executed. */
+    private final TransactionLog log;
 
     /** A rank of a new communicator: see {@link Modes#communicator}. */
     private Communicator(UniqueId id, int rank, int worldSize, int device, CommunicatorOptions options,
@@ -142,7 +125,7 @@ public final class Communicator implements AutoCloseable {
         Objects.requireNonNull(options, "Communicator: options are null");
         Objects.requireNonNull(parts, "Communicator: parts are null");
         this.checks = new Checks(rank, worldSize, device);
-        this.current = new Transaction(this, Transaction.CURRENT); // after the checks, which it keeps
+        this.log = new TransactionLog(rank, this);
         this.libraries = checks.libraries();
         this.rank = rank;
         this.worldSize = worldSize;
@@ -179,7 +162,7 @@ public final class Communicator implements AutoCloseable {
         initEvent.commit(rank, worldSize, device, libraries.backend().id(), libraries.nccl().toString());
         watchdog = options.watchdogEnabled()
                 ? new Watchdog(rank, comm, stream, recorder, options.watchdogTimeout(), options.watchdogInterval(),
-                        () -> state == State.OPEN, this::abort, pendingNanos -> host.poll(executed, pendingNanos))
+                        () -> state == State.OPEN, this::abort, pendingNanos -> host.poll(log.executed(), pendingNanos))
                 : null;
     }
 
@@ -343,7 +326,7 @@ public final class Communicator implements AutoCloseable {
         if (ready.isClosed()) {
             throw closedReady(ready);
         }
-        return new Transaction(this, open("begin", ready));
+        return new Transaction(this, log, checks, log.open("begin", ready));
     }
 
     /** Out of line, as in {@link #requireUsable}: begin must stay small enough to inline. */
@@ -362,143 +345,24 @@ public final class Communicator implements AutoCloseable {
         nativeLock.lock();
         try {
             requireUsable("begin");
-            requireNoOpenTransaction("begin");
+            log.requireNoneOpen("begin");
             waitFor.record(transactionReady);
         } finally {
             nativeLock.unlock();
         }
-        return new Transaction(this, open("begin", transactionReady));
-    }
-
-    /** Opens a transaction on the calling thread; {@return its number}. */
-    private long open(String operation, CudaEvent ready) {
-        nativeLock.lock();
-        try {
-            requireUsable(operation);
-            requireNoOpenTransaction(operation);
-            long number = ++sequence;
-            pending.clear();
-            openReady = ready;
-            openOwner = Thread.currentThread();
-            openNumber = number;
-            return number;
-        } finally {
-            nativeLock.unlock();
-        }
-    }
-
-    private void requireNoOpenTransaction(String operation) {
-        long open = openNumber;
-        if (open != 0) {
-            throw stillOpen(operation, open);
-        }
-    }
-
-    private IllegalStateException stillOpen(String operation, long open) {
-        return new IllegalStateException(operation + ": transaction #" + open + " of rank " + rank
-                + " is still open; execute or close it first");
-    }
-
-    /** Ends the open transaction {@code number} (executed or discarded), if it is still the open one. */
-    private void transactionEnded(long number, boolean executed) {
-        nativeLock.lock();
-        try {
-            if (openNumber == number) {
-                outcomes[(int) (number % OUTCOMES)] = executed ? number : -number;
-                openNumber = 0;
-                openReady = null;
-                // openOwner stays: a handle used from another thread meanwhile may have read the number before.
-            }
-        } finally {
-            nativeLock.unlock();
-        }
-    }
-
-    // ---------------------------------------------------------------- transaction handles
-
-    /** {@return the communicator's own handle of the open transaction, which the users' handles delegate to} */
-    Transaction currentTransaction() {
-        return current;
-    }
-
-    /** {@return the open transaction's commands (for its handle)} */
-    CommandBuffer pendingCommands() {
-        return pending;
-    }
-
-    /** {@return the open transaction's number, 0 when none is open} */
-    long openTransactionNumber() {
-        return openNumber;
-    }
-
-    /** {@return whether the transaction of handle {@code number} is the open one} */
-    boolean isOpenTransaction(long number) {
-        long open = openNumber;
-        return open != 0 && (number == Transaction.CURRENT || number == open);
-    }
-
-    /**
-     * A command, execute or close of the transaction of handle {@code number}: it must be the open
-     * one, used from the thread that began it, on a usable communicator.
-     */
-    void requireOpenTransaction(String operation, long number) {
-        long open = openNumber;
-        if (open != 0 && (number == Transaction.CURRENT || number == open)) {
-            if (Thread.currentThread() != openOwner) {
-                throw wrongThread(operation, open);
-            }
-            requireUsable(operation);
-            return;
-        }
-        throw ended(operation, number);
-    }
-
-    private IllegalStateException wrongThread(String operation, long open) {
-        return new IllegalStateException(operation + ": transaction #" + open + " of rank " + rank
-                + " belongs to thread \"" + openOwner.getName() + "\" that began it; it was used from thread \""
-                + Thread.currentThread().getName() + "\"");
-    }
-
-    private IllegalStateException ended(String operation, long number) {
-        return new IllegalStateException(operation + ": transaction #" + number + " of rank " + rank + " "
-                + transactionOutcome(number));
-    }
-
-    /** {@return how transaction {@code number}, no longer open, ended, as the end of a sentence} */
-    String transactionOutcome(long number) {
-        long outcome = outcomes[(int) (Math.max(number, 0) % OUTCOMES)];
-        if (outcome == number) {
-            return "was already executed";
-        }
-        if (outcome == -number) {
-            return "was closed without executing";
-        }
-        return "has ended (executed or closed; transaction #" + sequence + " is the newest)";
-    }
-
-    /** A handle's close: discards the transaction {@code number} if it is still open; nothing otherwise. */
-    void closeTransaction(long number) {
-        long open = openNumber;
-        if (open == 0 || (number != Transaction.CURRENT && number != open)) {
-            return;
-        }
-        if (Thread.currentThread() != openOwner) {
-            throw wrongThread("close", open);
-        }
-        pending.clear();
-        transactionEnded(open, false);
+        return new Transaction(this, log, checks, log.open("begin", transactionReady));
     }
 
     /** Executes the open transaction (its handle checked it): see {@link Transaction#execute}. */
     void execute(CudaEvent signal) {
-        long number = openNumber;
-        CudaEvent ready = openReady;
+        long number = log.openNumber();
+        CudaEvent ready = log.openReady();
         // No event object while JFR does not record it: the hot path allocates nothing.
         Events.Transaction event = Events.transactionEnabled() ? new Events.Transaction() : null;
         if (event != null) {
             event.begin();
         }
-        CommandBuffer buffer = pending;
+        CommandBuffer buffer = log.commands();
         List<Command> executed = buffer.view();
         try {
             requireUsable("execute");
@@ -516,13 +380,13 @@ public final class Communicator implements AutoCloseable {
                 abort(e.getMessage()); // as onHost does
             }
             buffer.clear();
-            transactionEnded(number, true);
+            log.ended(number, true);
             throw e;
         }
         long graph;
         nativeLock.lock();
         try {
-            transactionEnded(number, true);
+            log.ended(number, true);
             requireUsable("execute");
             graph = enqueue(number, ready, signal, buffer, executed);
             if (LOG.isDebugEnabled() || (event != null && event.shouldCommit())) {
@@ -560,7 +424,7 @@ public final class Communicator implements AutoCloseable {
             // it, and a peer that closed after fewer will never join it (the watchdog's poll of the
             // host side). A captured transaction runs only in replays, each counted by launch.
             if (graph == 0) {
-                this.executed++; // only this thread, holding the lock, writes it
+                log.countExecuted();
             }
             commands.run(executed);
             transport.afterCommands(stream);
@@ -656,8 +520,7 @@ public final class Communicator implements AutoCloseable {
         nativeLock.lock();
         try {
             requireUsable("launch");
-            requireNoOpenTransaction("launch");
-            number = ++sequence;
+            number = log.nextNumber("launch");
             stream.record(transactionReady);
             this.stream.waitFor(transactionReady);
             try {
@@ -668,7 +531,7 @@ public final class Communicator implements AutoCloseable {
                 }
                 throw e;
             }
-            this.executed++;
+            log.countExecuted();
             recorder.addReplay(number, captured, graph.id());
             this.stream.record(commsDone);
             stream.waitFor(commsDone);
@@ -723,10 +586,7 @@ public final class Communicator implements AutoCloseable {
      * @param stream the stream the operation is ordered with
      */
     public void reduceScatter(DeviceTensor tensor, CudaStream stream) {
-        Objects.requireNonNull(tensor, "reduceScatter: tensor is null");
-        checks.requireStream("reduceScatter", stream);
-        runOrdered("reduceScatter", stream, tensor, ReduceOp.SUM, null, null, 0,
-                (transaction, t, op, unused, unusedD, i) -> transaction.addReduceScatter(t, op));
+        ordered(Kind.REDUCE_SCATTER, true, tensor, tensor, ReduceOp.SUM, 0, stream);
     }
 
     /**
@@ -737,13 +597,17 @@ public final class Communicator implements AutoCloseable {
      */
     public void reduceScatter(List<DeviceTensor> tensors, CudaStream stream) {
         Objects.requireNonNull(tensors, "reduceScatter: tensors is null");
-        checks.requireStream("reduceScatter", stream);
-        runOrdered("reduceScatter", stream, tensors, ReduceOp.SUM, null, null, 0,
-                (transaction, list, op, unused, unusedD, i) -> {
-                    for (int k = 0; k < list.size(); k++) { // indexed: no iterator per call
-                        transaction.addReduceScatter(list.get(k), op);
-                    }
-                });
+        long number = openOrdered("reduceScatter", stream);
+        try {
+            for (int k = 0; k < tensors.size(); k++) { // indexed: no iterator per call
+                DeviceTensor tensor = tensors.get(k);
+                Transaction.add(log, checks, Transaction.CURRENT, Kind.REDUCE_SCATTER, true, tensor, tensor, ReduceOp.SUM, 0);
+            }
+        } catch (RuntimeException | Error e) {
+            log.discard(number);
+            throw e;
+        }
+        executeOrdered("reduceScatter", number, stream);
     }
 
     /**
@@ -754,11 +618,7 @@ public final class Communicator implements AutoCloseable {
      * @param stream the stream the operation is ordered with
      */
     public void allReduce(DeviceTensor tensor, ReduceOp op, CudaStream stream) {
-        Objects.requireNonNull(tensor, "allReduce: tensor is null");
-        Objects.requireNonNull(op, "allReduce: op is null");
-        checks.requireStream("allReduce", stream);
-        runOrdered("allReduce", stream, tensor, op, null, null, 0,
-                (transaction, t, o, unused, unusedD, i) -> transaction.addAllReduce(t, o));
+        ordered(Kind.ALL_REDUCE, true, tensor, tensor, op, 0, stream);
     }
 
     /**
@@ -770,10 +630,7 @@ public final class Communicator implements AutoCloseable {
      * @param stream the stream the operation is ordered with
      */
     public void broadcast(DeviceTensor tensor, int root, CudaStream stream) {
-        checks.requireStream("broadcast", stream);
-        checks.checkRoot("broadcast", root);
-        runOrdered("broadcast", stream, tensor, null, null, null, root,
-                (transaction, t, unused, unused2, unusedD, r) -> transaction.addBroadcast(t, r));
+        ordered(Kind.BROADCAST, true, tensor, tensor, null, root, stream);
     }
 
     /**
@@ -785,9 +642,7 @@ public final class Communicator implements AutoCloseable {
      * @param stream the stream the operation is ordered with
      */
     public void allToAll(DeviceTensor send, DeviceTensor recv, CudaStream stream) {
-        checks.requireStream("allToAll", stream);
-        runOrdered("allToAll", stream, send, recv, null, null, 0,
-                (transaction, s, r, unused, unusedD, i) -> transaction.addAllToAll(s, r));
+        ordered(Kind.ALL_TO_ALL, false, send, recv, null, 0, stream);
     }
 
     /**
@@ -800,9 +655,7 @@ public final class Communicator implements AutoCloseable {
      * @param stream the stream the operation is ordered with
      */
     public void allReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, CudaStream stream) {
-        checks.requireStream("allReduce", stream);
-        runOrdered("allReduce", stream, src, dst, op, null, 0,
-                (transaction, s, d, o, unusedD, i) -> transaction.addAllReduce(s, d, o));
+        ordered(Kind.ALL_REDUCE, false, src, dst, op, 0, stream);
     }
 
     /**
@@ -815,9 +668,7 @@ public final class Communicator implements AutoCloseable {
      * @param stream the stream the operation is ordered with
      */
     public void reduceScatter(DeviceTensor src, DeviceTensor dst, ReduceOp op, CudaStream stream) {
-        checks.requireStream("reduceScatter", stream);
-        runOrdered("reduceScatter", stream, src, dst, op, null, 0,
-                (transaction, s, d, o, unusedD, i) -> transaction.addReduceScatter(s, d, o));
+        ordered(Kind.REDUCE_SCATTER, false, src, dst, op, 0, stream);
     }
 
     /**
@@ -830,9 +681,7 @@ public final class Communicator implements AutoCloseable {
      * @param stream the stream the operation is ordered with
      */
     public void broadcast(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
-        checks.requireStream("broadcast", stream);
-        runOrdered("broadcast", stream, src, dst, null, null, root,
-                (transaction, s, d, unused, unusedD, r) -> transaction.addBroadcast(s, d, r));
+        ordered(Kind.BROADCAST, false, src, dst, null, root, stream);
     }
 
     /**
@@ -847,9 +696,7 @@ public final class Communicator implements AutoCloseable {
      * @param stream the stream the operation is ordered with
      */
     public void reduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, int root, CudaStream stream) {
-        checks.requireStream("reduce", stream);
-        runOrdered("reduce", stream, src, dst, op, null, root,
-                (transaction, s, d, o, unusedD, r) -> transaction.addReduce(s, d, o, r));
+        ordered(Kind.REDUCE, false, src, dst, op, root, stream);
     }
 
     /**
@@ -863,9 +710,7 @@ public final class Communicator implements AutoCloseable {
      * @param stream the stream the operation is ordered with
      */
     public void gather(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
-        checks.requireStream("gather", stream);
-        runOrdered("gather", stream, src, dst, null, null, root,
-                (transaction, s, d, unused, unusedD, r) -> transaction.addGather(s, d, r));
+        ordered(Kind.GATHER, false, src, dst, null, root, stream);
     }
 
     /**
@@ -879,9 +724,7 @@ public final class Communicator implements AutoCloseable {
      * @param stream the stream the operation is ordered with
      */
     public void scatter(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
-        checks.requireStream("scatter", stream);
-        runOrdered("scatter", stream, src, dst, null, null, root,
-                (transaction, s, d, unused, unusedD, r) -> transaction.addScatter(s, d, r));
+        ordered(Kind.SCATTER, false, src, dst, null, root, stream);
     }
 
     /**
@@ -896,35 +739,81 @@ public final class Communicator implements AutoCloseable {
      */
     public void allToAll(DeviceTensor send, long[] sendCounts, DeviceTensor recv, long[] recvCounts,
                          CudaStream stream) {
-        checks.requireStream("allToAll", stream);
-        runOrdered("allToAll", stream, send, sendCounts, recv, recvCounts, 0,
-                (transaction, s, sends, r, recvs, i) -> transaction.addAllToAll(s, sends, r, recvs));
+        orderedCounted(Kind.UNEVEN_ALL_TO_ALL, send, sendCounts, recv, recvCounts, stream);
     }
 
     /**
-     * What a convenience operation adds to its transaction, given its arguments: each operation
-     * passes a lambda that captures nothing (one object for all calls) and its arguments beside
-     * it, so that a call allocates nothing.
+     * All-gather of every rank's {@code shard} into every rank's {@code full}, as one transaction
+     * ordered after and before work on {@code stream}. See {@link Transaction#allGather(DeviceTensor, DeviceTensor)}.
+     *
+     * @param shard this rank's shard
+     * @param full the gathered tensor (world size times the shard)
+     * @param stream the stream the operation is ordered with
      */
-    @FunctionalInterface
-    private interface Commands<A, B, C, D> {
-        void add(Transaction transaction, A a, B b, C c, D d, int i);
+    public void allGather(DeviceTensor shard, DeviceTensor full, CudaStream stream) {
+        ordered(Kind.ALL_GATHER, false, shard, full, null, 0, stream);
     }
 
     /**
-     * The convenience operations: one transaction after the work on {@code stream} so far, then
-     * {@code stream} waits for it. Going through a transaction gives them what transactions have:
-     * the watchdog tracks them, the flight recorder lists them, threads mode throttles them. The
-     * commands go through this communicator's own handle of the open transaction, so nothing is
-     * allocated.
+     * Uneven all-gather, as one transaction ordered with {@code stream}. See
+     * {@link Transaction#allGather(DeviceTensor, DeviceTensor, long[])}.
+     *
+     * @param shard this rank's block: {@code counts[rank]} elements
+     * @param full where every rank's block lands, in rank order
+     * @param counts elements of each rank
+     * @param stream the stream the operation is ordered with
      */
-    private <A, B, C, D> void runOrdered(String operation, CudaStream stream, A a, B b, C c, D d, int i,
-                                         Commands<A, B, C, D> commands) {
-        long number = open(operation, transactionReady);
+    public void allGather(DeviceTensor shard, DeviceTensor full, long[] counts, CudaStream stream) {
+        orderedCounted(Kind.ALL_GATHER_V, shard, null, full, counts, stream);
+    }
+
+    /**
+     * The convenience operations of one command: one transaction after the work on {@code stream}
+     * so far, then {@code stream} waits for it. Going through a transaction gives them what
+     * transactions have: the watchdog tracks them, the flight recorder lists them, threads mode
+     * throttles them; nothing is allocated.
+     */
+    private void ordered(Kind kind, boolean single, DeviceTensor src, DeviceTensor dst, ReduceOp op, int target,
+                         CudaStream stream) {
+        if (kind.role() == Command.Role.ROOT) {
+            checks.checkRoot(kind.method(), target); // an argument's error comes before the state's
+        }
+        long number = openOrdered(kind.method(), stream);
         try {
-            // The commands are checked before anything native happens; the ready event is recorded
-            // after (nobody else can use it: the transaction is open).
-            commands.add(current, a, b, c, d, i);
+            Transaction.add(log, checks, Transaction.CURRENT, kind, single, src, dst, op, target);
+        } catch (RuntimeException | Error e) {
+            log.discard(number);
+            throw e;
+        }
+        executeOrdered(kind.method(), number, stream);
+    }
+
+    /** {@link #ordered} for a counted kind. */
+    private void orderedCounted(Kind kind, DeviceTensor src, long[] sendCounts, DeviceTensor dst, long[] recvCounts,
+                                CudaStream stream) {
+        long number = openOrdered(kind.method(), stream);
+        try {
+            Transaction.addCounted(log, checks, Transaction.CURRENT, kind, src, sendCounts, dst, recvCounts);
+        } catch (RuntimeException | Error e) {
+            log.discard(number);
+            throw e;
+        }
+        executeOrdered(kind.method(), number, stream);
+    }
+
+    /** Opens a convenience operation's transaction, its ready event to be recorded on {@code stream}. */
+    private long openOrdered(String operation, CudaStream stream) {
+        checks.requireStream(operation, stream);
+        return log.open(operation, transactionReady);
+    }
+
+    /**
+     * Executes a convenience operation's checked commands after the work on {@code stream} so far
+     * (the ready event is recorded only now: nobody else can use it while the transaction is
+     * open), then makes {@code stream} wait for them.
+     */
+    private void executeOrdered(String operation, long number, CudaStream stream) {
+        try {
             nativeLock.lock();
             try {
                 requireUsable(operation);
@@ -932,9 +821,9 @@ public final class Communicator implements AutoCloseable {
             } finally {
                 nativeLock.unlock();
             }
-            current.execute(null);
+            execute(null);
         } finally {
-            closeTransaction(number); // discards it after a refused command; nothing once executed
+            log.discard(number); // after a failure before the execute; nothing once executed
         }
         waitOnComms(stream);
     }
@@ -1179,7 +1068,7 @@ public final class Communicator implements AutoCloseable {
         requireUsable("split");
         nativeLock.lock();
         try {
-            requireNoOpenTransaction("split");
+            log.requireNoneOpen("split");
         } finally {
             nativeLock.unlock();
         }
@@ -1330,7 +1219,7 @@ public final class Communicator implements AutoCloseable {
             if (state == State.OPEN) {
                 // The launcher first learns whether the other ranks are closing too (MPI mode ends a
                 // job whose ranks wait for one that closed early instead of hanging).
-                String failure = host.closing(executed, Deadlines.remainingNanos(deadline));
+                String failure = host.closing(log.executed(), Deadlines.remainingNanos(deadline));
                 if (failure == null) {
                     failure = comm.finalizeAndDestroy(stream, deadline, options.closeTimeout());
                 }
@@ -1475,6 +1364,11 @@ public final class Communicator implements AutoCloseable {
     /** {@return the NCCL side of this communicator (tests ask the emulation about its handle)} */
     NcclComm ncclComm() {
         return comm;
+    }
+
+    /** {@return the open transaction's commands (tests look at what the checks made)} */
+    CommandBuffer pendingCommands() {
+        return log.commands();
     }
 
     /** {@return how this communicator enqueues commands (tests force NCCL's older paths through it)} */

@@ -105,7 +105,7 @@ final class Events {
                 this.sequence = sequence;
                 this.commands = commands.size();
                 this.bytes = commands.stream().mapToLong(Command::bytes).sum();
-                this.operations = commands.stream().map(c -> c.getClass().getSimpleName()).toList().toString();
+                this.operations = commands.stream().map(Events::operation).toList().toString();
                 commit();
             }
         }
@@ -124,5 +124,11 @@ final class Events {
 
         /** Creates the event. */
         public Abort() {}
+    }
+
+    /** A command's name in the {@code operations} field: its transaction method, capitalized ("AllReduce"). */
+    private static String operation(Command command) {
+        String method = command.kind().method();
+        return Character.toUpperCase(method.charAt(0)) + method.substring(1);
     }
 }

@@ -5,7 +5,6 @@ import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
 import java.time.Duration;
 import java.util.ArrayDeque;
-import java.util.Arrays;
 import java.util.List;
 
 /**
@@ -123,40 +122,7 @@ final class FlightRecorder {
         }
 
         private static String describe(Command command) {
-            return switch (command) {
-                case Command.AllGather g -> "allGather " + g.shard().dtype() + " shard " + g.shard().count()
-                        + " elements -> full " + g.full().count() + " (" + g.bytes() + " bytes)";
-                case Command.ReduceScatter s -> "reduceScatter " + s.op() + " " + s.tensor().dtype() + " "
-                        + s.tensor().count() + " elements (" + s.bytes() + " bytes)";
-                case Command.Send s -> "send " + s.tensor().dtype() + " " + s.tensor().count() + " elements ("
-                        + s.bytes() + " bytes) to rank " + s.peer();
-                case Command.Recv r -> "recv " + r.tensor().dtype() + " " + r.tensor().count() + " elements ("
-                        + r.bytes() + " bytes) from rank " + r.peer();
-                case Command.DestructiveAllToAll a -> "destructiveAllToAll " + a.tensor().dtype() + " "
-                        + a.tensor().count() + " elements (" + a.bytes() + " bytes)";
-                case Command.AllToAll a -> "allToAll " + a.send().dtype() + " " + a.send().count() + " elements ("
-                        + a.bytes() + " bytes)";
-                case Command.Broadcast b -> "broadcast " + b.tensor().dtype() + " " + b.tensor().count()
-                        + " elements (" + b.bytes() + " bytes) from rank " + b.root();
-                case Command.AllReduce a -> "allReduce " + a.op() + " " + a.tensor().dtype() + " "
-                        + a.tensor().count() + " elements (" + a.bytes() + " bytes)";
-                case Command.AllReduceOutOfPlace a -> "allReduce " + a.op() + " " + a.src().dtype() + " "
-                        + a.src().count() + " elements (" + a.bytes() + " bytes), out of place";
-                case Command.ReduceScatterOutOfPlace s -> "reduceScatter " + s.op() + " " + s.src().dtype() + " "
-                        + s.src().count() + " elements -> shard " + s.dst().count() + " (" + s.bytes()
-                        + " bytes), out of place";
-                case Command.BroadcastOutOfPlace b -> "broadcast " + b.dst().dtype() + " " + b.dst().count()
-                        + " elements (" + b.bytes() + " bytes) from rank " + b.root() + ", out of place";
-                case Command.Reduce r -> "reduce " + r.op() + " " + r.src().dtype() + " " + r.src().count()
-                        + " elements (" + r.bytes() + " bytes) to rank " + r.root();
-                case Command.Gather g -> "gather " + g.src().dtype() + " " + g.src().count() + " elements ("
-                        + g.bytes() + " bytes) to rank " + g.root();
-                case Command.Scatter s -> "scatter " + s.dst().dtype() + " " + s.dst().count() + " elements ("
-                        + s.bytes() + " bytes) from rank " + s.root();
-                case Command.UnevenAllToAll a -> "allToAll (uneven) " + a.send().dtype() + " sendCounts "
-                        + Arrays.toString(a.sendCounts()) + " recvCounts " + Arrays.toString(a.recvCounts()) + " ("
-                        + a.bytes() + " bytes)";
-            };
+            return command.describe();
         }
     }
 

@@ -14,6 +14,7 @@ import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.internal.Backoff;
 import dev.jnccl.internal.Deadlines;
 import dev.jnccl.internal.Native;
+import dev.jnccl.spi.Command.Kind;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
@@ -392,113 +393,35 @@ final class NcclComm {
         }
     }
 
-    /** ncclAllGather of {@code shard} into {@code full} on {@code stream}. */
-    void allGather(DeviceTensor shard, DeviceTensor full, CudaStream stream) {
-        MemorySegment work = work("ncclAllGather");
-        check(NcclBufferCalls.ncclAllGather(shard.address(), full.address(), shard.count(),
-                NcclTypes.of(shard.dtype()), work, stream.handle()), "ncclAllGather", work);
-    }
-
-    /** ncclReduceScatter of {@code tensor} into {@code shard} (this rank's shard for in place). */
-    void reduceScatter(DeviceTensor tensor, DeviceTensor shard, int ncclOp, CudaStream stream) {
-        MemorySegment work = work("ncclReduceScatter");
-        check(NcclBufferCalls.ncclReduceScatter(tensor.address(), shard.address(), shard.count(),
-                NcclTypes.of(tensor.dtype()), ncclOp, work, stream.handle()), "ncclReduceScatter", work);
-    }
-
     /**
-     * In-place ncclReduceScatter of {@code tensor}: this rank's shard of it receives the reduction
-     * (its address and count computed here: no shard tensor is made per call).
+     * The one NCCL call of {@code kind} (inside the open group): the table from a command's kind to
+     * its NCCL function. Buffers are addresses, as NCCL takes them: no segment or tensor per call.
+     *
+     * @param send   the send buffer (0 where NCCL does not read one: a receive, a root-only source elsewhere)
+     * @param recv   the receive buffer (0 where NCCL does not write one)
+     * @param count  NCCL's count argument (per rank for the scattered and gathered kinds)
+     * @param ncclOp the ncclRedOp_t of a reducing kind, else ignored
+     * @param target the root of a rooted kind or the peer of a send or receive, else ignored
      */
-    void reduceScatterInPlace(DeviceTensor tensor, int ncclOp, CudaStream stream) {
-        MemorySegment work = work("ncclReduceScatter");
-        long shardCount = tensor.count() / worldSize;
-        long shardAddress = tensor.address() + rank * shardCount * tensor.dtype().size();
-        check(NcclBufferCalls.ncclReduceScatter(tensor.address(), shardAddress, shardCount,
-                NcclTypes.of(tensor.dtype()), ncclOp, work, stream.handle()), "ncclReduceScatter", work);
-    }
-
-    /** In-place ncclAllReduce of {@code tensor}. */
-    void allReduce(DeviceTensor tensor, int ncclOp, CudaStream stream) {
-        MemorySegment work = work("ncclAllReduce");
-        check(NcclBufferCalls.ncclAllReduce(tensor.address(), tensor.address(), tensor.count(),
-                NcclTypes.of(tensor.dtype()), ncclOp, work, stream.handle()), "ncclAllReduce", work);
-    }
-
-    /** In-place ncclBroadcast of {@code tensor} from {@code root}. */
-    void broadcast(DeviceTensor tensor, int root, CudaStream stream) {
-        MemorySegment work = work("ncclBroadcast");
-        check(NcclBufferCalls.ncclBroadcast(tensor.address(), tensor.address(), tensor.count(),
-                NcclTypes.of(tensor.dtype()), root, work, stream.handle()), "ncclBroadcast", work);
-    }
-
-    /**
-     * ncclAlltoAll from {@code send} into {@code recv} ({@code count} elements per peer). Only when
-     * the loaded NCCL has it ({@code NcclFeature.ALL_TO_ALL}): the binding links on first use.
-     */
-    void allToAll(DeviceTensor send, DeviceTensor recv, long count, CudaStream stream) {
-        MemorySegment work = work("ncclAlltoAll");
-        check(NcclBufferCalls.ncclAlltoAll(send.address(), recv.address(), count,
-                NcclTypes.of(send.dtype()), work, stream.handle()), "ncclAlltoAll", work);
-    }
-
-    /** Out-of-place ncclAllReduce of {@code src} into {@code dst}. */
-    void allReduce(DeviceTensor src, DeviceTensor dst, int ncclOp, CudaStream stream) {
-        MemorySegment work = work("ncclAllReduce");
-        check(NcclBufferCalls.ncclAllReduce(src.address(), dst.address(), dst.count(),
-                NcclTypes.of(dst.dtype()), ncclOp, work, stream.handle()), "ncclAllReduce", work);
-    }
-
-    /** Out-of-place ncclBroadcast of the root's {@code src} into {@code dst}. */
-    void broadcast(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
-        MemorySegment work = work("ncclBroadcast");
-        check(NcclBufferCalls.ncclBroadcast(src.address(), dst.address(), dst.count(),
-                NcclTypes.of(dst.dtype()), root, work, stream.handle()), "ncclBroadcast", work);
-    }
-
-    /** ncclReduce of {@code src} into the root's {@code dst} (null on other ranks: NCCL does not use it there). */
-    void reduce(DeviceTensor src, DeviceTensor dst, int ncclOp, int root, CudaStream stream) {
-        MemorySegment work = work("ncclReduce");
-        check(NcclBufferCalls.ncclReduce(src.address(), dst == null ? 0 : dst.address(),
-                src.count(), NcclTypes.of(src.dtype()), ncclOp, root, work, stream.handle()), "ncclReduce", work);
-    }
-
-    /** ncclGather of {@code src} into the root's {@code dst} (null elsewhere). Only with {@code NcclFeature.GATHER}. */
-    void gather(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
-        MemorySegment work = work("ncclGather");
-        check(NcclBufferCalls.ncclGather(src.address(),
-                dst == null ? 0 : dst.address(), src.count(), NcclTypes.of(src.dtype()),
-                root, work, stream.handle()), "ncclGather", work);
-    }
-
-    /** ncclScatter of the root's {@code src} (null elsewhere) into {@code dst}. Only with {@code NcclFeature.SCATTER}. */
-    void scatter(DeviceTensor src, DeviceTensor dst, int root, CudaStream stream) {
-        MemorySegment work = work("ncclScatter");
-        check(NcclBufferCalls.ncclScatter(src == null ? 0 : src.address(),
-                dst.address(), dst.count(), NcclTypes.of(dst.dtype()), root, work, stream.handle()),
-                "ncclScatter", work);
-    }
-
-    void send(DeviceTensor tensor, int peer, CudaStream stream) {
-        send(tensor.address(), tensor.count(), tensor.dtype(), peer, stream);
-    }
-
-    void recv(DeviceTensor tensor, int peer, CudaStream stream) {
-        recv(tensor.address(), tensor.count(), tensor.dtype(), peer, stream);
-    }
-
-    /** ncclSend of {@code count} elements at {@code address}: a block of a tensor, with no tensor object per call. */
-    void send(long address, long count, DType dtype, int peer, CudaStream stream) {
-        MemorySegment work = work("ncclSend");
-        check(NcclBufferCalls.ncclSend(address, count, NcclTypes.of(dtype), peer, work, stream.handle()), "ncclSend",
-                work);
-    }
-
-    /** ncclRecv of {@code count} elements into {@code address}: see {@link #send(long, long, DType, int, CudaStream)}. */
-    void recv(long address, long count, DType dtype, int peer, CudaStream stream) {
-        MemorySegment work = work("ncclRecv");
-        check(NcclBufferCalls.ncclRecv(address, count, NcclTypes.of(dtype), peer, work, stream.handle()), "ncclRecv",
-                work);
+    void call(Kind kind, long send, long recv, long count, DType dtype, int ncclOp, int target, CudaStream stream) {
+        MemorySegment work = work(kind.ncclFunction());
+        int type = NcclTypes.of(dtype);
+        MemorySegment s = stream.handle();
+        int result = switch (kind) {
+            case ALL_REDUCE -> NcclBufferCalls.ncclAllReduce(send, recv, count, type, ncclOp, work, s);
+            case REDUCE_SCATTER -> NcclBufferCalls.ncclReduceScatter(send, recv, count, type, ncclOp, work, s);
+            case ALL_GATHER -> NcclBufferCalls.ncclAllGather(send, recv, count, type, work, s);
+            case BROADCAST -> NcclBufferCalls.ncclBroadcast(send, recv, count, type, target, work, s);
+            case REDUCE -> NcclBufferCalls.ncclReduce(send, recv, count, type, ncclOp, target, work, s);
+            case GATHER -> NcclBufferCalls.ncclGather(send, recv, count, type, target, work, s);
+            case SCATTER -> NcclBufferCalls.ncclScatter(send, recv, count, type, target, work, s);
+            case ALL_TO_ALL -> NcclBufferCalls.ncclAlltoAll(send, recv, count, type, work, s);
+            case SEND -> NcclBufferCalls.ncclSend(send, count, type, target, work, s);
+            case RECV -> NcclBufferCalls.ncclRecv(recv, count, type, target, work, s);
+            case UNEVEN_ALL_TO_ALL, ALL_GATHER_V, DESTRUCTIVE_ALL_TO_ALL -> throw new IllegalStateException(
+                    kind + " is no one NCCL call: it runs as sends, receives or broadcasts");
+        };
+        check(result, kind.ncclFunction(), work);
     }
 
     /**

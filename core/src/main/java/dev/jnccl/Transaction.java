@@ -1,8 +1,7 @@
 package dev.jnccl;
 
 import dev.jnccl.cuda.CudaEvent;
-import dev.jnccl.spi.Command;
-import java.util.Objects;
+import dev.jnccl.spi.Command.Kind;
 
 /**
  * A group of communication commands that runs as one unit on the communicator's comms stream:
@@ -19,22 +18,25 @@ import java.util.Objects;
  * its transaction was executed or closed says so when used, and never reaches a later transaction.
  */
 public final class Transaction implements AutoCloseable {
-    // A thin handle: the commands and the open/closed state live in the communicator (one
-    // transaction is open at a time), so a transaction allocates nothing per call, and a handle
-    // used after its transaction ended (executed or closed) says so by its number, never adding
-    // to a later transaction. In a begin(..).x(..).execute(..) chain the JIT can scalar-replace it.
+    // A thin handle: the commands and the open/closed state live in the communicator's
+    // transaction log (one transaction is open at a time), so a transaction allocates nothing per
+    // call, and a handle used after its transaction ended (executed or closed) says so by its
+    // number, never adding to a later transaction. Every command goes through add(..), which takes
+    // no handle: in a begin(..).x(..).execute(..) chain the JIT can scalar-replace it.
 
     private final Communicator communicator;
+    private final TransactionLog log;
     private final Checks checks;
-    /** The transaction's number, or {@link #CURRENT} for the communicator's own handle of its convenience operations. */
+    /** The transaction's number, or {@link #CURRENT} for the communicator's own use. */
     private final long number;
 
-    /** The {@link #number} of the handle that always means the transaction open now (never given to users). */
+    /** The {@link #number} of a handle that always means the transaction open now (never given to users). */
     static final long CURRENT = 0;
 
-    Transaction(Communicator communicator, long number) {
+    Transaction(Communicator communicator, TransactionLog log, Checks checks, long number) {
         this.communicator = communicator;
-        this.checks = communicator.checks();
+        this.log = log;
+        this.checks = checks;
         this.number = number;
     }
 
@@ -56,19 +58,9 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction reduceScatter(DeviceTensor tensor, ReduceOp op) {
-        handle("reduceScatter").addReduceScatter(tensor, op);
+        add(log, checks, number, Kind.REDUCE_SCATTER, true, tensor, tensor, op, 0);
         return this;
     }
-
-    /** Checks and adds {@link #reduceScatter(DeviceTensor, ReduceOp)} (on the communicator's own handle). */
-    void addReduceScatter(DeviceTensor tensor, ReduceOp op) {
-        requireTensor("reduceScatter", "tensor", tensor);
-        Objects.requireNonNull(op, "reduceScatter: op is null");
-        checks.checkReducible("reduceScatter", tensor.dtype(), op);
-        requireDivisible("reduceScatter", tensor);
-        commands().reduceScatter(tensor, op);
-    }
-
     /**
      * All-gather: every rank's {@code shard} lands in {@code full} at that rank's index. In place when {@code shard} is this rank's shard of {@code full}.
      *
@@ -77,27 +69,9 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction allGather(DeviceTensor shard, DeviceTensor full) {
-        handle("allGather").addAllGather(shard, full);
+        add(log, checks, number, Kind.ALL_GATHER, false, shard, full, null, 0);
         return this;
     }
-
-    /** Checks and adds {@link #allGather(DeviceTensor, DeviceTensor)} (on the communicator's own handle). */
-    void addAllGather(DeviceTensor shard, DeviceTensor full) {
-        requireTensor("allGather", "shard", shard);
-        requireTensor("allGather", "full", full);
-        if (shard.dtype() != full.dtype()) {
-            throw new IllegalArgumentException("allGather: shard dtype " + shard.dtype() + " differs from full dtype "
-                    + full.dtype());
-        }
-        int world = communicator.worldSize();
-        if (full.count() != shard.count() * world) {
-            throw new IllegalArgumentException("allGather: full has " + full.count() + " elements, expected shard "
-                    + shard.count() + " x world size " + world + " = " + shard.count() * world);
-        }
-        checks.checkSupported("allGather", shard.dtype());
-        commands().allGather(shard, full);
-    }
-
     /**
      * Destructive all-to-all of {@code tensor}'s world-size slots; which slot holds which rank's
      * shard afterwards (and which one is stale) is documented in {@link AllToAllSchedule}.
@@ -106,18 +80,9 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction destructiveAllToAll(DeviceTensor tensor) {
-        handle("destructiveAllToAll").addDestructiveAllToAll(tensor);
+        add(log, checks, number, Kind.DESTRUCTIVE_ALL_TO_ALL, true, tensor, tensor, null, 0);
         return this;
     }
-
-    /** Checks and adds {@link #destructiveAllToAll(DeviceTensor)} (on the communicator's own handle). */
-    void addDestructiveAllToAll(DeviceTensor tensor) {
-        requireTensor("destructiveAllToAll", "tensor", tensor);
-        checks.checkSupported("destructiveAllToAll", tensor.dtype());
-        requireDivisible("destructiveAllToAll", tensor);
-        commands().destructiveAllToAll(tensor);
-    }
-
     /**
      * All-to-all from {@code send} into {@code recv} (non-destructive): slot {@code j} of
      * {@code send} (world size equal slots) goes to rank {@code j}, and slot {@code i} of
@@ -135,31 +100,9 @@ public final class Transaction implements AutoCloseable {
      *                                  world size, or overlapping tensors
      */
     public Transaction allToAll(DeviceTensor send, DeviceTensor recv) {
-        handle("allToAll").addAllToAll(send, recv);
+        add(log, checks, number, Kind.ALL_TO_ALL, false, send, recv, null, 0);
         return this;
     }
-
-    /** Checks and adds {@link #allToAll(DeviceTensor, DeviceTensor)} (on the communicator's own handle). */
-    void addAllToAll(DeviceTensor send, DeviceTensor recv) {
-        requireTensor("allToAll", "send", send);
-        requireTensor("allToAll", "recv", recv);
-        if (send.dtype() != recv.dtype()) {
-            throw new IllegalArgumentException("allToAll: send dtype " + send.dtype() + " differs from recv dtype "
-                    + recv.dtype());
-        }
-        if (send.count() != recv.count()) {
-            throw new IllegalArgumentException("allToAll: send has " + send.count() + " elements but recv has "
-                    + recv.count());
-        }
-        requireDivisible("allToAll", send);
-        if (overlap(send, recv)) {
-            throw new IllegalArgumentException("allToAll: send " + send + " and recv " + recv
-                    + " overlap; use destructiveAllToAll for an in-place exchange");
-        }
-        checks.checkSupported("allToAll", send.dtype());
-        commands().allToAll(send, recv);
-    }
-
     /**
      * In-place broadcast: every rank's {@code tensor} receives the contents of {@code root}'s
      * (all ranks pass tensors of the same size and dtype).
@@ -170,18 +113,9 @@ public final class Transaction implements AutoCloseable {
      * @throws IllegalArgumentException for a root out of range
      */
     public Transaction broadcast(DeviceTensor tensor, int root) {
-        handle("broadcast").addBroadcast(tensor, root);
+        add(log, checks, number, Kind.BROADCAST, true, tensor, tensor, null, root);
         return this;
     }
-
-    /** Checks and adds {@link #broadcast(DeviceTensor, int)} (on the communicator's own handle). */
-    void addBroadcast(DeviceTensor tensor, int root) {
-        requireTensor("broadcast", "tensor", tensor);
-        checks.checkRoot("broadcast", root);
-        checks.checkSupported("broadcast", tensor.dtype());
-        commands().broadcast(tensor, root);
-    }
-
     /**
      * In-place all-reduce of {@code tensor} with {@code op}: every rank receives the reduction.
      *
@@ -190,18 +124,9 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction allReduce(DeviceTensor tensor, ReduceOp op) {
-        handle("allReduce").addAllReduce(tensor, op);
+        add(log, checks, number, Kind.ALL_REDUCE, true, tensor, tensor, op, 0);
         return this;
     }
-
-    /** Checks and adds {@link #allReduce(DeviceTensor, ReduceOp)} (on the communicator's own handle). */
-    void addAllReduce(DeviceTensor tensor, ReduceOp op) {
-        requireTensor("allReduce", "tensor", tensor);
-        Objects.requireNonNull(op, "allReduce: op is null");
-        checks.checkReducible("allReduce", tensor.dtype(), op);
-        commands().allReduce(tensor, op);
-    }
-
     /**
      * Sends {@code tensor} to {@code peer}; the peer must post a matching {@link #recv}. The peer
      * may be this rank (a local copy, matched by a {@link #recv} from this rank in the same
@@ -212,18 +137,9 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction send(DeviceTensor tensor, int peer) {
-        handle("send").addSend(tensor, peer);
+        add(log, checks, number, Kind.SEND, true, tensor, tensor, null, peer);
         return this;
     }
-
-    /** Checks and adds {@link #send(DeviceTensor, int)} (on the communicator's own handle). */
-    void addSend(DeviceTensor tensor, int peer) {
-        requireTensor("send", "tensor", tensor);
-        checks.checkPeer("send", peer);
-        checks.checkSupported("send", tensor.dtype());
-        commands().send(tensor, peer);
-    }
-
     /**
      * Receives into {@code tensor} from {@code peer}; the peer must post a matching {@link #send}.
      * The peer may be this rank (see {@link #send}).
@@ -233,18 +149,9 @@ public final class Transaction implements AutoCloseable {
      * @return this transaction
      */
     public Transaction recv(DeviceTensor tensor, int peer) {
-        handle("recv").addRecv(tensor, peer);
+        add(log, checks, number, Kind.RECV, true, tensor, tensor, null, peer);
         return this;
     }
-
-    /** Checks and adds {@link #recv(DeviceTensor, int)} (on the communicator's own handle). */
-    void addRecv(DeviceTensor tensor, int peer) {
-        requireTensor("recv", "tensor", tensor);
-        checks.checkPeer("recv", peer);
-        checks.checkSupported("recv", tensor.dtype());
-        commands().recv(tensor, peer);
-    }
-
     // ---------------------------------------------------------------- out of place, rooted, uneven
 
     /**
@@ -260,26 +167,9 @@ public final class Transaction implements AutoCloseable {
      *                                  reduced, or partially overlapping tensors
      */
     public Transaction allReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
-        handle("allReduce").addAllReduce(src, dst, op);
+        add(log, checks, number, Kind.ALL_REDUCE, false, src, dst, op, 0);
         return this;
     }
-
-    /** Checks and adds {@link #allReduce(DeviceTensor, DeviceTensor, ReduceOp)} (on the communicator's own handle). */
-    void addAllReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
-        requireTensor("allReduce", "src", src);
-        requireTensor("allReduce", "dst", dst);
-        Objects.requireNonNull(op, "allReduce: op is null");
-        requireSameDtype("allReduce", src, dst);
-        requireCount("allReduce", "dst", dst, src.count(), "src's count");
-        checks.checkReducible("allReduce", src.dtype(), op);
-        boolean inPlace = inPlaceOrApart("allReduce", src, dst, src.address(), "dst equal to src");
-        if (inPlace) {
-            commands().allReduce(dst, op);
-        } else {
-            commands().allReduce(src, dst, op);
-        }
-    }
-
     /**
      * Reduce-scatter of {@code src} into {@code dst} with {@code op}: {@code dst} receives the
      * reduction of shard {@code rank} of every rank's {@code src}. In place (as
@@ -296,27 +186,9 @@ public final class Transaction implements AutoCloseable {
      *                                  overlapping tensors
      */
     public Transaction reduceScatter(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
-        handle("reduceScatter").addReduceScatter(src, dst, op);
+        add(log, checks, number, Kind.REDUCE_SCATTER, false, src, dst, op, 0);
         return this;
     }
-
-    /** Checks and adds {@link #reduceScatter(DeviceTensor, DeviceTensor, ReduceOp)} (on the communicator's own handle). */
-    void addReduceScatter(DeviceTensor src, DeviceTensor dst, ReduceOp op) {
-        requireTensor("reduceScatter", "src", src);
-        requireTensor("reduceScatter", "dst", dst);
-        Objects.requireNonNull(op, "reduceScatter: op is null");
-        requireSameDtype("reduceScatter", src, dst);
-        requireWorldTimes("reduceScatter", "src", src, "dst", dst);
-        checks.checkReducible("reduceScatter", src.dtype(), op);
-        boolean inPlace = inPlaceOrApart("reduceScatter", src, dst,
-                src.address() + communicator.rank() * dst.bytes(), "dst this rank's shard of src");
-        if (inPlace) {
-            commands().reduceScatter(src, op);
-        } else {
-            commands().reduceScatter(src, dst, op);
-        }
-    }
-
     /**
      * Broadcast of {@code root}'s {@code src} into every rank's {@code dst}. Every rank passes both
      * tensors ({@code src} is read on the root only). The same tensor for both is the in-place
@@ -330,26 +202,9 @@ public final class Transaction implements AutoCloseable {
      *                                  partially overlapping tensors
      */
     public Transaction broadcast(DeviceTensor src, DeviceTensor dst, int root) {
-        handle("broadcast").addBroadcast(src, dst, root);
+        add(log, checks, number, Kind.BROADCAST, false, src, dst, null, root);
         return this;
     }
-
-    /** Checks and adds {@link #broadcast(DeviceTensor, DeviceTensor, int)} (on the communicator's own handle). */
-    void addBroadcast(DeviceTensor src, DeviceTensor dst, int root) {
-        requireTensor("broadcast", "src", src);
-        requireTensor("broadcast", "dst", dst);
-        checks.checkRoot("broadcast", root);
-        requireSameDtype("broadcast", src, dst);
-        requireCount("broadcast", "dst", dst, src.count(), "src's count");
-        checks.checkSupported("broadcast", src.dtype());
-        boolean inPlace = inPlaceOrApart("broadcast", src, dst, src.address(), "dst equal to src");
-        if (inPlace) {
-            commands().broadcast(dst, root);
-        } else {
-            commands().broadcast(src, dst, root);
-        }
-    }
-
     /**
      * Reduce: {@code root}'s {@code dst} receives the reduction with {@code op} over all ranks'
      * {@code src} ({@code ncclReduce}). {@code dst} is significant on the root only: other ranks
@@ -367,26 +222,9 @@ public final class Transaction implements AutoCloseable {
      *                                  reduced, or partially overlapping tensors on the root
      */
     public Transaction reduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, int root) {
-        handle("reduce").addReduce(src, dst, op, root);
+        add(log, checks, number, Kind.REDUCE, false, src, dst, op, root);
         return this;
     }
-
-    /** Checks and adds {@link #reduce(DeviceTensor, DeviceTensor, ReduceOp, int)} (on the communicator's own handle). */
-    void addReduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, int root) {
-        requireTensor("reduce", "src", src);
-        Objects.requireNonNull(op, "reduce: op is null");
-        checks.checkRoot("reduce", root);
-        if (requireRootBuffer("reduce", "dst", dst, root)) {
-            requireSameDtype("reduce", src, dst);
-            requireCount("reduce", "dst", dst, src.count(), "src's count");
-            if (root == communicator.rank()) {
-                inPlaceOrApart("reduce", src, dst, src.address(), "dst equal to src");
-            }
-        }
-        checks.checkReducible("reduce", src.dtype(), op);
-        commands().reduce(src, dst, op, root);
-    }
-
     /**
      * Gather: every rank's {@code src} lands in {@code root}'s {@code dst} at the rank's index
      * ({@code ncclGather} where the loaded NCCL has it, 2.28+, else a send to the root and, on the
@@ -406,25 +244,9 @@ public final class Transaction implements AutoCloseable {
      *                                  {@code src}, or partially overlapping tensors on the root
      */
     public Transaction gather(DeviceTensor src, DeviceTensor dst, int root) {
-        handle("gather").addGather(src, dst, root);
+        add(log, checks, number, Kind.GATHER, false, src, dst, null, root);
         return this;
     }
-
-    /** Checks and adds {@link #gather(DeviceTensor, DeviceTensor, int)} (on the communicator's own handle). */
-    void addGather(DeviceTensor src, DeviceTensor dst, int root) {
-        requireTensor("gather", "src", src);
-        checks.checkRoot("gather", root);
-        if (requireRootBuffer("gather", "dst", dst, root)) {
-            requireSameDtype("gather", src, dst);
-            requireWorldTimes("gather", "dst", dst, "src", src);
-            if (root == communicator.rank()) {
-                inPlaceOrApart("gather", src, dst, src.address() - root * src.bytes(), "src the root's slot of dst");
-            }
-        }
-        checks.checkSupported("gather", src.dtype());
-        commands().gather(src, dst, root);
-    }
-
     /**
      * Scatter: slot {@code rank} of {@code root}'s {@code src} lands in every rank's {@code dst}
      * ({@code ncclScatter} where the loaded NCCL has it, 2.28+, else, on the root, a send per rank
@@ -444,25 +266,9 @@ public final class Transaction implements AutoCloseable {
      *                                  {@code dst}, or partially overlapping tensors on the root
      */
     public Transaction scatter(DeviceTensor src, DeviceTensor dst, int root) {
-        handle("scatter").addScatter(src, dst, root);
+        add(log, checks, number, Kind.SCATTER, false, src, dst, null, root);
         return this;
     }
-
-    /** Checks and adds {@link #scatter(DeviceTensor, DeviceTensor, int)} (on the communicator's own handle). */
-    void addScatter(DeviceTensor src, DeviceTensor dst, int root) {
-        requireTensor("scatter", "dst", dst);
-        checks.checkRoot("scatter", root);
-        if (requireRootBuffer("scatter", "src", src, root)) {
-            requireSameDtype("scatter", src, dst);
-            requireWorldTimes("scatter", "src", src, "dst", dst);
-            if (root == communicator.rank()) {
-                inPlaceOrApart("scatter", src, dst, src.address() + root * dst.bytes(), "dst the root's slot of src");
-            }
-        }
-        checks.checkSupported("scatter", dst.dtype());
-        commands().scatter(src, dst, root);
-    }
-
     /**
      * Uneven all-to-all: this rank sends {@code sendCounts[q]} elements to rank {@code q} and
      * receives {@code recvCounts[p]} elements from rank {@code p}; the block for rank {@code q}
@@ -486,128 +292,70 @@ public final class Transaction implements AutoCloseable {
      *                                  own counts, or overlapping tensors
      */
     public Transaction allToAll(DeviceTensor send, long[] sendCounts, DeviceTensor recv, long[] recvCounts) {
-        handle("allToAll").addAllToAll(send, sendCounts, recv, recvCounts);
+        addCounted(log, checks, number, Kind.UNEVEN_ALL_TO_ALL, send, sendCounts, recv, recvCounts);
+        return this;
+    }
+    /**
+     * Uneven all-gather: rank {@code p} contributes {@code counts[p]} elements, which land in every
+     * rank's {@code full} after the blocks of the ranks before it (the blocks in rank order from
+     * {@code full}'s start). This rank's {@code shard} holds its own {@code counts[rank]} elements;
+     * every rank must pass the same counts (a difference is NCCL's error or hang; under
+     * {@code jnccl.debug=detail} and on the host emulation it is named). Runs as one
+     * {@code ncclBroadcast} per rank with a non-empty block, grouped, after the transaction's other
+     * commands in an NCCL group of its own (as Megatron and vLLM build it on NCCL). In place when
+     * {@code shard} is this rank's block of {@code full}; otherwise they must not overlap. The array
+     * is copied: changing it later changes nothing.
+     *
+     * @param shard this rank's block: {@code counts[rank]} elements
+     * @param full where every rank's block lands, in rank order
+     * @param counts elements of each rank: world size entries, each at least 0, summing to at most
+     *               {@code full}'s count
+     * @return this transaction
+     * @throws IllegalArgumentException for different dtypes, counts of the wrong length, a negative
+     *                                  count, counts summing past {@code full}, {@code counts[rank]}
+     *                                  other than {@code shard}'s count, or overlapping tensors
+     *                                  that are not in place
+     */
+    public Transaction allGather(DeviceTensor shard, DeviceTensor full, long[] counts) {
+        addCounted(log, checks, number, Kind.ALL_GATHER_V, shard, null, full, counts);
         return this;
     }
 
-    /** Checks and adds {@link #allToAll(DeviceTensor, long[], DeviceTensor, long[])} (on the communicator's own handle). */
-    void addAllToAll(DeviceTensor send, long[] sendCounts, DeviceTensor recv, long[] recvCounts) {
-        requireTensor("allToAll", "send", send);
-        requireTensor("allToAll", "recv", recv);
-        // Checked on copies (another thread may change the caller's arrays meanwhile), reused from
-        // call to call: the command buffer copies them again when it makes a command.
-        long[] sends = countsCopy(Objects.requireNonNull(sendCounts, "allToAll: sendCounts is null"), "sendCounts", 0);
-        long[] recvs = countsCopy(Objects.requireNonNull(recvCounts, "allToAll: recvCounts is null"), "recvCounts", 1);
-        if (send.dtype() != recv.dtype()) {
-            throw new IllegalArgumentException("allToAll: send dtype " + send.dtype() + " differs from recv dtype "
-                    + recv.dtype());
-        }
-        requireCounts("sendCounts", sends, "send", send);
-        requireCounts("recvCounts", recvs, "recv", recv);
-        int rank = communicator.rank();
-        if (sends[rank] != recvs[rank]) {
-            throw new IllegalArgumentException("allToAll: sendCounts[" + rank + "] = " + sends[rank]
-                    + " (to this rank itself) must equal recvCounts[" + rank + "] = " + recvs[rank]);
-        }
-        if (overlap(send, recv)) {
-            throw new IllegalArgumentException("allToAll: send " + send + " and recv " + recv + " overlap");
-        }
-        checks.checkSupported("allToAll", send.dtype());
-        commands().allToAll(send, sends, recv, recvs);
-    }
-
-    /** {@code counts} (world size entries, else refused) copied into the command buffer's scratch array {@code which}. */
-    private long[] countsCopy(long[] counts, String argument, int which) {
-        int world = communicator.worldSize();
-        if (counts.length != world) {
-            throw new IllegalArgumentException("allToAll: " + argument + " has " + counts.length
-                    + " entries, expected world size " + world);
-        }
-        long[] copy = commands().countsScratch(which, world);
-        System.arraycopy(counts, 0, copy, 0, world);
-        return copy;
-    }
-
-    /** Counts of an uneven all-to-all: one per rank, none negative, summing to at most the tensor's count. */
-    private void requireCounts(String argument, long[] counts, String tensorName, DeviceTensor tensor) {
-        int world = counts.length; // countsCopy checked it
-        long sum = 0;
-        for (int q = 0; q < world; q++) {
-            if (counts[q] < 0) {
-                throw new IllegalArgumentException("allToAll: " + argument + "[" + q + "] = " + counts[q]
-                        + " out of range [0, " + tensor.count() + "]");
-            }
-            if (counts[q] > tensor.count() - sum) {
-                throw new IllegalArgumentException("allToAll: " + argument + " up to [" + q + "] sum past "
-                        + tensorName + "'s " + tensor.count() + " elements (" + argument + "[" + q + "] = " + counts[q]
-                        + " after " + sum + "; allowed [0, " + (tensor.count() - sum) + "])");
-            }
-            sum += counts[q];
-        }
-    }
-
-    private static void requireSameDtype(String operation, DeviceTensor src, DeviceTensor dst) {
-        if (src.dtype() != dst.dtype()) {
-            throw new IllegalArgumentException(operation + ": src dtype " + src.dtype() + " differs from dst dtype "
-                    + dst.dtype());
-        }
-    }
-
-    private static void requireCount(String operation, String argument, DeviceTensor tensor, long expected,
-                                     String what) {
-        if (tensor.count() != expected) {
-            throw new IllegalArgumentException(operation + ": " + argument + " has " + tensor.count()
-                    + " elements, expected " + what + " " + expected);
-        }
-    }
-
-    /** {@code whole} must hold world size times {@code part}'s elements. */
-    private void requireWorldTimes(String operation, String wholeName, DeviceTensor whole, String partName,
-                                   DeviceTensor part) {
-        int world = communicator.worldSize();
-        if (part.count() > Long.MAX_VALUE / world || whole.count() != part.count() * world) {
-            throw new IllegalArgumentException(operation + ": " + wholeName + " has " + whole.count()
-                    + " elements, expected " + partName + " " + part.count() + " x world size " + world);
-        }
-    }
-
     /**
-     * A tensor that only the root uses: required there (null is refused with the root named),
-     * optional elsewhere. {@return whether it was given (and is then checked like any tensor)}
-     */
-    private boolean requireRootBuffer(String operation, String argument, DeviceTensor tensor, int root) {
-        if (tensor == null) {
-            if (root == communicator.rank()) {
-                throw new IllegalArgumentException(operation + ": " + argument + " is null on the root rank " + root
-                        + "; only ranks other than the root may pass null");
-            }
-            return false;
-        }
-        requireTensor(operation, argument, tensor);
-        return true;
-    }
-
-    /**
-     * NCCL's in-place rule: {@return true when {@code dst} starts at {@code inPlaceDst} (in place),
-     * false when the tensors do not overlap}
+     * The one way a command enters a transaction (the convenience operations' too): through handle
+     * {@code number} of the open transaction, checked from its kind's row before anything native
+     * happens, then buffered. Static, taking no handle: a user's handle escapes into nothing, so in
+     * a chain of calls the JIT can scalar-replace it however little of this it inlines.
      *
-     * @throws IllegalArgumentException when they overlap otherwise (NCCL's result would be undefined)
+     * @param single whether the caller passed one tensor ({@code src == dst}, named "tensor")
      */
-    private static boolean inPlaceOrApart(String operation, DeviceTensor src, DeviceTensor dst, long inPlaceDst,
-                                          String rule) {
-        if (dst.address() == inPlaceDst) {
-            return true;
-        }
-        if (overlap(src, dst)) {
-            throw new IllegalArgumentException(operation + ": src " + src + " and dst " + dst
-                    + " overlap but are not in place (in place needs " + rule + "; otherwise they must not overlap)");
-        }
-        return false;
+    static void add(TransactionLog log, Checks checks, long number, Kind kind, boolean single, DeviceTensor src,
+                    DeviceTensor dst, ReduceOp op, int target) {
+        log.requireOpen(kind.method(), number);
+        checks.command(kind, single, src, dst, op, target);
+        log.commands().add(kind, src, dst, op, target, null, null);
     }
 
-    private static boolean overlap(DeviceTensor a, DeviceTensor b) {
-        return a.bytes() > 0 && b.bytes() > 0 && a.address() < b.address() + b.bytes()
-                && b.address() < a.address() + a.bytes();
+    /**
+     * {@link #add} for a counted kind: the counts are checked on scratch copies (another thread may
+     * change the caller's arrays meanwhile), reused from call to call; a new command copies them.
+     *
+     * @param sendCounts null for the uneven all-gather, whose counts are {@code recvCounts}
+     */
+    static void addCounted(TransactionLog log, Checks checks, long number, Kind kind, DeviceTensor src,
+                           long[] sendCounts, DeviceTensor dst, long[] recvCounts) {
+        String operation = kind.method();
+        log.requireOpen(operation, number);
+        CommandBuffer buffer = log.commands();
+        checks.requireUsable(operation, kind.srcName(), src);
+        checks.requireUsable(operation, kind.dstName(), dst);
+        long[] sends = kind == Kind.ALL_GATHER_V ? null
+                : checks.countsCopy(operation, "sendCounts", sendCounts, buffer, 0);
+        long[] recvs = checks.countsCopy(operation, kind == Kind.ALL_GATHER_V ? "counts" : "recvCounts", recvCounts,
+                buffer, 1);
+        checks.counted(kind, src, sends, dst, recvs);
+        checks.checkSupported(operation, src.dtype());
+        buffer.add(kind, src, dst, null, -1, sends, recvs);
     }
 
     /**
@@ -624,11 +372,12 @@ public final class Transaction implements AutoCloseable {
      * @param signal recorded on the comms stream after the commands (may be null)
      */
     public void execute(CudaEvent signal) {
-        handle("execute").executeOpen(signal);
+        execute(log, communicator, number, signal);
     }
 
-    /** Checks and adds {@link #execute(CudaEvent)} (on the communicator's own handle). */
-    void executeOpen(CudaEvent signal) {
+    /** {@link #execute(CudaEvent)} through handle {@code number}; static for the reason {@link #add} is. */
+    private static void execute(TransactionLog log, Communicator communicator, long number, CudaEvent signal) {
+        log.requireOpen("execute", number);
         if (signal != null && signal.isClosed()) {
             throw new IllegalStateException("execute: signal event " + signal + " is closed");
         }
@@ -638,7 +387,7 @@ public final class Transaction implements AutoCloseable {
     /** Discards the transaction if it was not executed; otherwise does nothing. */
     @Override
     public void close() {
-        communicator.closeTransaction(number);
+        log.discard(number);
     }
 
     /**
@@ -648,12 +397,12 @@ public final class Transaction implements AutoCloseable {
      * @return the number of commands in the transaction
      */
     public int size() {
-        return isOpen() ? commands().size() : 0;
+        return isOpen() ? log.commands().size() : 0;
     }
 
     /** {@return the sequence number of this transaction on its communicator (1, 2, ...)} */
     public long number() {
-        return number == CURRENT ? communicator.openTransactionNumber() : number;
+        return number == CURRENT ? log.openNumber() : number;
     }
 
     /**
@@ -662,53 +411,17 @@ public final class Transaction implements AutoCloseable {
      * @return whether the transaction is open
      */
     public boolean isOpen() {
-        return communicator.isOpenTransaction(number);
+        return log.isOpen(number);
     }
 
     /** {@return the commands so far (tests look at what the checks made)} */
     CommandBuffer buffer() {
-        return commands();
-    }
-
-    /** The communicator's command buffer, which holds this transaction's commands while it is open. */
-    private CommandBuffer commands() {
-        return communicator.pendingCommands();
-    }
-
-    /**
-     * A tensor argument: given, its memory not freed, and on this communicator's device when its
-     * device is known (tensors of a {@code DeviceMemory}); checked before anything native happens.
-     */
-    private void requireTensor(String operation, String argument, DeviceTensor tensor) {
-        Tensors.requireUsable(operation, argument, tensor, communicator.rank(), communicator.device());
-    }
-
-    private void requireDivisible(String operation, DeviceTensor tensor) {
-        int world = communicator.worldSize();
-        if (tensor.count() % world != 0) {
-            throw new IllegalArgumentException(operation + ": " + tensor.count() + " elements not divisible by world size "
-                    + world);
-        }
-    }
-
-    /**
-     * A user's handle: checks that it is the open transaction, used from the thread that began it;
-     * {@return the communicator's own handle, which checks and adds the commands}: so the user's
-     * handle is passed to nothing, and the JIT can scalar-replace it in a chain of calls.
-     */
-    private Transaction handle(String operation) {
-        requireOpen(operation);
-        return communicator.currentTransaction();
-    }
-
-    /** Open, used from the thread that began it, on a usable communicator. */
-    private void requireOpen(String operation) {
-        communicator.requireOpenTransaction(operation, number);
+        return log.commands();
     }
 
     @Override
     public String toString() {
         return "Transaction#" + number() + "[rank " + communicator.rank() + ", "
-                + (isOpen() ? "OPEN, " + commands() : communicator.transactionOutcome(number())) + "]";
+                + (isOpen() ? "OPEN, " + log.commands() : log.outcome(number())) + "]";
     }
 }

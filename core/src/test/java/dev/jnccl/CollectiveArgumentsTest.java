@@ -2,9 +2,10 @@ package dev.jnccl;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
@@ -54,10 +55,10 @@ class CollectiveArgumentsTest {
                             () -> tx.allReduce(a, all.slice(1, 300), ReduceOp.SUM));
                     expect(NullPointerException.class, "allReduce: dst is null", () -> tx.allReduce(a, null, ReduceOp.SUM));
                     expect(IllegalArgumentException.class,
-                            "reduceScatter: src has 300 elements, expected dst 300 x world size 3",
+                            "reduceScatter: src has 300 elements, expected dst 300 x world size 3 = 900",
                             () -> tx.reduceScatter(a, b, ReduceOp.SUM));
                     expect(IllegalArgumentException.class, "reduceScatter: src " + whole + " and dst " + whole.slice(1, 300)
-                                    + " overlap but are not in place (in place needs dst this rank's shard of src; otherwise they must not overlap)",
+                                    + " overlap but are not in place (in place needs dst this rank's slot of src; otherwise they must not overlap)",
                             () -> tx.reduceScatter(whole, whole.slice(1, 300), ReduceOp.SUM));
                     expect(IllegalArgumentException.class, "broadcast: root 3 out of range [0, 3)", () -> tx.broadcast(a, b, 3));
                     expect(IllegalArgumentException.class, "broadcast: root -1 out of range [0, 3)", () -> tx.broadcast(a, b, -1));
@@ -77,21 +78,21 @@ class CollectiveArgumentsTest {
                     expect(IllegalArgumentException.class,
                             "gather: dst is null on the root rank 0; only ranks other than the root may pass null",
                             () -> tx.gather(a, null, 0));
-                    expect(IllegalArgumentException.class, "gather: dst has 300 elements, expected src 300 x world size 3",
+                    expect(IllegalArgumentException.class, "gather: dst has 300 elements, expected src 300 x world size 3 = 900",
                             () -> tx.gather(a, b, 0));
                     expect(IllegalArgumentException.class, "gather: src dtype INT32 differs from dst dtype FP32",
                             () -> tx.gather(ints, whole, 2));
                     expect(IllegalArgumentException.class, "gather: src " + whole.slice(301, 300) + " and dst " + whole
-                                    + " overlap but are not in place (in place needs src the root's slot of dst; otherwise they must not overlap)",
+                                    + " overlap but are not in place (in place needs src this rank's slot of dst; otherwise they must not overlap)",
                             () -> tx.gather(whole.slice(301, 300), whole, 0));
                     expect(IllegalArgumentException.class, "scatter: root -2 out of range [0, 3)", () -> tx.scatter(whole, a, -2));
                     expect(IllegalArgumentException.class,
                             "scatter: src is null on the root rank 0; only ranks other than the root may pass null",
                             () -> tx.scatter(null, a, 0));
-                    expect(IllegalArgumentException.class, "scatter: src has 300 elements, expected dst 300 x world size 3",
+                    expect(IllegalArgumentException.class, "scatter: src has 300 elements, expected dst 300 x world size 3 = 900",
                             () -> tx.scatter(b, a, 1));
                     expect(IllegalArgumentException.class, "scatter: src " + whole + " and dst " + whole.slice(300, 300)
-                                    + " overlap but are not in place (in place needs dst the root's slot of src; otherwise they must not overlap)",
+                                    + " overlap but are not in place (in place needs dst this rank's slot of src; otherwise they must not overlap)",
                             () -> tx.scatter(whole, whole.slice(300, 300), 0));
                     // uneven all-to-all
                     expect(IllegalArgumentException.class, "allToAll: sendCounts has 2 entries, expected world size 3",
@@ -116,6 +117,22 @@ class CollectiveArgumentsTest {
                             () -> tx.allToAll(a, new long[] {1, 2, 3}, all.slice(299, 10), new long[] {1, 2, 3}));
                     expect(NullPointerException.class, "allToAll: recvCounts is null",
                             () -> tx.allToAll(a, new long[] {1, 2, 3}, b, null));
+                    // uneven all-gather
+                    expect(IllegalArgumentException.class, "allGather: counts has 2 entries, expected world size 3",
+                            () -> tx.allGather(a, b, new long[] {300, 0}));
+                    expect(NullPointerException.class, "allGather: counts is null", () -> tx.allGather(a, b, null));
+                    expect(IllegalArgumentException.class,
+                            "allGather: counts[0] = 5 (this rank's block) must equal shard's 300 elements",
+                            () -> tx.allGather(a, whole, new long[] {5, 1, 1}));
+                    expect(IllegalArgumentException.class,
+                            "allGather: counts up to [1] sum past full's 300 elements (counts[1] = 1 after 300; allowed [0, 0])",
+                            () -> tx.allGather(a, b, new long[] {300, 1, 0}));
+                    expect(IllegalArgumentException.class, "allGather: shard dtype FP32 differs from full dtype INT32",
+                            () -> tx.allGather(a, ints, new long[] {300, 0, 0}));
+                    expect(IllegalArgumentException.class, "allGather: shard " + a + " and full " + all.slice(1, 900)
+                                    + " overlap but are not in place (in place needs shard this rank's block of full;"
+                                    + " otherwise they must not overlap)",
+                            () -> tx.allGather(a, all.slice(1, 900), new long[] {300, 300, 300}));
                     assertEquals(0, tx.size(), "rejected commands must not be buffered");
                 }
                 // The convenience forms make the same checks.
@@ -155,14 +172,6 @@ class CollectiveArgumentsTest {
                             .allToAll(a, sendCounts, b, new long[] {1, 0, 2});
                     sendCounts[0] = 99; // copied: the command keeps 5
                     made.addAll(tx.buffer().snapshot());
-                    // the blocks (views of the memory, so checked while it is open)
-                    Command.UnevenAllToAll uneven = (Command.UnevenAllToAll) made.get(made.size() - 1);
-                    assertEquals(b.address() + 0, uneven.recvBlock(0).address());
-                    assertEquals(a.address() + 5 * 4, uneven.sendBlock(2).address(), "block 2 after 5 + 0 elements");
-                    assertEquals(7, uneven.sendBlock(2).count());
-                    assertEquals(0, uneven.sendBlock(1).count());
-                    assertEquals(b.address() + 4, uneven.recvBlock(2).address());
-                    assertEquals(2, uneven.recvBlock(2).count());
                 }
             }
             comm.barrier();
@@ -172,28 +181,36 @@ class CollectiveArgumentsTest {
         @SuppressWarnings("unchecked")
         List<Command> made = (List<Command>) results.get(1);
         assertEquals(13, made.size(), made.toString());
-        assertInstanceOf(Command.AllReduce.class, made.get(0), "the same tensor: in place");
-        assertInstanceOf(Command.AllReduceOutOfPlace.class, made.get(1));
-        assertInstanceOf(Command.ReduceScatter.class, made.get(2), "dst this rank's shard of src: in place");
-        assertInstanceOf(Command.ReduceScatterOutOfPlace.class, made.get(3));
-        assertInstanceOf(Command.Broadcast.class, made.get(4));
-        assertInstanceOf(Command.BroadcastOutOfPlace.class, made.get(5));
-        assertNull(((Command.Reduce) made.get(6)).dst(), "a non-root's reduce has no dst");
-        assertEquals(0, ((Command.Reduce) made.get(6)).root());
-        assertNull(((Command.Gather) made.get(8)).dst());
-        assertNull(((Command.Scatter) made.get(10)).src());
-        Command.UnevenAllToAll uneven = (Command.UnevenAllToAll) made.get(12);
+        // One command per collective: in place is the same tensor (or this rank's slot of it), as in NCCL.
+        Command.Kind[] kinds = {Command.Kind.ALL_REDUCE, Command.Kind.ALL_REDUCE, Command.Kind.REDUCE_SCATTER,
+                Command.Kind.REDUCE_SCATTER, Command.Kind.BROADCAST, Command.Kind.BROADCAST, Command.Kind.REDUCE,
+                Command.Kind.REDUCE, Command.Kind.GATHER, Command.Kind.GATHER, Command.Kind.SCATTER,
+                Command.Kind.SCATTER, Command.Kind.UNEVEN_ALL_TO_ALL};
+        for (int i = 0; i < kinds.length; i++) {
+            assertEquals(kinds[i], made.get(i).kind(), "command " + i + ": " + made.get(i));
+        }
+        assertTrue(made.get(0).isSameTensor(), "the same tensor: in place");
+        assertFalse(made.get(1).isSameTensor());
+        assertTrue(made.get(1).describe().endsWith(", out of place"), made.get(1).describe());
+        assertEquals(ReduceOp.MIN, made.get(1).op());
+        assertEquals(2, made.get(4).root());
+        assertNull(made.get(6).dst(), "a non-root's reduce has no dst");
+        assertEquals(0, made.get(6).root());
+        assertEquals(-1, made.get(6).peer());
+        assertNull(made.get(8).dst());
+        assertNull(made.get(10).src());
+        Command uneven = made.get(12);
         assertArrayEquals(new long[] {5, 0, 7}, uneven.sendCounts());
-        assertArrayEquals(new long[] {1, 0, 2}, uneven.recvCounts());
+        assertArrayEquals(new long[] {1, 0, 2}, uneven.receiveCounts());
         assertEquals(12L * 4, uneven.bytes());
         assertEquals(7, uneven.sendCount(2));
         assertEquals(2, uneven.recvCount(2));
         // A peer that is no rank: refused naming the method, the value and the range.
-        assertEquals("UnevenAllToAll.sendCount: peer 3 out of range [0, 3)",
+        assertEquals("Command.sendCount: peer 3 out of range [0, 3)",
                 assertThrows(IllegalArgumentException.class, () -> uneven.sendCount(3)).getMessage());
-        assertEquals("UnevenAllToAll.recvCount: peer -1 out of range [0, 3)",
+        assertEquals("Command.recvCount: peer -1 out of range [0, 3)",
                 assertThrows(IllegalArgumentException.class, () -> uneven.recvCount(-1)).getMessage());
-        assertEquals("UnevenAllToAll.sendBlock: peer 7 out of range [0, 3)",
-                assertThrows(IllegalArgumentException.class, () -> uneven.sendBlock(7)).getMessage());
+        assertEquals("Command: ALL_REDUCE has no counts",
+                assertThrows(IllegalStateException.class, () -> made.get(0).recvCount(0)).getMessage());
     }
 }

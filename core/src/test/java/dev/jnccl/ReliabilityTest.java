@@ -98,7 +98,7 @@ class ReliabilityTest {
     /** A world-1 communicator whose all-gather transport fails after NCCL calls were made in the group. */
     private static Communicator failingGather() {
         Transport failing = (command, stream) -> {
-            if (command instanceof Command.AllGather) {
+            if (command.kind() == Command.Kind.ALL_GATHER) {
                 throw new IllegalStateException("transport failed");
             }
             return false;

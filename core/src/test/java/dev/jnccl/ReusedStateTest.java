@@ -48,7 +48,7 @@ class ReusedStateTest {
             assertEquals(0, first.size());
             assertEquals(1, first.number());
             assertEquals(3, open.number());
-            assertTrue(open.toString().contains("Broadcast"), open.toString());
+            assertTrue(open.toString().contains("broadcast FP32 64 elements"), open.toString());
 
             // Another thread with the open handle: refused, naming both threads.
             AtomicReference<Throwable> fromOther = new AtomicReference<>();
@@ -137,8 +137,8 @@ class ReusedStateTest {
                 Transaction tx = comm.begin(stream).allToAll(sendTensor, counts, recvTensor, counts);
                 counts[0] = count - lengths[t]; // after the call: changes nothing added
                 Command added = comm.pendingCommands().snapshot().get(0);
-                assertTrue(added instanceof Command.UnevenAllToAll a && a.sendCounts()[0] == lengths[t]
-                        && a.recvCounts()[0] == lengths[t], added.toString());
+                assertTrue(added.kind() == Command.Kind.UNEVEN_ALL_TO_ALL && added.sendCount(0) == lengths[t]
+                        && added.recvCount(0) == lengths[t], added.toString());
                 boolean same = t > 0 && lengths[t] == lengths[t - 1];
                 assertEquals(same, added == previous, "transaction " + t + ": reused exactly when the counts repeat");
                 previous = added;
@@ -160,8 +160,8 @@ class ReusedStateTest {
                 counts[0] = 20;
                 tx.allToAll(sendTensor, counts, recvTensor, counts);
                 List<Command> added = comm.pendingCommands().snapshot();
-                assertEquals(10, ((Command.UnevenAllToAll) added.get(0)).sendCounts()[0], added.toString());
-                assertEquals(20, ((Command.UnevenAllToAll) added.get(1)).sendCounts()[0], added.toString());
+                assertEquals(10, added.get(0).sendCount(0), added.toString());
+                assertEquals(20, added.get(1).sendCount(0), added.toString());
             }
 
             // Refused counts leave the transaction without the command, and the next call works.

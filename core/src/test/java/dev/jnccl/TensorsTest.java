@@ -11,7 +11,7 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 
 /**
- * The checks of a communicator's tensor arguments ({@link Tensors}): a tensor on another device
+ * The checks of a communicator's tensor arguments ({@link Checks}): a tensor on another device
  * than the communicator's, a missing one, and one whose memory was closed are refused with a
  * message naming the operation and the argument.
  */
@@ -28,16 +28,16 @@ class TensorsTest {
         Cuda.setDevice(1);
         DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 8);
         DeviceTensor shard = memory.tensor(DType.FP32).shard(0, 2);
-        Tensors.requireUsable("allGather", "shard", shard, 3, 1);
+        new Checks(3, 4, 1).requireUsable("allGather", "shard", shard);
         assertEquals("allGather: shard is on device 1 but the communicator of rank 0 is on device 0",
                 assertThrows(IllegalArgumentException.class,
-                        () -> Tensors.requireUsable("allGather", "shard", shard, 0, 0)).getMessage());
-        Tensors.requireUsable("allGather", "shard", new DeviceTensor(shard.address(), DType.FP32, 4), 0, 0);
+                        () -> new Checks(0, 4, 0).requireUsable("allGather", "shard", shard)).getMessage());
+        new Checks(0, 4, 0).requireUsable("allGather", "shard", new DeviceTensor(shard.address(), DType.FP32, 4));
         assertEquals("allGather: shard is null", assertThrows(NullPointerException.class,
-                () -> Tensors.requireUsable("allGather", "shard", null, 0, 0)).getMessage());
+                () -> new Checks(0, 4, 0).requireUsable("allGather", "shard", null)).getMessage());
         memory.close();
         IllegalStateException e = assertThrows(IllegalStateException.class,
-                () -> Tensors.requireUsable("allGather", "shard", shard, 0, 1));
+                () -> new Checks(0, 4, 1).requireUsable("allGather", "shard", shard));
         assertEquals("allGather: shard " + shard + " views " + memory + ", which was closed: its memory was freed",
                 e.getMessage());
         assertTrue(shard.toString().endsWith(", device 1, memory closed]"), shard.toString());

@@ -1,423 +1,434 @@
 package dev.jnccl.spi;
 
+import dev.jnccl.DType;
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.ReduceOp;
+import dev.jnccl.bindings.NcclFeature;
 import java.util.Arrays;
 import java.util.Objects;
 
 /**
- * One command of a transaction, named as the {@link dev.jnccl.Transaction} method that adds it
- * (and as NCCL names the collective). A {@link Transport} sees every command of a transaction and
- * moves the kinds it replaces; the communicator enqueues the rest into NCCL with an exhaustive
- * switch over these records.
- *
- * <p>{@link DestructiveAllToAll} runs as separate, ordered NCCL groups (its rounds must not
- * overlap), so it is never offered to a transport and cannot be expanded into the transaction's
- * sends and receives. A plain {@link AllToAll} runs as a group of its own after the transaction's
- * group, so that its messages never pair with the transaction's sends and receives; the others run
- * in the transaction's one group.
+ * One command of a transaction: a {@link Kind} (the one row that says what the data path needs to
+ * know of a collective) and its arguments, as NCCL takes them. In place is {@code src == dst}, as in
+ * NCCL (for a scattered or gathered shape: the tensor and this rank's slot of it), so there is one
+ * command per collective, never an in-place twin. Immutable; a {@link Transport} sees every command
+ * of a transaction and moves the kinds it replaces, the communicator enqueues the rest into NCCL.
  */
-public sealed interface Command {
+public final class Command {
 
-    /** {@return the bytes this rank contributes or moves (for logs and telemetry)} */
-    long bytes();
-
-    /**
-     * All-gather: every rank's {@code shard} ends up in {@code full} at the rank's index.
-     *
-     * @param shard this rank's shard
-     * @param full  the gathered tensor (world size times the shard)
-     */
-    record AllGather(DeviceTensor shard, DeviceTensor full) implements Command {
-        /** Checks that both tensors are given. */
-        public AllGather {
-            require("AllGather", "shard", shard);
-            require("AllGather", "full", full);
-        }
-
-        @Override
-        public long bytes() {
-            return full.bytes();
-        }
-    }
-
-    /**
-     * In-place reduce-scatter: shard {@code rank} of {@code tensor} receives the reduction of all ranks' shards.
-     *
-     * @param tensor the tensor, world size times the shard
-     * @param op     the reduction
-     */
-    record ReduceScatter(DeviceTensor tensor, ReduceOp op) implements Command {
-        /** Checks that the tensor and the operation are given. */
-        public ReduceScatter {
-            require("ReduceScatter", "tensor", tensor);
-            require("ReduceScatter", "op", op);
-        }
-
-        @Override
-        public long bytes() {
-            return tensor.bytes();
-        }
-    }
-
-    /**
-     * In-place all-reduce: every rank's {@code tensor} receives the reduction over all ranks.
-     *
-     * @param tensor the tensor
-     * @param op     the reduction
-     */
-    record AllReduce(DeviceTensor tensor, ReduceOp op) implements Command {
-        /** Checks that the tensor and the operation are given. */
-        public AllReduce {
-            require("AllReduce", "tensor", tensor);
-            require("AllReduce", "op", op);
-        }
-
-        @Override
-        public long bytes() {
-            return tensor.bytes();
-        }
-    }
-
-    /**
-     * In-place broadcast: every rank's {@code tensor} receives {@code root}'s.
-     *
-     * @param tensor the tensor (the source on the root)
-     * @param root   the rank whose tensor is broadcast
-     */
-    record Broadcast(DeviceTensor tensor, int root) implements Command {
-        /** Checks that the tensor is given. */
-        public Broadcast {
-            require("Broadcast", "tensor", tensor);
-        }
-
-        @Override
-        public long bytes() {
-            return tensor.bytes();
-        }
-    }
-
-    /**
-     * Point-to-point send of {@code tensor} to {@code peer}.
-     *
-     * @param tensor what is sent
-     * @param peer   the receiving rank
-     */
-    record Send(DeviceTensor tensor, int peer) implements Command {
-        /** Checks that the tensor is given. */
-        public Send {
-            require("Send", "tensor", tensor);
-        }
-
-        @Override
-        public long bytes() {
-            return tensor.bytes();
-        }
-    }
-
-    /**
-     * Point-to-point receive into {@code tensor} from {@code peer}.
-     *
-     * @param tensor where the message lands
-     * @param peer   the sending rank
-     */
-    record Recv(DeviceTensor tensor, int peer) implements Command {
-        /** Checks that the tensor is given. */
-        public Recv {
-            require("Recv", "tensor", tensor);
-        }
-
-        @Override
-        public long bytes() {
-            return tensor.bytes();
-        }
-    }
-
-    /**
-     * All-to-all from {@code send} into {@code recv} (non-destructive): slot {@code j} of
-     * {@code send} goes to rank {@code j}, slot {@code i} of {@code recv} comes from rank {@code i}.
-     *
-     * @param send this rank's world-size slots, one per destination rank
-     * @param recv where the slots from every rank land, in rank order
-     */
-    record AllToAll(DeviceTensor send, DeviceTensor recv) implements Command {
-        /** Checks that both tensors are given. */
-        public AllToAll {
-            require("AllToAll", "send", send);
-            require("AllToAll", "recv", recv);
-        }
-
-        @Override
-        public long bytes() {
-            return send.bytes();
-        }
-    }
-
-    /**
-     * Destructive (in-place) all-to-all of {@code tensor}'s world-size slots, in ordered rounds.
-     *
-     * @param tensor the tensor, world size slots
-     */
-    record DestructiveAllToAll(DeviceTensor tensor) implements Command {
-        /** Checks that the tensor is given. */
-        public DestructiveAllToAll {
-            require("DestructiveAllToAll", "tensor", tensor);
-        }
-
-        @Override
-        public long bytes() {
-            return tensor.bytes();
-        }
-    }
-
-    /**
-     * Out-of-place all-reduce: {@code dst} receives the reduction over all ranks of {@code src}
-     * (the in-place form is {@link AllReduce}).
-     *
-     * @param src this rank's contribution
-     * @param dst the result, as many elements as {@code src}
-     * @param op  the reduction
-     */
-    record AllReduceOutOfPlace(DeviceTensor src, DeviceTensor dst, ReduceOp op) implements Command {
-        /** Checks that the tensors and the operation are given. */
-        public AllReduceOutOfPlace {
-            require("AllReduceOutOfPlace", "src", src);
-            require("AllReduceOutOfPlace", "dst", dst);
-            require("AllReduceOutOfPlace", "op", op);
-        }
-
-        @Override
-        public long bytes() {
-            return src.bytes();
-        }
-    }
-
-    /**
-     * Out-of-place reduce-scatter: {@code dst} receives the reduction of shard {@code rank} of all
-     * ranks' {@code src} (the in-place form is {@link ReduceScatter}).
-     *
-     * @param src this rank's contribution, world size times {@code dst}
-     * @param dst this rank's reduced shard
-     * @param op  the reduction
-     */
-    record ReduceScatterOutOfPlace(DeviceTensor src, DeviceTensor dst, ReduceOp op) implements Command {
-        /** Checks that the tensors and the operation are given. */
-        public ReduceScatterOutOfPlace {
-            require("ReduceScatterOutOfPlace", "src", src);
-            require("ReduceScatterOutOfPlace", "dst", dst);
-            require("ReduceScatterOutOfPlace", "op", op);
-        }
-
-        @Override
-        public long bytes() {
-            return src.bytes();
-        }
-    }
-
-    /**
-     * Out-of-place broadcast: every rank's {@code dst} receives {@code root}'s {@code src} (the
-     * in-place form is {@link Broadcast}); {@code src} is read on the root only.
-     *
-     * @param src  the source (read on the root)
-     * @param dst  where the root's source lands, as many elements
-     * @param root the rank whose {@code src} is broadcast
-     */
-    record BroadcastOutOfPlace(DeviceTensor src, DeviceTensor dst, int root) implements Command {
-        /** Checks that the tensors are given. */
-        public BroadcastOutOfPlace {
-            require("BroadcastOutOfPlace", "src", src);
-            require("BroadcastOutOfPlace", "dst", dst);
-        }
-
-        @Override
-        public long bytes() {
-            return dst.bytes();
-        }
-    }
-
-    /**
-     * Reduce: the root's {@code dst} receives the reduction over all ranks of {@code src}.
-     *
-     * @param src  this rank's contribution
-     * @param dst  the result on the root (in place when it is {@code src}); null or unused elsewhere
-     * @param op   the reduction
-     * @param root the rank that receives the result
-     */
-    record Reduce(DeviceTensor src, DeviceTensor dst, ReduceOp op, int root) implements Command {
-        /** Checks that the source and the operation are given. */
-        public Reduce {
-            require("Reduce", "src", src);
-            require("Reduce", "op", op);
-        }
-
-        @Override
-        public long bytes() {
-            return src.bytes();
-        }
-    }
-
-    /**
-     * Gather: every rank's {@code src} lands in the root's {@code dst} at the rank's index.
-     *
-     * @param src  this rank's contribution
-     * @param dst  world size times {@code src} on the root; null or unused elsewhere
-     * @param root the receiving rank
-     */
-    record Gather(DeviceTensor src, DeviceTensor dst, int root) implements Command {
-        /** Checks that the source is given. */
-        public Gather {
-            require("Gather", "src", src);
-        }
-
-        @Override
-        public long bytes() {
-            return src.bytes();
-        }
-    }
-
-    /**
-     * Scatter: slot {@code rank} of the root's {@code src} lands in every rank's {@code dst}.
-     *
-     * @param src  world size times {@code dst} on the root; null or unused elsewhere
-     * @param dst  this rank's slot
-     * @param root the sending rank
-     */
-    record Scatter(DeviceTensor src, DeviceTensor dst, int root) implements Command {
-        /** Checks that the destination is given. */
-        public Scatter {
-            require("Scatter", "dst", dst);
-        }
-
-        @Override
-        public long bytes() {
-            return dst.bytes();
-        }
-    }
-
-    /**
-     * Uneven all-to-all: this rank sends {@code sendCounts[q]} elements to rank {@code q}, from
-     * {@code send} at the sum of the counts before {@code q}, and receives {@code recvCounts[p]}
-     * elements from rank {@code p} into {@code recv} at the sum of the counts before {@code p}.
-     * The arrays are copied in and out: the record cannot be changed through them.
-     *
-     * @param send       the blocks for every rank, in rank order
-     * @param sendCounts elements for each rank (world size entries)
-     * @param recv       where the blocks from every rank land, in rank order
-     * @param recvCounts elements from each rank (world size entries)
-     */
-    record UnevenAllToAll(DeviceTensor send, long[] sendCounts, DeviceTensor recv, long[] recvCounts)
-            implements Command {
-        /** Checks that everything is given, and copies the counts. */
-        public UnevenAllToAll {
-            require("UnevenAllToAll", "send", send);
-            require("UnevenAllToAll", "sendCounts", sendCounts);
-            require("UnevenAllToAll", "recv", recv);
-            require("UnevenAllToAll", "recvCounts", recvCounts);
-            sendCounts = sendCounts.clone();
-            recvCounts = recvCounts.clone();
-        }
-
-        /** {@return a copy of the elements sent to each rank} */
-        @Override
-        public long[] sendCounts() {
-            return sendCounts.clone();
-        }
-
-        /** {@return a copy of the elements received from each rank} */
-        @Override
-        public long[] recvCounts() {
-            return recvCounts.clone();
-        }
-
+    /** Where a kind runs with respect to the transaction's one NCCL group. */
+    public enum Group {
+        /** In the transaction's one group, with its other commands. */
+        TRANSACTION,
         /**
-         * The number of elements sent to {@code peer} (no copy of the array).
-         *
-         * @param peer a rank
-         * @return {@code sendCounts[peer]}
-         * @throws IllegalArgumentException when {@code peer} is not in {@code [0, world size)}
+         * In a group of its own after the transaction's group, in command order: NCCL runs it as
+         * point-to-point traffic, which must never pair with the transaction's own sends and receives.
          */
-        public long sendCount(int peer) {
-            return sendCounts[requirePeer("sendCount", peer)];
+        OWN,
+        /** As ordered rounds, each a group of its own, always through NCCL (the order is what makes it safe). */
+        ROUNDS
+    }
+
+    /** How a kind's two buffers relate: their counts, and when they are in place. */
+    public enum Shape {
+        /** One buffer ({@code src == dst}): a send, a receive, a destructive all-to-all. */
+        ONE,
+        /** {@code dst} has {@code src}'s count; in place when they are the same. */
+        SAME,
+        /** {@code src} is world size times {@code dst}; in place when {@code dst} is this rank's slot of {@code src}. */
+        SCATTERED,
+        /** {@code dst} is world size times {@code src}; in place when {@code src} is this rank's slot of {@code dst}. */
+        GATHERED,
+        /** {@code src} and {@code dst} of one count, a slot per rank, apart. */
+        EXCHANGED,
+        /** Blocks per rank of the given counts, in rank order (uneven kinds). */
+        COUNTED
+    }
+
+    /** What a command's rank argument names. */
+    public enum Role {
+        /** No rank argument. */
+        NONE,
+        /** The root of a rooted collective. */
+        ROOT,
+        /** The peer of a send or receive. */
+        PEER
+    }
+
+    /** Which buffer only the root needs (ranks elsewhere may pass null). */
+    public enum RootOnly {
+        /** Every rank gives both. */
+        NONE,
+        /** The source is read on the root only (scatter). */
+        SRC,
+        /** The destination is written on the root only (reduce, gather). */
+        DST
+    }
+
+    /**
+     * The collectives, one row each: the {@code Transaction} method that adds it, the NCCL function
+     * that runs it (and the feature an older NCCL lacks, then emulated with sends and receives), its
+     * group, its buffers' shape and names, its rank argument, and whether it reduces.
+     */
+    public enum Kind {
+        /** All-reduce: every rank's {@code dst} receives the reduction over all ranks of {@code src}. */
+        ALL_REDUCE("allReduce", "ncclAllReduce", null, Group.TRANSACTION, Shape.SAME, Role.NONE, RootOnly.NONE,
+                true, "src", "dst"),
+        /** Reduce-scatter: {@code dst} receives the reduction of slot {@code rank} of every rank's {@code src}. */
+        REDUCE_SCATTER("reduceScatter", "ncclReduceScatter", null, Group.TRANSACTION, Shape.SCATTERED, Role.NONE,
+                RootOnly.NONE, true, "src", "dst"),
+        /** All-gather: every rank's {@code src} lands in every {@code dst} at the rank's slot. */
+        ALL_GATHER("allGather", "ncclAllGather", null, Group.TRANSACTION, Shape.GATHERED, Role.NONE, RootOnly.NONE,
+                false, "shard", "full"),
+        /** Broadcast: every rank's {@code dst} receives the root's {@code src}. */
+        BROADCAST("broadcast", "ncclBroadcast", null, Group.TRANSACTION, Shape.SAME, Role.ROOT, RootOnly.NONE, false,
+                "src", "dst"),
+        /** Reduce: the root's {@code dst} receives the reduction over all ranks of {@code src}. */
+        REDUCE("reduce", "ncclReduce", null, Group.TRANSACTION, Shape.SAME, Role.ROOT, RootOnly.DST, true, "src",
+                "dst"),
+        /** Gather: every rank's {@code src} lands in the root's {@code dst} at the rank's slot. */
+        GATHER("gather", "ncclGather", NcclFeature.GATHER, Group.OWN, Shape.GATHERED, Role.ROOT, RootOnly.DST, false,
+                "src", "dst"),
+        /** Scatter: slot {@code rank} of the root's {@code src} lands in every rank's {@code dst}. */
+        SCATTER("scatter", "ncclScatter", NcclFeature.SCATTER, Group.OWN, Shape.SCATTERED, Role.ROOT, RootOnly.SRC,
+                false, "src", "dst"),
+        /** All-to-all: slot {@code j} of {@code src} goes to rank {@code j}, slot {@code i} of {@code dst} comes from rank {@code i}. */
+        ALL_TO_ALL("allToAll", "ncclAlltoAll", NcclFeature.ALL_TO_ALL, Group.OWN, Shape.EXCHANGED, Role.NONE,
+                RootOnly.NONE, false, "send", "recv"),
+        /** Uneven all-to-all: {@link #sendCount}{@code (q)} elements to rank {@code q}, {@link #recvCount}{@code (p)} from rank {@code p}. */
+        UNEVEN_ALL_TO_ALL("allToAll", "ncclSend/ncclRecv", null, Group.OWN, Shape.COUNTED, Role.NONE, RootOnly.NONE,
+                false, "send", "recv"),
+        /** Uneven all-gather: rank {@code p}'s {@code src} ({@link #recvCount}{@code (p)} elements) lands in every {@code dst} after the blocks of the ranks before it. */
+        ALL_GATHER_V("allGather", "ncclBroadcast", null, Group.OWN, Shape.COUNTED, Role.NONE, RootOnly.NONE, false,
+                "shard", "full"),
+        /** Destructive (in-place) all-to-all of the world-size slots of one tensor, in ordered rounds. */
+        DESTRUCTIVE_ALL_TO_ALL("destructiveAllToAll", "ncclSend/ncclRecv", null, Group.ROUNDS, Shape.ONE, Role.NONE,
+                RootOnly.NONE, false, "tensor", "tensor"),
+        /** Point-to-point send of {@code src} to the peer. */
+        SEND("send", "ncclSend", null, Group.TRANSACTION, Shape.ONE, Role.PEER, RootOnly.NONE, false, "tensor",
+                "tensor"),
+        /** Point-to-point receive into {@code dst} from the peer. */
+        RECV("recv", "ncclRecv", null, Group.TRANSACTION, Shape.ONE, Role.PEER, RootOnly.NONE, false, "tensor",
+                "tensor");
+
+        private final String method;
+        private final String ncclFunction;
+        private final NcclFeature feature;
+        private final Group group;
+        private final Shape shape;
+        private final Role role;
+        private final RootOnly rootOnly;
+        private final boolean reduces;
+        private final String srcName;
+        private final String dstName;
+
+        Kind(String method, String ncclFunction, NcclFeature feature, Group group, Shape shape, Role role,
+             RootOnly rootOnly, boolean reduces, String srcName, String dstName) {
+            this.method = method;
+            this.ncclFunction = ncclFunction;
+            this.feature = feature;
+            this.group = group;
+            this.shape = shape;
+            this.role = role;
+            this.rootOnly = rootOnly;
+            this.reduces = reduces;
+            this.srcName = srcName;
+            this.dstName = dstName;
         }
 
-        /**
-         * The number of elements received from {@code peer} (no copy of the array).
-         *
-         * @param peer a rank
-         * @return {@code recvCounts[peer]}
-         * @throws IllegalArgumentException when {@code peer} is not in {@code [0, world size)}
-         */
-        public long recvCount(int peer) {
-            return recvCounts[requirePeer("recvCount", peer)];
+        /** {@return the {@code Transaction} method that adds it (the name in messages)} */
+        public String method() {
+            return method;
         }
 
-        /**
-         * The block of {@code send} for {@code peer}.
-         *
-         * @param peer a rank
-         * @return the view of {@code send} sent to {@code peer}
-         */
-        public DeviceTensor sendBlock(int peer) {
-            return block(send, sendCounts, requirePeer("sendBlock", peer));
+        /** {@return the NCCL function that runs it} */
+        public String ncclFunction() {
+            return ncclFunction;
         }
 
-        /**
-         * The block of {@code recv} that {@code peer}'s message fills.
-         *
-         * @param peer a rank
-         * @return the view of {@code recv} received from {@code peer}
-         */
-        public DeviceTensor recvBlock(int peer) {
-            return block(recv, recvCounts, requirePeer("recvBlock", peer));
+        /** {@return the NCCL feature the function needs (else sends and receives stand in), or null} */
+        public NcclFeature feature() {
+            return feature;
         }
 
-        /** {@return {@code peer}} when it names a rank of the counts, else a refusal naming it and the range. */
-        private int requirePeer(String method, int peer) {
-            if (peer < 0 || peer >= sendCounts.length) {
-                throw new IllegalArgumentException("UnevenAllToAll." + method + ": peer " + peer
-                        + " out of range [0, " + sendCounts.length + ")");
-            }
-            return peer;
+        /** {@return where it runs with respect to the transaction's group} */
+        public Group group() {
+            return group;
         }
 
-        private static DeviceTensor block(DeviceTensor tensor, long[] counts, int peer) {
-            long offset = 0;
-            for (int q = 0; q < peer; q++) {
-                offset += counts[q];
-            }
-            return tensor.slice(offset, counts[peer]);
+        /** {@return how its buffers relate} */
+        public Shape shape() {
+            return shape;
         }
 
-        @Override
-        public long bytes() {
+        /** {@return what its rank argument names} */
+        public Role role() {
+            return role;
+        }
+
+        /** {@return which buffer only the root needs} */
+        public RootOnly rootOnly() {
+            return rootOnly;
+        }
+
+        /** {@return whether it reduces (takes a {@link ReduceOp})} */
+        public boolean reduces() {
+            return reduces;
+        }
+
+        /** {@return the name of its source argument in messages} */
+        public String srcName() {
+            return srcName;
+        }
+
+        /** {@return the name of its destination argument in messages} */
+        public String dstName() {
+            return dstName;
+        }
+    }
+
+    private final Kind kind;
+    private final DeviceTensor src;
+    private final DeviceTensor dst;
+    private final ReduceOp op;
+    private final int rank;
+    private final long[] sendCounts;
+    private final long[] recvCounts;
+
+    private Command(Kind kind, DeviceTensor src, DeviceTensor dst, ReduceOp op, int rank, long[] sendCounts,
+                    long[] recvCounts) {
+        this.kind = Objects.requireNonNull(kind, "Command: kind is null");
+        if (src == null && dst == null) {
+            throw new NullPointerException("Command: " + kind.method + " has neither " + kind.srcName + " nor "
+                    + kind.dstName);
+        }
+        if (kind.reduces && op == null) {
+            throw new NullPointerException("Command: " + kind.method + " has no op");
+        }
+        this.src = src;
+        this.dst = dst;
+        this.op = kind.reduces ? op : null;
+        this.rank = kind.role == Role.NONE ? -1 : rank;
+        this.sendCounts = sendCounts == null ? null : sendCounts.clone();
+        this.recvCounts = recvCounts == null ? null : recvCounts.clone();
+    }
+
+    /**
+     * A command of an even kind. The transaction checked the arguments; only what would make the
+     * command meaningless is refused here.
+     *
+     * @param kind the collective
+     * @param src  the source (for {@link Shape#ONE} the tensor: the same as {@code dst}); null where {@link RootOnly#SRC} off the root
+     * @param dst  the destination; null where {@link RootOnly#DST} off the root
+     * @param op   the reduction, for a kind that reduces (ignored otherwise)
+     * @param rank the root or peer ({@link Kind#role()}); ignored for {@link Role#NONE}
+     * @return the command
+     */
+    public static Command of(Kind kind, DeviceTensor src, DeviceTensor dst, ReduceOp op, int rank) {
+        return new Command(kind, src, dst, op, rank, null, null);
+    }
+
+    /**
+     * A command of a {@link Shape#COUNTED} kind; the arrays are copied.
+     *
+     * @param kind       {@link Kind#UNEVEN_ALL_TO_ALL} or {@link Kind#ALL_GATHER_V}
+     * @param src        the blocks sent (for the all-gather: this rank's block)
+     * @param sendCounts elements sent to each rank (null for the all-gather: its one block goes to all)
+     * @param dst        where the blocks from every rank land, in rank order
+     * @param recvCounts elements received from each rank
+     * @return the command
+     */
+    public static Command counted(Kind kind, DeviceTensor src, long[] sendCounts, DeviceTensor dst,
+                                  long[] recvCounts) {
+        if (kind.shape != Shape.COUNTED) {
+            throw new IllegalArgumentException("Command.counted: " + kind + " has no counts");
+        }
+        Objects.requireNonNull(recvCounts, "Command: " + kind.method + " has no recvCounts");
+        return new Command(kind, Objects.requireNonNull(src, "Command: src is null"), sendCounts,
+                Objects.requireNonNull(dst, "Command: dst is null"), recvCounts);
+    }
+
+    private Command(Kind kind, DeviceTensor src, long[] sendCounts, DeviceTensor dst, long[] recvCounts) {
+        this(kind, src, dst, null, -1, sendCounts, recvCounts);
+    }
+
+    /**
+     * Whether this command is the one {@link #of} or {@link #counted} would make of these
+     * arguments: how a reused command buffer compares before it builds (identity first, since a
+     * training loop passes the same tensor objects; no copy of the counts).
+     *
+     * @param kind       the collective
+     * @param src        the source
+     * @param dst        the destination
+     * @param op         the reduction (ignored when the kind does not reduce)
+     * @param rank       the root or peer (ignored when the kind has none)
+     * @param sendCounts the send counts of a counted kind, else null
+     * @param recvCounts the receive counts of a counted kind, else null
+     * @return whether they match
+     */
+    public boolean matches(Kind kind, DeviceTensor src, DeviceTensor dst, ReduceOp op, int rank, long[] sendCounts,
+                           long[] recvCounts) {
+        return this.kind == kind && same(this.src, src) && same(this.dst, dst)
+                && (!kind.reduces || this.op.equals(op)) && (kind.role == Role.NONE || this.rank == rank)
+                && Arrays.equals(this.sendCounts, sendCounts) && Arrays.equals(this.recvCounts, recvCounts);
+    }
+
+    private static boolean same(DeviceTensor a, DeviceTensor b) {
+        return a == b || (a != null && a.equals(b));
+    }
+
+    /** {@return the collective} */
+    public Kind kind() {
+        return kind;
+    }
+
+    /** {@return the source (for one-buffer kinds the tensor); null off the root where only the root reads it} */
+    public DeviceTensor src() {
+        return src;
+    }
+
+    /** {@return the destination (for one-buffer kinds the tensor); null off the root where only the root writes it} */
+    public DeviceTensor dst() {
+        return dst;
+    }
+
+    /** {@return whether source and destination are one buffer as NCCL sees it (the same tensor)} */
+    public boolean isSameTensor() {
+        return src == dst || (src != null && src.equals(dst));
+    }
+
+    /** {@return the reduction, or null for a kind that does not reduce} */
+    public ReduceOp op() {
+        return op;
+    }
+
+    /** {@return the root of a rooted kind, or -1} */
+    public int root() {
+        return kind.role == Role.ROOT ? rank : -1;
+    }
+
+    /** {@return the peer of a send or receive, or -1} */
+    public int peer() {
+        return kind.role == Role.PEER ? rank : -1;
+    }
+
+    /** {@return the element type} */
+    public DType dtype() {
+        return src != null ? src.dtype() : dst.dtype();
+    }
+
+    /**
+     * The number of elements sent to {@code peer} by a counted kind (no copy of the array).
+     *
+     * @param peer a rank
+     * @return the count; for the uneven all-gather, this rank's block to every peer
+     * @throws IllegalArgumentException when {@code peer} is not in {@code [0, world size)}
+     * @throws IllegalStateException    when the kind has no counts
+     */
+    public long sendCount(int peer) {
+        int checked = requirePeer("sendCount", peer);
+        return sendCounts == null ? src.count() : sendCounts[checked];
+    }
+
+    /**
+     * The number of elements received from {@code peer} by a counted kind (no copy of the array).
+     *
+     * @param peer a rank
+     * @return the count
+     * @throws IllegalArgumentException when {@code peer} is not in {@code [0, world size)}
+     * @throws IllegalStateException    when the kind has no counts
+     */
+    public long recvCount(int peer) {
+        return recvCounts()[requirePeer("recvCount", peer)];
+    }
+
+    private long[] recvCounts() {
+        if (recvCounts == null) {
+            throw new IllegalStateException("Command: " + kind + " has no counts");
+        }
+        return recvCounts;
+    }
+
+    /** {@return a copy of the counts sent to each rank, or null} */
+    public long[] sendCounts() {
+        return sendCounts == null ? null : sendCounts.clone();
+    }
+
+    /** {@return a copy of the counts received from each rank, or null} */
+    public long[] receiveCounts() {
+        return recvCounts == null ? null : recvCounts.clone();
+    }
+
+    /** {@return {@code peer}} when it names a rank of the counts, else a refusal naming it and the range. */
+    private int requirePeer(String method, int peer) {
+        int world = recvCounts().length;
+        if (peer < 0 || peer >= world) {
+            throw new IllegalArgumentException("Command." + method + ": peer " + peer + " out of range [0, " + world
+                    + ")");
+        }
+        return peer;
+    }
+
+    /** {@return the bytes this rank contributes or moves (for logs and telemetry): its larger buffer, or its blocks} */
+    public long bytes() {
+        if (kind.shape == Shape.COUNTED) {
             long elements = 0;
-            for (long count : sendCounts) {
+            for (long count : sendCounts != null ? sendCounts : recvCounts) {
                 elements += count;
             }
-            return elements * send.dtype().size();
+            return elements * dtype().size();
         }
-
-        @Override
-        public boolean equals(Object other) {
-            return other instanceof UnevenAllToAll that && send.equals(that.send) && recv.equals(that.recv)
-                    && Arrays.equals(sendCounts, that.sendCounts)
-                    && Arrays.equals(recvCounts, that.recvCounts);
-        }
-
-        @Override
-        public int hashCode() {
-            return Objects.hash(send, recv, Arrays.hashCode(sendCounts), Arrays.hashCode(recvCounts));
-        }
-
-        @Override
-        public String toString() {
-            return "UnevenAllToAll[send=" + send + ", sendCounts=" + Arrays.toString(sendCounts) + ", recv="
-                    + recv + ", recvCounts=" + Arrays.toString(recvCounts) + "]";
-        }
+        return Math.max(src == null ? 0 : src.bytes(), dst == null ? 0 : dst.bytes());
     }
 
-    /** The records' one check: the transaction validated the values, so a null here is a bug of the caller. */
-    private static void require(String command, String component, Object value) {
-        Objects.requireNonNull(value, () -> command + ": " + component + " is null");
+    /** {@return what it does in one line, as the flight recorder and the diagnosis print it} */
+    public String describe() {
+        StringBuilder sb = new StringBuilder(kind.method);
+        if (kind == Kind.UNEVEN_ALL_TO_ALL || kind == Kind.ALL_GATHER_V) {
+            sb.append(" (uneven)");
+        }
+        if (op != null) {
+            sb.append(' ').append(op);
+        }
+        sb.append(' ').append(dtype()).append(' ');
+        switch (kind.shape) {
+            case COUNTED -> {
+                if (sendCounts != null) {
+                    sb.append("sendCounts ").append(Arrays.toString(sendCounts)).append(' ');
+                }
+                sb.append(sendCounts != null ? "recvCounts " : "counts ").append(Arrays.toString(recvCounts));
+            }
+            case SCATTERED -> sb.append(src == null ? "" : src.count() + " elements -> ").append("slot ")
+                    .append(dst.count());
+            case GATHERED -> sb.append("slot ").append(src.count())
+                    .append(dst == null ? "" : " elements -> " + dst.count());
+            default -> sb.append(src != null ? src.count() : dst.count()).append(" elements");
+        }
+        sb.append(" (").append(bytes()).append(" bytes)");
+        if (kind.role == Role.ROOT) {
+            sb.append(kind == Kind.BROADCAST || kind == Kind.SCATTER ? " from rank " : " to rank ").append(rank);
+        } else if (kind.role == Role.PEER) {
+            sb.append(kind == Kind.SEND ? " to rank " : " from rank ").append(rank);
+        }
+        if (kind.shape == Shape.SAME && src != null && dst != null && !isSameTensor()) {
+            sb.append(", out of place");
+        }
+        return sb.toString();
+    }
+
+    @Override
+    public boolean equals(Object other) {
+        return other instanceof Command that && matches(that.kind, that.src, that.dst, that.op, that.rank,
+                that.sendCounts, that.recvCounts);
+    }
+
+    @Override
+    public int hashCode() {
+        return Objects.hash(kind, src, dst, op, rank, Arrays.hashCode(sendCounts), Arrays.hashCode(recvCounts));
+    }
+
+    @Override
+    public String toString() {
+        return "Command[" + kind + ": " + describe() + ", src=" + src + ", dst=" + dst + "]";
     }
 }

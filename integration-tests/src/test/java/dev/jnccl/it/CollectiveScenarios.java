@@ -311,6 +311,66 @@ final class CollectiveScenarios {
         c.comm.barrier();
     }
 
+    /**
+     * The uneven all-gather of every dtype: rank {@code p} contributes {@code (3p + k) mod 7}
+     * elements (zeros included), in a transaction between a ring send and its receive, by the
+     * convenience form, and in place (each rank's block already in its full tensor); the rest of
+     * {@code full} stays untouched.
+     */
+    static void unevenAllGatherOfEveryDtype(RankContext c) {
+        int n = c.world;
+        int next = (c.rank + 1) % n;
+        int prev = (c.rank + n - 1) % n;
+        int k = 0;
+        for (DType dtype : DType.values()) {
+            if (!JncclRuntime.query().supports(dtype)) {
+                continue;
+            }
+            int salt = k++;
+            int es = dtype.size();
+            int capacity = 7 * n + 3; // room past the blocks: must stay untouched
+            String tag = "agv." + dtype;
+            long[] counts = new long[n];
+            int before = 0;
+            for (int p = 0; p < n; p++) {
+                counts[p] = count(p, 0, salt);
+                before += p < c.rank ? (int) counts[p] : 0;
+            }
+            int own = (int) counts[c.rank];
+            DeviceTensor shard = c.upload(dtype, Data.bytes(c.seed(c.rank, tag), 7 * es)).slice(0, own);
+            byte[] sentinel = Data.bytes(c.seed(c.rank, tag + ".sentinel"), capacity * es);
+            DeviceTensor full = c.upload(dtype, sentinel);
+            DeviceTensor full2 = c.upload(dtype, sentinel);
+            byte[] inPlace = sentinel.clone();
+            System.arraycopy(Data.bytes(c.seed(c.rank, tag), 7 * es), 0, inPlace, before * es, own * es);
+            DeviceTensor full3 = c.upload(dtype, inPlace);
+            DeviceTensor ring = c.upload(DType.INT32, Data.bytes(c.seed(c.rank, tag + ".ring"), 64));
+            DeviceTensor ringIn = c.alloc(DType.INT32, 16);
+            CudaEvent signal = c.event();
+            try (Transaction tx = c.comm.begin(c.compute())) {
+                tx.send(ring, next).allGather(shard, full, counts).recv(ringIn, prev);
+                tx.execute(signal);
+            }
+            c.comm.await(signal);
+            c.comm.allGather(shard, full2, counts, c.compute());
+            c.comm.allGather(full3.slice(before, own), full3, counts, c.compute());
+            c.compute().synchronize();
+            byte[] expected = sentinel.clone();
+            int at = 0;
+            for (int from = 0; from < n; from++) {
+                int length = (int) counts[from];
+                System.arraycopy(Data.bytes(c.seed(from, tag), 7 * es), 0, expected, at * es, length * es);
+                at += length;
+            }
+            assertArrayEquals(expected, c.raw(full), c.what("uneven allGather " + dtype + " in a transaction"));
+            assertArrayEquals(expected, c.raw(full2), c.what("convenience uneven allGather " + dtype));
+            assertArrayEquals(expected, c.raw(full3), c.what("in-place uneven allGather " + dtype));
+            assertArrayEquals(Data.bytes(c.seed(prev, tag + ".ring"), 64), c.raw(ringIn),
+                    c.what("ring message next to the uneven allGather " + dtype));
+        }
+        c.comm.barrier();
+    }
+
     /** Elements rank {@code from} sends to rank {@code to}: 0 to 6, zeros included. */
     private static int count(int from, int to, int salt) {
         return (3 * from + 5 * to + salt) % 7;

@@ -52,6 +52,7 @@ class GpuThreadsWorldOneTest {
             CollectiveScenarios.reduceToEveryRoot(c);
             CollectiveScenarios.gatherAndScatterOfEveryDtype(c);
             CollectiveScenarios.unevenAllToAllOfEveryDtype(c);
+            CollectiveScenarios.unevenAllGatherOfEveryDtype(c);
         });
     }
 }

@@ -123,6 +123,7 @@ public final class MpiRank {
                 CollectiveScenarios.reduceToEveryRoot(c);
                 CollectiveScenarios.gatherAndScatterOfEveryDtype(c);
                 CollectiveScenarios.unevenAllToAllOfEveryDtype(c);
+                CollectiveScenarios.unevenAllGatherOfEveryDtype(c);
                 BufferScenarios.scaledSums(c);
                 BufferScenarios.registeredNcclMemory(c);
                 GraphScenarios.capturedSteps(c);

@@ -53,4 +53,10 @@ class ThreadsCollectiveSurfaceTest {
     void unevenAllToAllOfEveryDtypeMatchesTheReference(int world, Mode mode) {
         Packs.run(world, mode.options(), CollectiveScenarios::unevenAllToAllOfEveryDtype);
     }
+
+    @ParameterizedTest(name = "world {0}, {1}")
+    @MethodSource("matrix")
+    void unevenAllGatherOfEveryDtypeMatchesTheReference(int world, Mode mode) {
+        Packs.run(world, mode.options(), CollectiveScenarios::unevenAllGatherOfEveryDtype);
+    }
 }

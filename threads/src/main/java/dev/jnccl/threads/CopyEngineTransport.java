@@ -5,6 +5,7 @@ import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaGraph;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.spi.Command;
+import dev.jnccl.spi.Command.Kind;
 import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.Transport;
 import java.util.ArrayList;
@@ -37,45 +38,18 @@ final class CopyEngineTransport implements Transport {
 
     /** What a rank shows its peers for one transaction. */
     private record Published(int rank, List<Command> commands, CudaEvent readyForPeers, CudaEvent doneReading) {
-        List<Command.Send> sendsTo(int peer) {
-            List<Command.Send> sends = new ArrayList<>();
+        /**
+         * The commands of {@code kind} in command order (matched by position, as on NCCL), for a send or
+         * receive only those with {@code peer}.
+         */
+        List<Command> of(Kind kind, int peer) {
+            List<Command> found = new ArrayList<>();
             for (Command command : commands) {
-                if (command instanceof Command.Send send && send.peer() == peer) {
-                    sends.add(send);
+                if (command.kind() == kind && (kind.role() != Command.Role.PEER || command.peer() == peer)) {
+                    found.add(command);
                 }
             }
-            return sends;
-        }
-
-        List<Command.Recv> recvsFrom(int peer) {
-            List<Command.Recv> recvs = new ArrayList<>();
-            for (Command command : commands) {
-                if (command instanceof Command.Recv recv && recv.peer() == peer) {
-                    recvs.add(recv);
-                }
-            }
-            return recvs;
-        }
-
-        /** The all-to-alls, in command order (matched by position, apart from sends and receives, as on NCCL). */
-        List<Command.AllToAll> allToAlls() {
-            List<Command.AllToAll> allToAlls = new ArrayList<>();
-            for (Command command : commands) {
-                if (command instanceof Command.AllToAll allToAll) {
-                    allToAlls.add(allToAll);
-                }
-            }
-            return allToAlls;
-        }
-
-        List<Command.AllGather> gathers() {
-            List<Command.AllGather> gathers = new ArrayList<>();
-            for (Command command : commands) {
-                if (command instanceof Command.AllGather gather) {
-                    gathers.add(gather);
-                }
-            }
-            return gathers;
+            return found;
         }
     }
 
@@ -153,25 +127,43 @@ final class CopyEngineTransport implements Transport {
 
     @Override
     public boolean enqueue(Command command, CudaStream stream) {
-        switch (command) {
-            case Command.AllGather gather when options.memcpyAllGather() -> allGather(gather);
+        switch (command.kind()) {
+            case ALL_GATHER -> {
+                if (!options.memcpyAllGather()) {
+                    return false;
+                }
+                allGather(command);
+            }
             // The receiver pulls; this rank's signal waits until it has (see afterCommands).
-            case Command.Send ignored when options.memcpySendRecv() -> { }
-            case Command.Recv recv when options.memcpySendRecv() -> recv(recv);
-            case Command.AllToAll allToAll when options.memcpySendRecv() -> allToAll(allToAll);
-            default -> {
-                return false;
+            case SEND -> {
+                return options.memcpySendRecv();
+            }
+            case RECV -> {
+                if (!options.memcpySendRecv()) {
+                    return false;
+                }
+                recv(command);
+            }
+            case ALL_TO_ALL -> {
+                if (!options.memcpySendRecv()) {
+                    return false;
+                }
+                allToAll(command);
+            }
+            case ALL_REDUCE, REDUCE_SCATTER, BROADCAST, REDUCE, GATHER, SCATTER, UNEVEN_ALL_TO_ALL, ALL_GATHER_V,
+                 DESTRUCTIVE_ALL_TO_ALL -> {
+                return false; // reductions, rooted and uneven kinds: NCCL's
             }
         }
         return true;
     }
 
-    private void allGather(Command.AllGather gather) {
+    private void allGather(Command gather) {
         int index = gatherIndex++;
         pack.enqueueReads("execute", rank, () -> {
             for (Published peer : published) {
-                DeviceTensor source = peer.rank() == rank ? gather.shard() : peer.gathers().get(index).shard();
-                DeviceTensor target = gather.full().shard(peer.rank(), worldSize);
+                DeviceTensor source = peer.rank() == rank ? gather.src() : peer.of(Kind.ALL_GATHER, -1).get(index).src();
+                DeviceTensor target = gather.dst().shard(peer.rank(), worldSize);
                 if (source.address() != target.address()) {
                     copy(target, source);
                 }
@@ -180,23 +172,23 @@ final class CopyEngineTransport implements Transport {
         });
     }
 
-    private void recv(Command.Recv recv) {
+    private void recv(Command recv) {
         int peer = recv.peer();
-        Command.Send matching = published.get(peer).sendsTo(rank).get(recvIndex[peer]++);
+        Command matching = published.get(peer).of(Kind.SEND, rank).get(recvIndex[peer]++);
         pack.enqueueReads("execute", rank, () -> {
-            copy(recv.tensor(), matching.tensor());
+            copy(recv.dst(), matching.src());
             stream.record(readsDone);
         });
     }
 
-    private void allToAll(Command.AllToAll allToAll) {
+    private void allToAll(Command allToAll) {
         // Pull this rank's slot of every rank's send buffer (its own: a local copy) into the slot of
         // that rank, from the peer's all-to-all at the same position.
         int index = allToAllIndex++;
         pack.enqueueReads("execute", rank, () -> {
             for (Published peer : published) {
-                DeviceTensor source = peer.allToAlls().get(index).send().shard(rank, worldSize);
-                copy(allToAll.recv().shard(peer.rank(), worldSize), source);
+                DeviceTensor source = peer.of(Kind.ALL_TO_ALL, -1).get(index).src().shard(rank, worldSize);
+                copy(allToAll.dst().shard(peer.rank(), worldSize), source);
             }
             stream.record(readsDone);
         });
@@ -216,18 +208,18 @@ final class CopyEngineTransport implements Transport {
             for (int from = 0; from < world; from++) {
                 for (int to = 0; to < world; to++) {
                     // from == to included: a send to this rank is matched by its receive from itself.
-                    List<Command.Send> sends = all.get(from).sendsTo(to);
-                    List<Command.Recv> recvs = all.get(to).recvsFrom(from);
+                    List<Command> sends = all.get(from).of(Kind.SEND, to);
+                    List<Command> recvs = all.get(to).of(Kind.RECV, from);
                     if (sends.size() != recvs.size()) {
                         throw new IllegalStateException("execute: rank " + from + " sends " + sends.size()
                                 + " message(s) to rank " + to + " but rank " + to + " receives " + recvs.size()
-                                + " from rank " + from + " (bytes sent " + sends.stream().map(s -> s.tensor().bytes()).toList()
-                                + ", received " + recvs.stream().map(r -> r.tensor().bytes()).toList()
+                                + " from rank " + from + " (bytes sent " + sends.stream().map(Command::bytes).toList()
+                                + ", received " + recvs.stream().map(Command::bytes).toList()
                                 + "; unmatched send/recv in memcpy mode)");
                     }
                     for (int i = 0; i < sends.size(); i++) {
-                        long sent = sends.get(i).tensor().bytes();
-                        long received = recvs.get(i).tensor().bytes();
+                        long sent = sends.get(i).bytes();
+                        long received = recvs.get(i).bytes();
                         if (sent != received) {
                             throw new IllegalStateException("execute: send #" + (i + 1) + " from rank " + from
                                     + " to rank " + to + " has " + sent + " bytes but the matching recv on rank " + to
@@ -238,36 +230,28 @@ final class CopyEngineTransport implements Transport {
             }
         }
         if (options.memcpySendRecv()) {
-            List<Command.AllToAll> reference = all.get(0).allToAlls();
-            for (Published peer : all) {
-                List<Command.AllToAll> allToAlls = peer.allToAlls();
-                if (allToAlls.size() != reference.size()) {
-                    throw new IllegalStateException("execute: rank " + peer.rank() + " has " + allToAlls.size()
-                            + " all-to-all(s), rank 0 has " + reference.size());
-                }
-                for (int i = 0; i < allToAlls.size(); i++) {
-                    if (allToAlls.get(i).send().bytes() != reference.get(i).send().bytes()) {
-                        throw new IllegalStateException("execute: all-to-all #" + (i + 1) + " sends "
-                                + allToAlls.get(i).send().bytes() + " bytes on rank " + peer.rank() + " but "
-                                + reference.get(i).send().bytes() + " bytes on rank 0");
-                    }
-                }
-            }
+            checkSame(all, Kind.ALL_TO_ALL, "all-to-all");
         }
         if (options.memcpyAllGather()) {
-            List<Command.AllGather> reference = all.get(0).gathers();
-            for (Published peer : all) {
-                List<Command.AllGather> gathers = peer.gathers();
-                if (gathers.size() != reference.size()) {
-                    throw new IllegalStateException("execute: rank " + peer.rank() + " has " + gathers.size()
-                            + " all-gather(s), rank 0 has " + reference.size());
-                }
-                for (int i = 0; i < gathers.size(); i++) {
-                    if (gathers.get(i).shard().bytes() != reference.get(i).shard().bytes()) {
-                        throw new IllegalStateException("execute: all-gather #" + (i + 1) + " has a shard of "
-                                + gathers.get(i).shard().bytes() + " bytes on rank " + peer.rank() + " but "
-                                + reference.get(i).shard().bytes() + " bytes on rank 0");
-                    }
+            checkSame(all, Kind.ALL_GATHER, "all-gather");
+        }
+    }
+
+    /** The commands of {@code kind} alike on every rank: as many, each of the same bytes as rank 0's. */
+    private static void checkSame(List<Published> all, Kind kind, String name) {
+        List<Command> reference = all.get(0).of(kind, -1);
+        for (Published peer : all) {
+            List<Command> commands = peer.of(kind, -1);
+            if (commands.size() != reference.size()) {
+                throw new IllegalStateException("execute: rank " + peer.rank() + " has " + commands.size() + " "
+                        + name + "(s), rank 0 has " + reference.size());
+            }
+            for (int i = 0; i < commands.size(); i++) {
+                long bytes = commands.get(i).src().bytes();
+                long expected = reference.get(i).src().bytes();
+                if (bytes != expected) {
+                    throw new IllegalStateException("execute: " + name + " #" + (i + 1) + " sends " + bytes
+                            + " bytes on rank " + peer.rank() + " but " + expected + " bytes on rank 0");
                 }
             }
         }

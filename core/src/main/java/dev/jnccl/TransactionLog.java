@@ -1,0 +1,162 @@
+package dev.jnccl;
+
+import dev.jnccl.cuda.CudaEvent;
+
+/**
+ * The transactions of one communicator: their numbers, the open one (its owner thread, ready event
+ * and commands), how recent ones ended, and how many were executed. One transaction is open at a
+ * time; its state lives here, not in the handles, so that a transaction allocates nothing per call
+ * and a handle used after its transaction ended says so by its number instead of adding to a later
+ * one. Changes are made under this object's monitor, not the communicator's native lock: a
+ * transaction's open and end only order with each other, and the monitor's compiled code is small
+ * enough that {@code begin} is inlined into its callers, where the handle it returns can be
+ * scalar-replaced.
+ */
+final class TransactionLog {
+    /** How many transaction outcomes are remembered, for the messages of stale handles. */
+    private static final int OUTCOMES = 1024;
+
+    private final int rank;
+    /** Its communicator, for the usability check made with the lock held (a direct call: begin stays small). */
+    private final Communicator usable;
+    /** The open transaction's commands: one buffer, reused by every transaction. */
+    private final CommandBuffer commands = new CommandBuffer();
+    /** How recent transactions ended, by number modulo the length: +number executed, -number closed unexecuted. */
+    private final long[] outcomes = new long[OUTCOMES];
+    private long sequence;
+    /**
+     * The open transaction's number, 0 when none is open. Written under the lock by the thread that
+     * owns it; volatile so that another thread using a handle gets the right message.
+     */
+    private volatile long openNumber;
+    /** The thread that began the open transaction (written before {@link #openNumber}). */
+    private Thread openOwner;
+    /** The event the open transaction's commands wait for. */
+    private CudaEvent openReady;
+    /** Transactions and replays executed (counted as their enqueue starts): how far this rank got. */
+    private volatile long executed;
+
+    TransactionLog(int rank, Communicator usable) {
+        this.rank = rank;
+        this.usable = usable;
+    }
+
+    /** Opens a transaction on the calling thread, its commands to run after {@code ready}; {@return its number} */
+    synchronized long open(String operation, CudaEvent ready) {
+        usable.requireUsable(operation);
+        requireNoneOpen(operation);
+        long number = ++sequence;
+        commands.clear();
+        openReady = ready;
+        openOwner = Thread.currentThread();
+        openNumber = number;
+        return number;
+    }
+
+    /** {@return the number of a replay, which counts as a transaction} (lock held, none open). */
+    synchronized long nextNumber(String operation) {
+        requireNoneOpen(operation);
+        return ++sequence;
+    }
+
+    void requireNoneOpen(String operation) {
+        long open = openNumber;
+        if (open != 0) {
+            throw stillOpen(operation, open);
+        }
+    }
+
+    private IllegalStateException stillOpen(String operation, long open) {
+        return new IllegalStateException(operation + ": transaction #" + open + " of rank " + rank
+                + " is still open; execute or close it first");
+    }
+
+    /** {@return the open transaction's number, 0 when none is open} */
+    long openNumber() {
+        return openNumber;
+    }
+
+    /** {@return the event the open transaction's commands wait for} */
+    CudaEvent openReady() {
+        return openReady;
+    }
+
+    /** {@return the open transaction's commands} */
+    CommandBuffer commands() {
+        return commands;
+    }
+
+    /** {@return whether handle {@code number} ({@link Transaction#CURRENT}: the communicator's own) is the open one} */
+    boolean isOpen(long number) {
+        long open = openNumber;
+        return open != 0 && (number == Transaction.CURRENT || number == open);
+    }
+
+    /**
+     * A command, execute or close through handle {@code number}: its transaction must be the open
+     * one, used from the thread that began it, on a usable communicator.
+     */
+    void requireOpen(String operation, long number) {
+        long open = openNumber;
+        if (open != 0 && (number == Transaction.CURRENT || number == open)) {
+            if (Thread.currentThread() != openOwner) {
+                throw wrongThread(operation, open);
+            }
+            usable.requireUsable(operation);
+            return;
+        }
+        throw new IllegalStateException(operation + ": transaction #" + number + " of rank " + rank + " "
+                + outcome(number));
+    }
+
+    private IllegalStateException wrongThread(String operation, long open) {
+        return new IllegalStateException(operation + ": transaction #" + open + " of rank " + rank
+                + " belongs to thread \"" + openOwner.getName() + "\" that began it; it was used from thread \""
+                + Thread.currentThread().getName() + "\"");
+    }
+
+    /** {@return how transaction {@code number}, no longer open, ended, as the end of a sentence} */
+    String outcome(long number) {
+        long outcome = outcomes[(int) (Math.max(number, 0) % OUTCOMES)];
+        if (outcome == number) {
+            return "was already executed";
+        }
+        if (outcome == -number) {
+            return "was closed without executing";
+        }
+        return "has ended (executed or closed; transaction #" + sequence + " is the newest)";
+    }
+
+    /** Ends the open transaction {@code number} (executed or discarded), if it is still the open one. */
+    synchronized void ended(long number, boolean executed) {
+        if (openNumber == number) {
+            outcomes[(int) (number % OUTCOMES)] = executed ? number : -number;
+            openNumber = 0;
+            openReady = null;
+            // openOwner stays: a handle used from another thread meanwhile may have read the number before.
+        }
+    }
+
+    /** A handle's close: discards the transaction of handle {@code number} if it is still open; nothing otherwise. */
+    void discard(long number) {
+        long open = openNumber;
+        if (open == 0 || (number != Transaction.CURRENT && number != open)) {
+            return;
+        }
+        if (Thread.currentThread() != openOwner) {
+            throw wrongThread("close", open);
+        }
+        commands.clear();
+        ended(open, false);
+    }
+
+    /** Counts a transaction or replay whose enqueue starts (only the thread holding the lock writes it). */
+    void countExecuted() {
+        executed++;
+    }
+
+    /** {@return the transactions and replays executed so far} */
+    long executed() {
+        return executed;
+    }
+}
