@@ -233,7 +233,7 @@ final class Checks {
                         false, " this rank's slot of ");
             }
             case EXCHANGED -> exchanged(operation, src, dst);
-            case ONE, COUNTED -> { }
+            case ONE, COUNTED, BLOCKS -> { }
         }
     }
 
@@ -254,11 +254,11 @@ final class Checks {
     }
 
     /**
-     * Checks the counts of a counted kind, given as scratch copies (another thread may change the
-     * caller's arrays meanwhile): an uneven all-to-all's per-peer blocks, or an uneven all-gather's
-     * per-rank blocks of which this rank's is its whole source.
+     * Checks the counts of a kind with counts, given as scratch copies (another thread may change
+     * the caller's arrays meanwhile): per-peer blocks to send and receive ({@link Shape#COUNTED}), or
+     * one block per rank of which this rank's is its whole source ({@link Shape#BLOCKS}).
      *
-     * @param sends the send counts, or null for the all-gather
+     * @param sends the send counts, or null for {@link Shape#BLOCKS}
      */
     void counted(Kind kind, DeviceTensor src, long[] sends, DeviceTensor dst, long[] recvs) {
         String operation = kind.method();

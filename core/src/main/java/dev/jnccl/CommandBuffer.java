@@ -2,7 +2,6 @@ package dev.jnccl;
 
 import dev.jnccl.spi.Command;
 import dev.jnccl.spi.Command.Kind;
-import dev.jnccl.spi.Command.Shape;
 import java.util.AbstractList;
 import java.util.Arrays;
 import java.util.List;
@@ -37,7 +36,7 @@ final class CommandBuffer {
             size++;
             return;
         }
-        Command made = kind.shape() == Shape.COUNTED ? Command.counted(kind, src, sendCounts, dst, recvCounts)
+        Command made = recvCounts != null ? Command.counted(kind, src, sendCounts, dst, recvCounts)
                 : Command.of(kind, src, dst, op, target);
         if (size == slots.length) {
             slots = Arrays.copyOf(slots, size * 2);

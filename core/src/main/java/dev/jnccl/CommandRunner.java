@@ -4,6 +4,7 @@ import dev.jnccl.bindings.LibraryVersion;
 import dev.jnccl.bindings.LoadedLibraries;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.spi.Command;
+import dev.jnccl.spi.Command.Function;
 import dev.jnccl.spi.Command.Group;
 import dev.jnccl.spi.Command.Kind;
 import dev.jnccl.spi.Transport;
@@ -133,7 +134,7 @@ final class CommandRunner {
         switch (kind) {
             case ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, REDUCE, SEND, RECV -> direct(command);
             case GATHER, SCATTER, ALL_TO_ALL -> {
-                if (libraries.supports(kind.feature()) && !allToAllBySendRecv) {
+                if (libraries.supports(kind.function().feature()) && !allToAllBySendRecv) {
                     direct(command);
                 } else {
                     bySendRecv(command); // an NCCL before the function's feature
@@ -158,7 +159,7 @@ final class CommandRunner {
         long count = switch (kind.shape()) {
             case SCATTERED -> dst != null && dst != src ? dst.count() : src.count() / worldSize;
             case EXCHANGED -> src.count() / worldSize;
-            case ONE, SAME, GATHERED, COUNTED -> (src != null ? src : dst).count();
+            case ONE, SAME, GATHERED, COUNTED, BLOCKS -> (src != null ? src : dst).count();
         };
         long send = src == null ? 0 : src.address();
         long recv = dst == null ? 0 : dst.address();
@@ -167,7 +168,7 @@ final class CommandRunner {
         }
         int op = kind.reduces() ? ncclOp(command.op(), command.dtype()) : 0;
         int target = kind.role() == Command.Role.PEER ? command.peer() : Math.max(command.root(), 0);
-        comm.call(kind, send, recv, count, command.dtype(), op, target, stream);
+        comm.call(kind.function(), send, recv, count, command.dtype(), op, target, stream);
         if (oneRankTailSplit && kind.reduces() && command.op().kind() == ReduceOp.Kind.SCALED_SUM) {
             scaledSumTail(send, recv, count, command.dtype(), op);
         }
@@ -183,7 +184,7 @@ final class CommandRunner {
         long covered = oneRankPreMulSumCovers(count, dtype.size());
         if (covered < count) {
             long skip = covered * dtype.size();
-            comm.call(Kind.ALL_REDUCE, send + skip, recv + skip, count - covered, dtype, op, 0, stream);
+            comm.call(Function.ALL_REDUCE, send + skip, recv + skip, count - covered, dtype, op, 0, stream);
         }
     }
 
@@ -207,10 +208,10 @@ final class CommandRunner {
             long in = recvCount(command, peer);
             boolean inPlace = peer == rank && out > 0 && sendAt == recvAt;
             if (out > 0 && !inPlace) {
-                comm.call(Kind.SEND, sendAt, 0, out, dtype, 0, peer, stream);
+                comm.call(Function.SEND, sendAt, 0, out, dtype, 0, peer, stream);
             }
             if (in > 0 && !inPlace) {
-                comm.call(Kind.RECV, 0, recvAt, in, dtype, 0, peer, stream);
+                comm.call(Function.RECV, 0, recvAt, in, dtype, 0, peer, stream);
             }
             sendAt += out * size;
             recvAt += in * size;
@@ -258,7 +259,7 @@ final class CommandRunner {
             long count = command.recvCount(root);
             if (count > 0) {
                 long send = root == rank ? command.src().address() : blockAt;
-                comm.call(Kind.BROADCAST, send, blockAt, count, dtype, 0, root, stream);
+                comm.call(Function.BROADCAST, send, blockAt, count, dtype, 0, root, stream);
             }
             blockAt += count * dtype.size();
         }
@@ -283,9 +284,9 @@ final class CommandRunner {
         DeviceTensor tensor = roundTensor;
         long slotCount = tensor.count() / worldSize;
         long slotBytes = slotCount * tensor.dtype().size();
-        comm.call(Kind.SEND, tensor.address() + round.sendSlot() * slotBytes, 0, slotCount, tensor.dtype(), 0,
+        comm.call(Function.SEND, tensor.address() + round.sendSlot() * slotBytes, 0, slotCount, tensor.dtype(), 0,
                 round.sendPeer(), stream);
-        comm.call(Kind.RECV, 0, tensor.address() + round.recvSlot() * slotBytes, slotCount, tensor.dtype(), 0,
+        comm.call(Function.RECV, 0, tensor.address() + round.recvSlot() * slotBytes, slotCount, tensor.dtype(), 0,
                 round.recvPeer(), stream);
     }
 

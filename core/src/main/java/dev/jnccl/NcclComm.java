@@ -14,7 +14,7 @@ import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.internal.Backoff;
 import dev.jnccl.internal.Deadlines;
 import dev.jnccl.internal.Native;
-import dev.jnccl.spi.Command.Kind;
+import dev.jnccl.spi.Command.Function;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
@@ -394,20 +394,21 @@ final class NcclComm {
     }
 
     /**
-     * The one NCCL call of {@code kind} (inside the open group): the table from a command's kind to
-     * its NCCL function. Buffers are addresses, as NCCL takes them: no segment or tensor per call.
+     * One NCCL call of {@code function} (inside the open group): the table from the functions
+     * commands run as to NCCL. Buffers are addresses, as NCCL takes them: no segment or tensor per call.
      *
      * @param send   the send buffer (0 where NCCL does not read one: a receive, a root-only source elsewhere)
      * @param recv   the receive buffer (0 where NCCL does not write one)
-     * @param count  NCCL's count argument (per rank for the scattered and gathered kinds)
-     * @param ncclOp the ncclRedOp_t of a reducing kind, else ignored
-     * @param target the root of a rooted kind or the peer of a send or receive, else ignored
+     * @param count  NCCL's count argument (per rank for the scattered and gathered collectives)
+     * @param ncclOp the ncclRedOp_t of a reduction, else ignored
+     * @param target the root of a rooted collective or the peer of a send or receive, else ignored
      */
-    void call(Kind kind, long send, long recv, long count, DType dtype, int ncclOp, int target, CudaStream stream) {
-        MemorySegment work = work(kind.ncclFunction());
+    void call(Function function, long send, long recv, long count, DType dtype, int ncclOp, int target,
+              CudaStream stream) {
+        MemorySegment work = work(function.ncclName());
         int type = NcclTypes.of(dtype);
         MemorySegment s = stream.handle();
-        int result = switch (kind) {
+        int result = switch (function) {
             case ALL_REDUCE -> NcclBufferCalls.ncclAllReduce(send, recv, count, type, ncclOp, work, s);
             case REDUCE_SCATTER -> NcclBufferCalls.ncclReduceScatter(send, recv, count, type, ncclOp, work, s);
             case ALL_GATHER -> NcclBufferCalls.ncclAllGather(send, recv, count, type, work, s);
@@ -418,10 +419,8 @@ final class NcclComm {
             case ALL_TO_ALL -> NcclBufferCalls.ncclAlltoAll(send, recv, count, type, work, s);
             case SEND -> NcclBufferCalls.ncclSend(send, count, type, target, work, s);
             case RECV -> NcclBufferCalls.ncclRecv(recv, count, type, target, work, s);
-            case UNEVEN_ALL_TO_ALL, ALL_GATHER_V, DESTRUCTIVE_ALL_TO_ALL -> throw new IllegalStateException(
-                    kind + " is no one NCCL call: it runs as sends, receives or broadcasts");
         };
-        check(result, kind.ncclFunction(), work);
+        check(result, function.ncclName(), work);
     }
 
     /**

@@ -2,6 +2,7 @@ package dev.jnccl;
 
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.spi.Command.Kind;
+import dev.jnccl.spi.Command.Shape;
 
 /**
  * A group of communication commands that runs as one unit on the communicator's comms stream:
@@ -340,7 +341,7 @@ public final class Transaction implements AutoCloseable {
      * {@link #add} for a counted kind: the counts are checked on scratch copies (another thread may
      * change the caller's arrays meanwhile), reused from call to call; a new command copies them.
      *
-     * @param sendCounts null for the uneven all-gather, whose counts are {@code recvCounts}
+     * @param sendCounts null for {@link Shape#BLOCKS}, whose counts are {@code recvCounts}
      */
     static void addCounted(TransactionLog log, Checks checks, long number, Kind kind, DeviceTensor src,
                            long[] sendCounts, DeviceTensor dst, long[] recvCounts) {
@@ -349,10 +350,9 @@ public final class Transaction implements AutoCloseable {
         CommandBuffer buffer = log.commands();
         checks.requireUsable(operation, kind.srcName(), src);
         checks.requireUsable(operation, kind.dstName(), dst);
-        long[] sends = kind == Kind.ALL_GATHER_V ? null
-                : checks.countsCopy(operation, "sendCounts", sendCounts, buffer, 0);
-        long[] recvs = checks.countsCopy(operation, kind == Kind.ALL_GATHER_V ? "counts" : "recvCounts", recvCounts,
-                buffer, 1);
+        boolean blocks = kind.shape() == Shape.BLOCKS; // one count per rank, no send counts
+        long[] sends = blocks ? null : checks.countsCopy(operation, "sendCounts", sendCounts, buffer, 0);
+        long[] recvs = checks.countsCopy(operation, blocks ? "counts" : "recvCounts", recvCounts, buffer, 1);
         checks.counted(kind, src, sends, dst, recvs);
         checks.checkSupported(operation, src.dtype());
         buffer.add(kind, src, dst, null, -1, sends, recvs);

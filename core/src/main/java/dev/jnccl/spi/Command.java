@@ -41,8 +41,13 @@ public final class Command {
         GATHERED,
         /** {@code src} and {@code dst} of one count, a slot per rank, apart. */
         EXCHANGED,
-        /** Blocks per rank of the given counts, in rank order (uneven kinds). */
-        COUNTED
+        /** Blocks per peer of the given send and receive counts, in rank order (the uneven all-to-all). */
+        COUNTED,
+        /**
+         * One block per rank of the given counts, in rank order in {@code dst}; this rank's is the
+         * whole {@code src}, in place when it is that block of {@code dst} (the uneven all-gather).
+         */
+        BLOCKS
     }
 
     /** What a command's rank argument names. */
@@ -66,54 +71,99 @@ public final class Command {
     }
 
     /**
+     * The NCCL functions commands run as, with the feature an older NCCL lacks (null: every NCCL
+     * jnccl loads has it). The communicator calls NCCL through one table indexed by these.
+     */
+    public enum Function {
+        /** {@code ncclAllReduce}. */
+        ALL_REDUCE("ncclAllReduce", null),
+        /** {@code ncclReduceScatter}. */
+        REDUCE_SCATTER("ncclReduceScatter", null),
+        /** {@code ncclAllGather}. */
+        ALL_GATHER("ncclAllGather", null),
+        /** {@code ncclBroadcast}. */
+        BROADCAST("ncclBroadcast", null),
+        /** {@code ncclReduce}. */
+        REDUCE("ncclReduce", null),
+        /** {@code ncclGather} (NCCL 2.28). */
+        GATHER("ncclGather", NcclFeature.GATHER),
+        /** {@code ncclScatter} (NCCL 2.28). */
+        SCATTER("ncclScatter", NcclFeature.SCATTER),
+        /** {@code ncclAlltoAll} (NCCL 2.28). */
+        ALL_TO_ALL("ncclAlltoAll", NcclFeature.ALL_TO_ALL),
+        /** {@code ncclSend}. */
+        SEND("ncclSend", null),
+        /** {@code ncclRecv}. */
+        RECV("ncclRecv", null);
+
+        private final String ncclName;
+        private final NcclFeature feature;
+
+        Function(String ncclName, NcclFeature feature) {
+            this.ncclName = ncclName;
+            this.feature = feature;
+        }
+
+        /** {@return NCCL's name of the function} */
+        public String ncclName() {
+            return ncclName;
+        }
+
+        /** {@return the feature an older NCCL lacks, or null} */
+        public NcclFeature feature() {
+            return feature;
+        }
+    }
+
+    /**
      * The collectives, one row each: the {@code Transaction} method that adds it, the NCCL function
-     * that runs it (and the feature an older NCCL lacks, then emulated with sends and receives), its
-     * group, its buffers' shape and names, its rank argument, and whether it reduces.
+     * that runs it (where the loaded NCCL lacks that function's feature, or the kind has no function
+     * of its own: the function it is built from, its sends and receives or broadcasts), its group,
+     * its buffers' shape and names, its rank argument, and whether it reduces.
      */
     public enum Kind {
         /** All-reduce: every rank's {@code dst} receives the reduction over all ranks of {@code src}. */
-        ALL_REDUCE("allReduce", "ncclAllReduce", null, Group.TRANSACTION, Shape.SAME, Role.NONE, RootOnly.NONE,
+        ALL_REDUCE("allReduce", Function.ALL_REDUCE, Group.TRANSACTION, Shape.SAME, Role.NONE, RootOnly.NONE,
                 true, "src", "dst"),
         /** Reduce-scatter: {@code dst} receives the reduction of slot {@code rank} of every rank's {@code src}. */
-        REDUCE_SCATTER("reduceScatter", "ncclReduceScatter", null, Group.TRANSACTION, Shape.SCATTERED, Role.NONE,
+        REDUCE_SCATTER("reduceScatter", Function.REDUCE_SCATTER, Group.TRANSACTION, Shape.SCATTERED, Role.NONE,
                 RootOnly.NONE, true, "src", "dst"),
         /** All-gather: every rank's {@code src} lands in every {@code dst} at the rank's slot. */
-        ALL_GATHER("allGather", "ncclAllGather", null, Group.TRANSACTION, Shape.GATHERED, Role.NONE, RootOnly.NONE,
+        ALL_GATHER("allGather", Function.ALL_GATHER, Group.TRANSACTION, Shape.GATHERED, Role.NONE, RootOnly.NONE,
                 false, "shard", "full"),
         /** Broadcast: every rank's {@code dst} receives the root's {@code src}. */
-        BROADCAST("broadcast", "ncclBroadcast", null, Group.TRANSACTION, Shape.SAME, Role.ROOT, RootOnly.NONE, false,
+        BROADCAST("broadcast", Function.BROADCAST, Group.TRANSACTION, Shape.SAME, Role.ROOT, RootOnly.NONE, false,
                 "src", "dst"),
         /** Reduce: the root's {@code dst} receives the reduction over all ranks of {@code src}. */
-        REDUCE("reduce", "ncclReduce", null, Group.TRANSACTION, Shape.SAME, Role.ROOT, RootOnly.DST, true, "src",
+        REDUCE("reduce", Function.REDUCE, Group.TRANSACTION, Shape.SAME, Role.ROOT, RootOnly.DST, true, "src",
                 "dst"),
         /** Gather: every rank's {@code src} lands in the root's {@code dst} at the rank's slot. */
-        GATHER("gather", "ncclGather", NcclFeature.GATHER, Group.OWN, Shape.GATHERED, Role.ROOT, RootOnly.DST, false,
+        GATHER("gather", Function.GATHER, Group.OWN, Shape.GATHERED, Role.ROOT, RootOnly.DST, false,
                 "src", "dst"),
         /** Scatter: slot {@code rank} of the root's {@code src} lands in every rank's {@code dst}. */
-        SCATTER("scatter", "ncclScatter", NcclFeature.SCATTER, Group.OWN, Shape.SCATTERED, Role.ROOT, RootOnly.SRC,
+        SCATTER("scatter", Function.SCATTER, Group.OWN, Shape.SCATTERED, Role.ROOT, RootOnly.SRC,
                 false, "src", "dst"),
         /** All-to-all: slot {@code j} of {@code src} goes to rank {@code j}, slot {@code i} of {@code dst} comes from rank {@code i}. */
-        ALL_TO_ALL("allToAll", "ncclAlltoAll", NcclFeature.ALL_TO_ALL, Group.OWN, Shape.EXCHANGED, Role.NONE,
+        ALL_TO_ALL("allToAll", Function.ALL_TO_ALL, Group.OWN, Shape.EXCHANGED, Role.NONE,
                 RootOnly.NONE, false, "send", "recv"),
         /** Uneven all-to-all: {@link #sendCount}{@code (q)} elements to rank {@code q}, {@link #recvCount}{@code (p)} from rank {@code p}. */
-        UNEVEN_ALL_TO_ALL("allToAll", "ncclSend/ncclRecv", null, Group.OWN, Shape.COUNTED, Role.NONE, RootOnly.NONE,
+        UNEVEN_ALL_TO_ALL("allToAll", Function.SEND, Group.OWN, Shape.COUNTED, Role.NONE, RootOnly.NONE,
                 false, "send", "recv"),
         /** Uneven all-gather: rank {@code p}'s {@code src} ({@link #recvCount}{@code (p)} elements) lands in every {@code dst} after the blocks of the ranks before it. */
-        ALL_GATHER_V("allGather", "ncclBroadcast", null, Group.OWN, Shape.COUNTED, Role.NONE, RootOnly.NONE, false,
+        ALL_GATHER_V("allGather", Function.BROADCAST, Group.OWN, Shape.BLOCKS, Role.NONE, RootOnly.NONE, false,
                 "shard", "full"),
         /** Destructive (in-place) all-to-all of the world-size slots of one tensor, in ordered rounds. */
-        DESTRUCTIVE_ALL_TO_ALL("destructiveAllToAll", "ncclSend/ncclRecv", null, Group.ROUNDS, Shape.ONE, Role.NONE,
+        DESTRUCTIVE_ALL_TO_ALL("destructiveAllToAll", Function.SEND, Group.ROUNDS, Shape.ONE, Role.NONE,
                 RootOnly.NONE, false, "tensor", "tensor"),
         /** Point-to-point send of {@code src} to the peer. */
-        SEND("send", "ncclSend", null, Group.TRANSACTION, Shape.ONE, Role.PEER, RootOnly.NONE, false, "tensor",
+        SEND("send", Function.SEND, Group.TRANSACTION, Shape.ONE, Role.PEER, RootOnly.NONE, false, "tensor",
                 "tensor"),
         /** Point-to-point receive into {@code dst} from the peer. */
-        RECV("recv", "ncclRecv", null, Group.TRANSACTION, Shape.ONE, Role.PEER, RootOnly.NONE, false, "tensor",
+        RECV("recv", Function.RECV, Group.TRANSACTION, Shape.ONE, Role.PEER, RootOnly.NONE, false, "tensor",
                 "tensor");
 
         private final String method;
-        private final String ncclFunction;
-        private final NcclFeature feature;
+        private final Function function;
         private final Group group;
         private final Shape shape;
         private final Role role;
@@ -122,11 +172,10 @@ public final class Command {
         private final String srcName;
         private final String dstName;
 
-        Kind(String method, String ncclFunction, NcclFeature feature, Group group, Shape shape, Role role,
-             RootOnly rootOnly, boolean reduces, String srcName, String dstName) {
+        Kind(String method, Function function, Group group, Shape shape, Role role, RootOnly rootOnly,
+             boolean reduces, String srcName, String dstName) {
             this.method = method;
-            this.ncclFunction = ncclFunction;
-            this.feature = feature;
+            this.function = function;
             this.group = group;
             this.shape = shape;
             this.role = role;
@@ -141,14 +190,9 @@ public final class Command {
             return method;
         }
 
-        /** {@return the NCCL function that runs it} */
-        public String ncclFunction() {
-            return ncclFunction;
-        }
-
-        /** {@return the NCCL feature the function needs (else sends and receives stand in), or null} */
-        public NcclFeature feature() {
-            return feature;
+        /** {@return the NCCL function that runs it, or that it is built from (for sends and receives: the send)} */
+        public Function function() {
+            return function;
         }
 
         /** {@return where it runs with respect to the transaction's group} */
@@ -229,18 +273,18 @@ public final class Command {
     }
 
     /**
-     * A command of a {@link Shape#COUNTED} kind; the arrays are copied.
+     * A command of a kind with counts ({@link Shape#COUNTED}, {@link Shape#BLOCKS}); the arrays are copied.
      *
-     * @param kind       {@link Kind#UNEVEN_ALL_TO_ALL} or {@link Kind#ALL_GATHER_V}
-     * @param src        the blocks sent (for the all-gather: this rank's block)
-     * @param sendCounts elements sent to each rank (null for the all-gather: its one block goes to all)
+     * @param kind       a kind of shape {@link Shape#COUNTED} or {@link Shape#BLOCKS}
+     * @param src        the blocks sent (for {@link Shape#BLOCKS}: this rank's block)
+     * @param sendCounts elements sent to each rank (null for {@link Shape#BLOCKS}: its one block goes to all)
      * @param dst        where the blocks from every rank land, in rank order
      * @param recvCounts elements received from each rank
      * @return the command
      */
     public static Command counted(Kind kind, DeviceTensor src, long[] sendCounts, DeviceTensor dst,
                                   long[] recvCounts) {
-        if (kind.shape != Shape.COUNTED) {
+        if (kind.shape != Shape.COUNTED && kind.shape != Shape.BLOCKS) {
             throw new IllegalArgumentException("Command.counted: " + kind + " has no counts");
         }
         Objects.requireNonNull(recvCounts, "Command: " + kind.method + " has no recvCounts");
@@ -371,7 +415,7 @@ public final class Command {
 
     /** {@return the bytes this rank contributes or moves (for logs and telemetry): its larger buffer, or its blocks} */
     public long bytes() {
-        if (kind.shape == Shape.COUNTED) {
+        if (kind.shape == Shape.COUNTED || kind.shape == Shape.BLOCKS) {
             long elements = 0;
             for (long count : sendCounts != null ? sendCounts : recvCounts) {
                 elements += count;
@@ -384,7 +428,7 @@ public final class Command {
     /** {@return what it does in one line, as the flight recorder and the diagnosis print it} */
     public String describe() {
         StringBuilder sb = new StringBuilder(kind.method);
-        if (kind == Kind.UNEVEN_ALL_TO_ALL || kind == Kind.ALL_GATHER_V) {
+        if (kind.shape == Shape.COUNTED || kind.shape == Shape.BLOCKS) {
             sb.append(" (uneven)");
         }
         if (op != null) {
@@ -392,7 +436,7 @@ public final class Command {
         }
         sb.append(' ').append(dtype()).append(' ');
         switch (kind.shape) {
-            case COUNTED -> {
+            case COUNTED, BLOCKS -> {
                 if (sendCounts != null) {
                     sb.append("sendCounts ").append(Arrays.toString(sendCounts)).append(' ');
                 }

@@ -150,9 +150,8 @@ final class CopyEngineTransport implements Transport {
                 }
                 allToAll(command);
             }
-            case ALL_REDUCE, REDUCE_SCATTER, BROADCAST, REDUCE, GATHER, SCATTER, UNEVEN_ALL_TO_ALL, ALL_GATHER_V,
-                 DESTRUCTIVE_ALL_TO_ALL -> {
-                return false; // reductions, rooted and uneven kinds: NCCL's
+            default -> {
+                return false; // every other kind (reductions, rooted and uneven ones, any new one): NCCL's
             }
         }
         return true;
