@@ -2,7 +2,7 @@ package dev.jnccl;
 
 import dev.jnccl.internal.OptionChecks;
 import java.time.Duration;
-import java.util.Objects;
+import java.util.function.Consumer;
 
 /**
  * Deadlines and diagnostics of a communicator. Immutable; start from {@link #defaults()} and
@@ -102,13 +102,13 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
     public CommunicatorOptions {
         OptionChecks.duration(NAME, "initTimeout", initTimeout, MIN_WAIT, MAX_TIMEOUT);
         OptionChecks.duration(NAME, "closeTimeout", closeTimeout, MIN_WAIT, MAX_TIMEOUT);
-        Objects.requireNonNull(watchdogTimeout, NAME + ": watchdogTimeout is null (withoutWatchdog() turns it off)");
+        OptionChecks.given(NAME, watchdogTimeout, "watchdogTimeout is null (withoutWatchdog() turns it off)");
         if (!watchdogTimeout.isZero()) {
-            timeout("watchdogTimeout", watchdogTimeout);
+            OptionChecks.duration(NAME, "watchdogTimeout", watchdogTimeout, MIN_TIMEOUT, MAX_TIMEOUT);
         }
         OptionChecks.duration(NAME, "watchdogInterval", watchdogInterval, MIN_WATCHDOG_INTERVAL, MAX_WATCHDOG_INTERVAL);
         OptionChecks.range(NAME, "flightRecorderSize", flightRecorderSize, 1, MAX_FLIGHT_RECORDER_SIZE);
-        Objects.requireNonNull(mode, NAME + ": mode is null");
+        OptionChecks.given(NAME, mode, "mode is null");
         ctas("minCTAs", minCTAs);
         ctas("maxCTAs", maxCTAs);
         if (minCTAs != NCCL_DEFAULT && maxCTAs != NCCL_DEFAULT && minCTAs > maxCTAs) {
@@ -118,7 +118,7 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
         if (cgaClusterSize != NCCL_DEFAULT) {
             OptionChecks.range(NAME, "cgaClusterSize", cgaClusterSize, 0, MAX_CGA_CLUSTER_SIZE);
         }
-        Objects.requireNonNull(name, NAME + ": name is null (\"\" for none)");
+        OptionChecks.given(NAME, name, "name is null (\"\" for none)");
         if (name.length() > MAX_NAME_LENGTH || name.indexOf('\0') >= 0) {
             throw new IllegalArgumentException(NAME + ": name \"" + name + "\" is not valid: expected at most "
                     + MAX_NAME_LENGTH + " characters and no NUL (it has " + name.length() + ")");
@@ -127,13 +127,9 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
 
     private static void ctas(String option, int value) {
         if (value != NCCL_DEFAULT && (value < 1 || value > MAX_CTAS)) {
-            throw new IllegalArgumentException(NAME + ": " + option + " " + value + " is out of range: expected 1 to "
-                    + MAX_CTAS + ", or NCCL_DEFAULT (" + NCCL_DEFAULT + ")");
+            throw OptionChecks.outOfRange(NAME, option, value,
+                    "1 to " + MAX_CTAS + ", or NCCL_DEFAULT (" + NCCL_DEFAULT + ")");
         }
-    }
-
-    private static void timeout(String option, Duration value) {
-        OptionChecks.duration(NAME, option, value, MIN_TIMEOUT, MAX_TIMEOUT);
     }
 
     /**
@@ -148,37 +144,26 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
                 "");
     }
 
-    /** The mutable copy the {@code with*} methods change one value of; the constructor checks them all. */
-    private static final class Copy {
-        Duration initTimeout;
-        Duration closeTimeout;
-        Duration watchdogTimeout;
-        Duration watchdogInterval;
-        int flightRecorderSize;
-        CommunicatorMode mode;
-        int minCTAs;
-        int maxCTAs;
-        int cgaClusterSize;
-        String name;
+    /**
+     * A mutable copy of these options (each field starts as the value of this record's accessor of
+     * the same name), which a {@code with*} method changes one value of; the constructor checks them all.
+     */
+    private final class Copy {
+        Duration initTimeout = initTimeout();
+        Duration closeTimeout = closeTimeout();
+        Duration watchdogTimeout = watchdogTimeout();
+        Duration watchdogInterval = watchdogInterval();
+        int flightRecorderSize = flightRecorderSize();
+        CommunicatorMode mode = mode();
+        int minCTAs = minCTAs();
+        int maxCTAs = maxCTAs();
+        int cgaClusterSize = cgaClusterSize();
+        String name = name();
     }
 
-    private interface Change {
-        void apply(Copy copy);
-    }
-
-    private CommunicatorOptions with(Change change) {
+    private CommunicatorOptions with(Consumer<Copy> change) {
         Copy copy = new Copy();
-        copy.initTimeout = initTimeout;
-        copy.closeTimeout = closeTimeout;
-        copy.watchdogTimeout = watchdogTimeout;
-        copy.watchdogInterval = watchdogInterval;
-        copy.flightRecorderSize = flightRecorderSize;
-        copy.mode = mode;
-        copy.minCTAs = minCTAs;
-        copy.maxCTAs = maxCTAs;
-        copy.cgaClusterSize = cgaClusterSize;
-        copy.name = name;
-        change.apply(copy);
+        change.accept(copy);
         return new CommunicatorOptions(copy.initTimeout, copy.closeTimeout, copy.watchdogTimeout, copy.watchdogInterval,
                 copy.flightRecorderSize, copy.mode, copy.minCTAs, copy.maxCTAs, copy.cgaClusterSize, copy.name);
     }
@@ -213,7 +198,7 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
      */
     public CommunicatorOptions withWatchdog(Duration timeout) {
         if (Duration.ZERO.equals(timeout)) {
-            throw new IllegalArgumentException(NAME + ": watchdogTimeout PT0S is out of range: expected 1 ms to 365 days"
+            throw OptionChecks.outOfRange(NAME, "watchdogTimeout", timeout, OptionChecks.span(MIN_TIMEOUT, MAX_TIMEOUT)
                     + " (withoutWatchdog() turns the watchdog off)");
         }
         return with(c -> c.watchdogTimeout = timeout);

@@ -11,14 +11,13 @@ import java.util.Objects;
  * A CUDA event: a position in a stream that other streams and the host can wait for. Created (and
  * destroyed on {@link #close()}) by jnccl, or {@linkplain #wrap wrapped} without taking ownership.
  */
-public final class CudaEvent implements AutoCloseable {
-    private final CudaHandle handle;
+public final class CudaEvent extends CudaResource implements AutoCloseable {
     private final boolean timing;
     /** The stream of the latest record made through jnccl if that stream was capturing then, else null. */
     private volatile CudaStream capturedOn;
 
     private CudaEvent(CudaHandle handle, boolean timing) {
-        this.handle = handle;
+        super(handle);
         this.timing = timing;
     }
 
@@ -65,33 +64,6 @@ public final class CudaEvent implements AutoCloseable {
     public MemorySegment handle() {
         handle.requireOpen("handle", this);
         return handle.segment();
-    }
-
-    /**
-     * The device the event was created on.
-     *
-     * @return the device
-     */
-    public int device() {
-        return handle.device();
-    }
-
-    /**
-     * Whether this object owns (and will destroy) the event.
-     *
-     * @return whether it is owned
-     */
-    public boolean isOwned() {
-        return handle.isOwned();
-    }
-
-    /**
-     * Whether {@link #close()} has run.
-     *
-     * @return whether it is closed
-     */
-    public boolean isClosed() {
-        return handle.isClosed();
     }
 
     /**

@@ -12,7 +12,7 @@ import java.util.Objects;
  * A CUDA stream: either created (and destroyed on {@link #close()}) by jnccl, or a handle created by
  * another library and {@linkplain #wrap wrapped} without taking ownership.
  */
-public final class CudaStream implements AutoCloseable {
+public final class CudaStream extends CudaResource implements AutoCloseable {
     /**
      * Each thread's slot for cudaStreamIsCapturing's answer: every {@link #synchronize()} asks it,
      * and a loop that synchronizes allocates nothing for it (freed with the thread).
@@ -20,10 +20,8 @@ public final class CudaStream implements AutoCloseable {
     private static final ThreadLocal<MemorySegment> CAPTURE_STATUS =
             ThreadLocal.withInitial(() -> Arena.ofAuto().allocate(ValueLayout.JAVA_INT));
 
-    private final CudaHandle handle;
-
     private CudaStream(CudaHandle handle) {
-        this.handle = handle;
+        super(handle);
     }
 
     /**
@@ -75,29 +73,6 @@ public final class CudaStream implements AutoCloseable {
     public MemorySegment handle() {
         handle.requireOpen("handle", this);
         return handle.segment();
-    }
-
-    /**
-     * The device the stream was created on.
-     *
-     * @return the device
-     */
-    public int device() {
-        return handle.device();
-    }
-
-    /** {@return whether this object owns (and will destroy) the stream} */
-    public boolean isOwned() {
-        return handle.isOwned();
-    }
-
-    /**
-     * Whether {@link #close()} has run.
-     *
-     * @return whether it is closed
-     */
-    public boolean isClosed() {
-        return handle.isClosed();
     }
 
     /**

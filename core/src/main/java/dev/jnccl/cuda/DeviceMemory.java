@@ -21,12 +21,11 @@ import java.util.function.ToIntFunction;
  * memory take any {@link MemorySegment}: native segments go straight to cudaMemcpy, heap segments
  * through a temporary native buffer.
  */
-public final class DeviceMemory implements AutoCloseable {
-    private final CudaHandle handle;
+public final class DeviceMemory extends CudaResource implements AutoCloseable {
     private final long bytes;
 
     private DeviceMemory(CudaHandle handle, long bytes) {
-        this.handle = handle;
+        super(handle);
         this.bytes = bytes;
     }
 
@@ -143,33 +142,6 @@ public final class DeviceMemory implements AutoCloseable {
      */
     public long bytes() {
         return bytes;
-    }
-
-    /**
-     * The device the memory lives on.
-     *
-     * @return the device
-     */
-    public int device() {
-        return handle.device();
-    }
-
-    /**
-     * Whether this object owns (and will free) the memory.
-     *
-     * @return whether it is owned
-     */
-    public boolean isOwned() {
-        return handle.isOwned();
-    }
-
-    /**
-     * Whether {@link #close()} has run.
-     *
-     * @return whether it is closed
-     */
-    public boolean isClosed() {
-        return handle.isClosed();
     }
 
     /**

@@ -1,15 +1,32 @@
 package dev.jnccl.internal;
 
 import java.time.Duration;
-import java.util.Objects;
 
 /**
- * The range checks of jnccl's option records ({@code CommunicatorOptions}, {@code ThreadsOptions},
- * {@code MpiOptions}): each failure names the record, the option, the value and the allowed range,
- * when the option is set rather than when it is first used. Not API.
+ * The one place where jnccl's options ({@code CommunicatorOptions}, {@code ThreadsOptions},
+ * {@code MpiOptions}) check a value when it is set rather than when it is first used: each failure
+ * names the options type, the option, the value and what is expected. The checks return the value;
+ * the failures ({@link #missing}, {@link #outOfRange}, {@link #negative}) are for an option whose
+ * message says more than its name (a hint, a rank, a special value). Not API.
  */
 public final class OptionChecks {
     private OptionChecks() {}
+
+    /**
+     * Checks that {@code value} is given.
+     *
+     * @param owner   the options type, as messages name it
+     * @param value   the value
+     * @param missing what the message says after the owner, e.g. {@code "mode is null"}
+     * @return {@code value}
+     * @throws NullPointerException with {@link #missing}'s message when it is null
+     */
+    public static <T> T given(String owner, T value, String missing) {
+        if (value == null) {
+            throw missing(owner, missing);
+        }
+        return value;
+    }
 
     /**
      * Checks that {@code value} is given and in {@code [min, max]}.
@@ -19,10 +36,11 @@ public final class OptionChecks {
      * @throws IllegalArgumentException naming the option, the value and the range otherwise
      */
     public static Duration duration(String owner, String option, Duration value, Duration min, Duration max) {
-        Objects.requireNonNull(value, () -> owner + ": " + option + " is null");
+        if (value == null) {
+            throw missing(owner, option + " is null");
+        }
         if (value.compareTo(min) < 0 || value.compareTo(max) > 0) {
-            throw new IllegalArgumentException(owner + ": " + option + " " + value + " is out of range: expected "
-                    + describe(min) + " to " + describe(max));
+            throw outOfRange(owner, option, value, span(min, max));
         }
         return value;
     }
@@ -35,14 +53,43 @@ public final class OptionChecks {
      */
     public static int range(String owner, String option, int value, int min, int max) {
         if (value < min || value > max) {
-            throw new IllegalArgumentException(owner + ": " + option + " " + value + " is out of range: expected "
-                    + min + " to " + max);
+            throw outOfRange(owner, option, value, min + " to " + max);
         }
         return value;
     }
 
+    /** {@return the failure of a null value: {@code "owner: missing"}} */
+    public static NullPointerException missing(String owner, String missing) {
+        return new NullPointerException(owner + ": " + missing);
+    }
+
+    /**
+     * {@return the failure of a value outside what {@code option} takes: {@code "owner: option value is out
+     * of range: expected expected"}}
+     *
+     * @param expected the values taken, e.g. {@code "1 to 64, or NCCL_DEFAULT (-1)"}
+     */
+    public static IllegalArgumentException outOfRange(String owner, String option, Object value, String expected) {
+        return new IllegalArgumentException(owner + ": " + option + " " + value + " is out of range: expected "
+                + expected);
+    }
+
+    /**
+     * {@return the failure of a value below 0: {@code "owner: subject is negative: expected 0 or more"}}
+     *
+     * @param subject the option and its value as the message names them, e.g. {@code "device -3 of rank 0"}
+     */
+    public static IllegalArgumentException negative(String owner, String subject) {
+        return new IllegalArgumentException(owner + ": " + subject + " is negative: expected 0 or more");
+    }
+
+    /** {@return {@code "min to max"}, each in its largest whole unit, as the range failures write them} */
+    public static String span(Duration min, Duration max) {
+        return describe(min) + " to " + describe(max);
+    }
+
     /** {@return {@code duration} in the largest whole unit among days, h, min, s, ms (or 1 ns), else as ISO-8601} */
-    public static String describe(Duration duration) {
+    private static String describe(Duration duration) {
         if (duration.equals(Duration.ofNanos(1))) {
             return "1 ns";
         }

@@ -1,7 +1,7 @@
 package dev.jnccl.mpi;
 
 import dev.jnccl.CommunicatorOptions;
-import java.util.Objects;
+import dev.jnccl.internal.OptionChecks;
 import java.util.OptionalInt;
 
 /**
@@ -15,6 +15,7 @@ import java.util.OptionalInt;
  *                     node-local rank (see {@link MpiCommunicators})
  */
 public record MpiOptions(CommunicatorOptions communicator, OptionalInt device) {
+    private static final String NAME = "MpiOptions";
 
     /**
      * Checks the values: communicator options and device given, a device not negative.
@@ -23,11 +24,10 @@ public record MpiOptions(CommunicatorOptions communicator, OptionalInt device) {
      * @throws IllegalArgumentException naming a negative device
      */
     public MpiOptions {
-        Objects.requireNonNull(communicator, "MpiOptions: communicator options are null");
-        Objects.requireNonNull(device, "MpiOptions: device is null (use OptionalInt.empty())");
+        OptionChecks.given(NAME, communicator, "communicator options are null");
+        OptionChecks.given(NAME, device, "device is null (use OptionalInt.empty())");
         if (device.isPresent() && device.getAsInt() < 0) {
-            throw new IllegalArgumentException("MpiOptions: device " + device.getAsInt()
-                    + " is negative: expected 0 or more");
+            throw OptionChecks.negative(NAME, "device " + device.getAsInt());
         }
     }
 

@@ -5,7 +5,7 @@ import dev.jnccl.internal.OptionChecks;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
-import java.util.Objects;
+import java.util.function.Consumer;
 
 /**
  * Options of threads mode.
@@ -36,23 +36,22 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
      * @throws IllegalArgumentException naming the option, its value and the allowed range
      */
     public ThreadsOptions {
-        Objects.requireNonNull(communicator, NAME + ": communicator options are null");
+        OptionChecks.given(NAME, communicator, "communicator options are null");
         OptionChecks.range(NAME, "maxLead", maxLead, 1, MAX_LEAD);
         devices = checkedDevices(devices);
     }
 
     /** A copy of {@code devices}; List.copyOf alone would throw a NullPointerException without a message. */
     private static List<Integer> checkedDevices(List<Integer> devices) {
-        Objects.requireNonNull(devices, NAME + ": devices is null (an empty list means one rank per device)");
+        OptionChecks.given(NAME, devices, "devices is null (an empty list means one rank per device)");
         List<Integer> copy = new ArrayList<>(devices);
         for (int rank = 0; rank < copy.size(); rank++) {
             Integer device = copy.get(rank);
             if (device == null) {
-                throw new NullPointerException(NAME + ": the device of rank " + rank + " is null in devices " + copy);
+                throw OptionChecks.missing(NAME, "the device of rank " + rank + " is null in devices " + copy);
             }
             if (device < 0) {
-                throw new IllegalArgumentException(NAME + ": device " + device + " of rank " + rank
-                        + " is negative: expected 0 or more");
+                throw OptionChecks.negative(NAME, "device " + device + " of rank " + rank);
             }
         }
         return List.copyOf(copy);
@@ -68,29 +67,22 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
         return new ThreadsOptions(CommunicatorOptions.defaults(), false, false, 8, true, List.of());
     }
 
-    /** The mutable copy the {@code with*} methods change one value of; the constructor checks them all. */
-    private static final class Copy {
-        CommunicatorOptions communicator;
-        boolean memcpyAllGather;
-        boolean memcpySendRecv;
-        int maxLead;
-        boolean pinCpus;
-        List<Integer> devices;
+    /**
+     * A mutable copy of these options (each field starts as the value of this record's accessor of
+     * the same name), which a {@code with*} method changes one value of; the constructor checks them all.
+     */
+    private final class Copy {
+        CommunicatorOptions communicator = communicator();
+        boolean memcpyAllGather = memcpyAllGather();
+        boolean memcpySendRecv = memcpySendRecv();
+        int maxLead = maxLead();
+        boolean pinCpus = pinCpus();
+        List<Integer> devices = devices();
     }
 
-    private interface Change {
-        void apply(Copy copy);
-    }
-
-    private ThreadsOptions with(Change change) {
+    private ThreadsOptions with(Consumer<Copy> change) {
         Copy copy = new Copy();
-        copy.communicator = communicator;
-        copy.memcpyAllGather = memcpyAllGather;
-        copy.memcpySendRecv = memcpySendRecv;
-        copy.maxLead = maxLead;
-        copy.pinCpus = pinCpus;
-        copy.devices = devices;
-        change.apply(copy);
+        change.accept(copy);
         return new ThreadsOptions(copy.communicator, copy.memcpyAllGather, copy.memcpySendRecv, copy.maxLead,
                 copy.pinCpus, copy.devices);
     }
@@ -161,7 +153,7 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
      * @throws IllegalArgumentException when a device is negative, naming it and its rank
      */
     public ThreadsOptions withDevices(int... deviceOfRank) {
-        Objects.requireNonNull(deviceOfRank, "withDevices: deviceOfRank is null");
+        OptionChecks.given("withDevices", deviceOfRank, "deviceOfRank is null");
         List<Integer> devices = Arrays.stream(deviceOfRank).boxed().toList();
         return with(c -> c.devices = devices);
     }
