@@ -7,7 +7,6 @@ import dev.jnccl.cuda.CudaGraph;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
 import dev.jnccl.internal.Backoff;
-import dev.jnccl.internal.Captures;
 import dev.jnccl.internal.Deadlines;
 import dev.jnccl.internal.Pins;
 import dev.jnccl.internal.Resources;
@@ -19,14 +18,15 @@ import dev.jnccl.spi.Modes;
 import dev.jnccl.spi.NcclHostSide;
 import dev.jnccl.spi.RankParts;
 import dev.jnccl.spi.Transport;
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.MethodType;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
-import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.Optional;
@@ -92,14 +92,10 @@ public final class Communicator implements AutoCloseable {
     private final CommandRunner commands;
     /** Registrations not yet closed; the communicator's close drops them. Under the native lock. */
     private final Set<Registration> registrations = new HashSet<>();
-    /**
-     * The commands of the transactions captured into each CUDA graph (by graph id), in capture
-     * order: what {@link #launch(CudaGraph, CudaStream)} runs and the flight recorder lists. Written
-     * by the capturing thread holding the native lock; read by launch and close.
-     */
-    private final Map<Long, List<Command>> capturedByGraph = new ConcurrentHashMap<>();
-    /** The graph {@link #launch} replayed last, with its captured commands (see {@link #capturedCommands}). */
-    private Replayed lastReplayed;
+    /** What the transactions captured into CUDA graphs hold, for replays and close. */
+    private final GraphReplays replays = new GraphReplays();
+    /** The stages of a transaction and a replay. */
+    private final ExecutePipeline pipeline;
 
     private volatile State state = State.OPEN;
     private volatile String abortReason;
@@ -154,16 +150,22 @@ public final class Communicator implements AutoCloseable {
             throw e;
         }
         this.commands = new CommandRunner(comm, stream, libraries, transport, rank, worldSize);
-        long initMillis = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
+        this.pipeline = new ExecutePipeline(this, log, host, hostTimeoutNanos, nativeLock, stream, transport, commands,
+                recorder, replays, transactionReady, commsDone);
+        reportReady(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started), initEvent);
+        watchdog = options.watchdogEnabled()
+                ? new Watchdog(rank, comm, stream, recorder, options.watchdogTimeout(), options.watchdogInterval(),
+                        () -> state == State.OPEN, this::abort, pendingNanos -> host.poll(log.executed(), pendingNanos))
+                : null;
+    }
+
+    /** The init line (NCCL version, rank, device, backend) and the JFR {@code jnccl.CommInit} event. */
+    private void reportReady(long initMillis, Events.CommInit initEvent) {
         LOG.info("jnccl communicator ready: rank {} of {}{}, device {}, backend {}, mode {}, NCCL {}, CUDA runtime {}"
                         + " (driver {}), init {} ms", rank, worldSize, parent == null ? "" : " (split of rank "
                         + parent.rank + " of " + parent.worldSize + ")", device, libraries.backend().id(), options.mode(),
                 libraries.nccl(), libraries.cudaRuntime(), libraries.cudaDriver(), initMillis);
         initEvent.commit(rank, worldSize, device, libraries.backend().id(), libraries.nccl().toString());
-        watchdog = options.watchdogEnabled()
-                ? new Watchdog(rank, comm, stream, recorder, options.watchdogTimeout(), options.watchdogInterval(),
-                        () -> state == State.OPEN, this::abort, pendingNanos -> host.poll(log.executed(), pendingNanos))
-                : null;
     }
 
     /** The constructor behind {@link Modes#communicator}: this rank's communicator, handed to its host side. */
@@ -342,132 +344,52 @@ public final class Communicator implements AutoCloseable {
      */
     public Transaction begin(CudaStream waitFor) {
         checks.requireStream("begin", waitFor);
-        nativeLock.lock();
+        long number = log.open("begin", transactionReady);
         try {
-            requireUsable("begin");
-            log.requireNoneOpen("begin");
-            waitFor.record(transactionReady);
-        } finally {
-            nativeLock.unlock();
-        }
-        return new Transaction(this, log, checks, log.open("begin", transactionReady));
-    }
-
-    /** Executes the open transaction (its handle checked it): see {@link Transaction#execute}. */
-    void execute(CudaEvent signal) {
-        long number = log.openNumber();
-        CudaEvent ready = log.openReady();
-        // No event object while JFR does not record it: the hot path allocates nothing.
-        Events.Transaction event = Events.transactionEnabled() ? new Events.Transaction() : null;
-        if (event != null) {
-            event.begin();
-        }
-        CommandBuffer buffer = log.commands();
-        List<Command> executed = buffer.view();
-        try {
-            requireUsable("execute");
-            // Outside the lock: the launcher may wait here for slower ranks, and an abort from
-            // another thread (a failing pack, the watchdog) must not wait for this one meanwhile.
-            // Called directly, not through onHost: no lambda per transaction on the hot path.
-            if (Captures.currentCaptureId() == 0) {
-                host.pace(hostTimeoutNanos);
+            nativeLock.lock();
+            try {
+                requireUsable("begin");
+                waitFor.record(transactionReady);
+            } finally {
+                nativeLock.unlock();
             }
-            // Inside a capture the pace is skipped: a captured transaction puts nothing in the launch
-            // queue the pace bounds (it runs only in the graph's replays), and each replay is paced
-            // once by launch(graph, stream); every rank capturing the same step skips the same count.
-        } catch (RuntimeException e) {
-            if (e instanceof CommunicatorAbortedException) {
-                abort(e.getMessage()); // as onHost does
-            }
-            buffer.clear();
-            log.ended(number, true);
+        } catch (RuntimeException | Error e) {
+            log.discard(number);
             throw e;
         }
-        long graph;
-        nativeLock.lock();
-        try {
-            log.ended(number, true);
-            requireUsable("execute");
-            graph = enqueue(number, ready, signal, buffer, executed);
-            if (LOG.isDebugEnabled() || (event != null && event.shouldCommit())) {
-                // The buffer serves the next transaction, which another thread may open once the lock is free.
-                executed = List.copyOf(executed);
-            }
-        } finally {
-            nativeLock.unlock();
-        }
-        if (LOG.isDebugEnabled()) {
-            LOG.debug("rank {} transaction #{}{}: {} command(s), {} bytes: {}", rank, number,
-                    graph == 0 ? "" : " (captured into graph #" + graph + ")", executed.size(),
-                    CommandRunner.bytes(executed), executed);
-        }
-        // Sizes summed only when JFR records it.
-        if (event != null && event.shouldCommit()) {
-            event.commit(rank, number, executed, graph == 0 ? "" : "captured into graph #" + graph);
-        }
-    }
-
-    /** Enqueues the transaction; returns the id of the graph it was captured into, 0 when it runs. */
-    private long enqueue(long number, CudaEvent ready, CudaEvent signal, CommandBuffer buffer,
-                         List<Command> executed) {
-        // A ready event recorded in a capture makes the comms stream join it (a fork); one recorded
-        // outside while the comms stream captures becomes an external wait (CudaStream.waitFor).
-        stream.waitFor(ready);
-        long graph = capturedInto();
-        boolean enqueuing = false;
-        try {
-            transport.beforeCommands(executed, stream);
-            enqueuing = true;
-            // Counted before the commands go to NCCL (not before the transport, which may refuse the
-            // transaction and leave the communicator usable): a rank held inside this enqueue (real
-            // NCCL connects to its peers in the first collectives, in ncclGroupEnd) has committed to
-            // it, and a peer that closed after fewer will never join it (the watchdog's poll of the
-            // host side). A captured transaction runs only in replays, each counted by launch.
-            if (graph == 0) {
-                log.countExecuted();
-            }
-            commands.run(executed);
-            transport.afterCommands(stream);
-            if (signal != null) {
-                stream.record(signal);
-            }
-        } catch (RuntimeException e) {
-            buffer.clear();
-            if (state == State.ABORTED && !(e instanceof CommunicatorAbortedException)) {
-                // Aborted from another thread (watchdog, a failed peer of the pack, abort()) while this
-                // one was inside NCCL: real NCCL then fails the call it was in (ncclGroupEnd answered
-                // ncclInternalError on the H200), which says less than the abort that caused it.
-                throw abortedDuring("execute of transaction #" + number, e);
-            }
-            if (enqueuing && !(e instanceof CommunicatorAbortedException)) {
-                // Something may be half enqueued: the communicator cannot be trusted any more.
-                abort("execute of transaction #" + number + " failed: " + e.getMessage());
-            }
-            throw e;
-        }
-        // The buffer keeps the commands until the next transaction opens (the recorder copies them).
-        if (graph == 0) {
-            recorder.add(number, executed); // the watchdog probes completion off this path
-        } else {
-            recorder.addCaptured(number, executed, graph);
-            capturedByGraph.computeIfAbsent(graph, this::startCapturedList).addAll(executed);
-        }
-        return graph;
+        return new Transaction(this, log, checks, number);
     }
 
     /**
-     * The graph the comms stream is capturing into for this thread's {@link CudaGraph#capture}, or 0.
-     * Asks CUDA only inside a capture: outside, one volatile read.
+     * Executes the open transaction (its handle checked it): see {@link Transaction#execute}.
+     *
+     * <p>Through a method handle that is no compile-time constant, so that C2 never inlines the
+     * pipeline (whose downcalls are force-inlined) into {@code Transaction.execute}: compiled on its
+     * own, that method would then be too big for C2 to inline into users' code, and the transaction
+     * handle of a {@code begin(..)...execute(..)} chain would no longer be scalar-replaced (seen in
+     * {@code HotPathAllocationTest}). The call costs a few nanoseconds more than a direct one.
      */
-    private long capturedInto() {
-        long capture = Captures.currentCaptureId();
-        return capture != 0 && stream.isCapturing() ? capture : 0;
+    void execute(CudaEvent signal) {
+        try {
+            executeEntry.invokeExact(pipeline, signal);
+        } catch (RuntimeException | Error e) {
+            throw e;
+        } catch (Throwable e) {
+            throw new IllegalStateException("execute: " + e, e); // the pipeline throws no checked exception
+        }
     }
 
-    /** The list of a graph's first captured transaction; drops the lists of graphs closed since. */
-    private List<Command> startCapturedList(long graph) {
-        capturedByGraph.keySet().removeIf(id -> id != graph && !Captures.isOpen(id));
-        return new ArrayList<>();
+    /** {@link ExecutePipeline#execute}, as a method handle: see {@link #execute}. */
+    private final MethodHandle executeEntry = EXECUTE;
+    private static final MethodHandle EXECUTE;
+
+    static {
+        try {
+            EXECUTE = MethodHandles.lookup().findVirtual(ExecutePipeline.class, "execute",
+                    MethodType.methodType(void.class, CudaEvent.class));
+        } catch (ReflectiveOperationException e) {
+            throw new ExceptionInInitializerError(e);
+        }
     }
 
     // ---------------------------------------------------------------- graph replays
@@ -497,7 +419,7 @@ public final class Communicator implements AutoCloseable {
         checks.requireStream("launch", stream);
         refuseInsideCapture("launch");
         requireUsable("launch");
-        List<Command> captured = capturedCommands(graph.id());
+        List<Command> captured = replays.captured(graph.id());
         if (captured == null) {
             throw new IllegalArgumentException("launch: " + graph + " captured no transaction of rank " + rank
                     + " of " + worldSize + " (device " + device + "); replay graphs without its work with"
@@ -506,75 +428,7 @@ public final class Communicator implements AutoCloseable {
         if (graph.isClosed()) {
             throw new IllegalStateException("launch: " + graph + " is closed");
         }
-        Events.Transaction event = Events.transactionEnabled() ? new Events.Transaction() : null;
-        if (event != null) {
-            event.begin();
-        }
-        try {
-            host.pace(hostTimeoutNanos);
-        } catch (CommunicatorAbortedException e) {
-            abort(e.getMessage()); // as execute does
-            throw e;
-        }
-        long number;
-        nativeLock.lock();
-        try {
-            requireUsable("launch");
-            number = log.nextNumber("launch");
-            stream.record(transactionReady);
-            this.stream.waitFor(transactionReady);
-            try {
-                graph.launch(this.stream);
-            } catch (RuntimeException e) {
-                if (state == State.ABORTED) {
-                    throw abortedDuring("launch of " + graph, e);
-                }
-                throw e;
-            }
-            log.countExecuted();
-            recorder.addReplay(number, captured, graph.id());
-            this.stream.record(commsDone);
-            stream.waitFor(commsDone);
-        } finally {
-            nativeLock.unlock();
-        }
-        if (event != null && event.shouldCommit()) {
-            event.commit(rank, number, captured, "replay of graph #" + graph.id());
-        }
-    }
-
-    /**
-     * The commands {@code graph} captured from this communicator, or null. The last graph launched
-     * is remembered: a training loop replays the same graph step after step, and the map's lookup
-     * would box its id on every replay.
-     */
-    private List<Command> capturedCommands(long graph) {
-        Replayed last = lastReplayed;
-        if (last != null && last.graph() == graph) {
-            return last.commands();
-        }
-        List<Command> captured = capturedByGraph.get(graph);
-        if (captured != null) {
-            lastReplayed = new Replayed(graph, captured);
-        }
-        return captured;
-    }
-
-    /** A graph's id and captured commands; immutable, so a racing reader sees either the old or the new one whole. */
-    private record Replayed(long graph, List<Command> commands) { }
-
-    /**
-     * Refuses to close while a graph that captured this communicator's transactions is open: its
-     * NCCL nodes use this communicator's resources, and a replay after the close would use them freed.
-     */
-    private void refuseOpenGraphs() {
-        for (Map.Entry<Long, List<Command>> captured : capturedByGraph.entrySet()) {
-            if (Captures.isOpen(captured.getKey())) {
-                throw new IllegalStateException("close: CUDA graph #" + captured.getKey() + " captured "
-                        + captured.getValue().size() + " command(s) of rank " + rank + " of " + worldSize
-                        + " and is still open: close the graph first (its NCCL nodes use this communicator)");
-            }
-        }
+        pipeline.replay(graph, stream, captured);
     }
 
     // ---------------------------------------------------------------- convenience operations
@@ -1076,24 +930,7 @@ public final class Communicator implements AutoCloseable {
                 HostSide.timeoutNanos(options.initTimeout()))), color);
         int childRank = members.indexOf(rank);
         host.beforeSplit(color, key);
-        ReentrantLock childLock = new ReentrantLock();
-        NcclComm childComm;
-        nativeLock.lock();
-        try {
-            requireUsable("split");
-            childComm = comm.split(color, key, childRank, members.size(), options.initTimeout(), host::cancellation,
-                    childLock);
-        } catch (RuntimeException e) {
-            if (state == State.ABORTED && !(e instanceof IllegalArgumentException)) {
-                // Aborted by another thread (a failed peer of the pack, the watchdog) while NCCL split:
-                // say why, as every other call after an abort does.
-                throw abortedDuring("split (color " + color + ", key " + key + ")", e);
-            }
-            abortHoldingLock("split (color " + color + ", key " + key + ") failed: " + e.getMessage());
-            throw e;
-        } finally {
-            nativeLock.unlock();
-        }
+        NcclComm childComm = splitNccl(color, key, childRank, members.size());
         if (childComm == null) {
             return Optional.empty();
         }
@@ -1116,6 +953,30 @@ public final class Communicator implements AutoCloseable {
         child.close();
         requireUsable("split");
         throw new IllegalStateException("split: communicator of rank " + rank + " was closed during the split");
+    }
+
+    /**
+     * NCCL's split of this communicator (null for a negative color), bounded by the init timeout; a
+     * failure aborts this communicator (its state is unknown), one caused by an abort from another
+     * thread says so.
+     */
+    private NcclComm splitNccl(int color, int key, int childRank, int childSize) {
+        nativeLock.lock();
+        try {
+            requireUsable("split");
+            return comm.split(color, key, childRank, childSize, options.initTimeout(), host::cancellation,
+                    new ReentrantLock());
+        } catch (RuntimeException e) {
+            if (state == State.ABORTED && !(e instanceof IllegalArgumentException)) {
+                // Aborted by another thread (a failed peer of the pack, the watchdog) while NCCL split:
+                // say why, as every other call after an abort does.
+                throw abortedDuring("split (color " + color + ", key " + key + ")", e);
+            }
+            abortHoldingLock("split (color " + color + ", key " + key + ") failed: " + e.getMessage());
+            throw e;
+        } finally {
+            nativeLock.unlock();
+        }
     }
 
     /**
@@ -1188,7 +1049,7 @@ public final class Communicator implements AutoCloseable {
             }
         }
         refuseInsideCapture("close"); // the close waits for the comms stream: CUDA forbids it in a capture
-        refuseOpenGraphs();
+        replays.refuseOpenGraphs(rank, worldSize);
         for (Communicator child : children.live()) {
             child.close(); // bounded and idempotent like this one
         }
@@ -1217,42 +1078,53 @@ public final class Communicator implements AutoCloseable {
         }
         try {
             if (state == State.OPEN) {
-                // The launcher first learns whether the other ranks are closing too (MPI mode ends a
-                // job whose ranks wait for one that closed early instead of hanging).
-                String failure = host.closing(log.executed(), Deadlines.remainingNanos(deadline));
-                if (failure == null) {
-                    failure = comm.finalizeAndDestroy(stream, deadline, options.closeTimeout());
-                }
-                if (failure != null) {
-                    LOG.warn("rank {}: {}; aborting instead", rank, failure);
-                    abort(failure);
-                }
+                finalizeOrAbort(deadline);
             }
             synchronized (lifecycle) {
                 state = State.CLOSED;
             }
-            comm.closeArena();
-            // Deregistered by the finalize above, or gone with an abort: the memory may be freed now.
-            for (Registration registration : List.copyOf(registrations)) {
-                registration.dropped();
-            }
-            registrations.clear();
-            recorder.closeEvents();
-            try {
-                transport.close();
-            } catch (RuntimeException e) {
-                LOG.warn("rank {}: closing the transport failed", rank, e);
-            }
-            try {
-                host.closed(abortReason != null);
-            } catch (RuntimeException e) {
-                LOG.warn("rank {}: closing the host side failed", rank, e);
-            }
-            List<AutoCloseable> resources = List.of(commsDone, transactionReady, stream);
-            Resources.closeAll(resources, null, LOG);
+            releaseAll();
         } finally {
             nativeLock.unlock();
         }
+    }
+
+    /**
+     * The bounded close of an open communicator: the launcher first learns whether the other ranks
+     * are closing too (MPI mode ends a job whose ranks wait for one that closed early instead of
+     * hanging), then NCCL finalizes and destroys; either failing (or the deadline) aborts instead.
+     */
+    private void finalizeOrAbort(long deadline) {
+        String failure = host.closing(log.executed(), Deadlines.remainingNanos(deadline));
+        if (failure == null) {
+            failure = comm.finalizeAndDestroy(stream, deadline, options.closeTimeout());
+        }
+        if (failure != null) {
+            LOG.warn("rank {}: {}; aborting instead", rank, failure);
+            abort(failure);
+        }
+    }
+
+    /** After the finalize or the abort: what the communicator held, each release guarded (close always ends). */
+    private void releaseAll() {
+        comm.closeArena();
+        // Deregistered by the finalize, or gone with an abort: the memory may be freed now.
+        for (Registration registration : List.copyOf(registrations)) {
+            registration.dropped();
+        }
+        registrations.clear();
+        recorder.closeEvents();
+        try {
+            transport.close();
+        } catch (RuntimeException e) {
+            LOG.warn("rank {}: closing the transport failed", rank, e);
+        }
+        try {
+            host.closed(abortReason != null);
+        } catch (RuntimeException e) {
+            LOG.warn("rank {}: closing the host side failed", rank, e);
+        }
+        Resources.closeAll(List.of(commsDone, transactionReady, stream), null, LOG);
     }
 
     /** {@link #abort} from a thread that holds the native lock: released for the abort, then taken again. */
@@ -1298,6 +1170,23 @@ public final class Communicator implements AutoCloseable {
         }
         return new CommunicatorAbortedException(operation + ": communicator of rank " + rank
                 + " was aborted while the call was in NCCL: " + abortReason, cause);
+    }
+
+    /**
+     * What a native call that failed (with the native lock held) throws: when another thread aborted
+     * the communicator meanwhile (the watchdog, a failed peer, {@link #abort}), real NCCL fails the
+     * call it was in (ncclGroupEnd answered ncclInternalError on a GPU), which says less than the
+     * abort that caused it; otherwise the failure itself, and when {@code halfDone} (something may be
+     * half enqueued) the communicator is aborted first: it cannot be trusted any more.
+     */
+    RuntimeException failedInNative(String operation, RuntimeException failure, boolean halfDone) {
+        if (state == State.ABORTED && !(failure instanceof CommunicatorAbortedException)) {
+            return abortedDuring(operation, failure);
+        }
+        if (halfDone && !(failure instanceof CommunicatorAbortedException)) {
+            abort(operation + " failed: " + failure.getMessage());
+        }
+        return failure;
     }
 
     // ---------------------------------------------------------------- registration

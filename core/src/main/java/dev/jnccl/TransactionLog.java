@@ -1,35 +1,53 @@
 package dev.jnccl;
 
 import dev.jnccl.cuda.CudaEvent;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 
 /**
  * The transactions of one communicator: their numbers, the open one (its owner thread, ready event
  * and commands), how recent ones ended, and how many were executed. One transaction is open at a
  * time; its state lives here, not in the handles, so that a transaction allocates nothing per call
  * and a handle used after its transaction ended says so by its number instead of adding to a later
- * one. Changes are made under this object's monitor, not the communicator's native lock: a
- * transaction's open and end only order with each other, and the monitor's compiled code is small
- * enough that {@code begin} is inlined into its callers, where the handle it returns can be
- * scalar-replaced.
+ * one.
+ *
+ * <p>Opening claims the log for the calling thread with one compare-and-set ({@link #holder}); the
+ * holder alone writes the open transaction's state, and ending releases the claim last. No lock:
+ * {@code begin} then compiles small enough for C2 to inline it into its callers, where the handle
+ * it returns is scalar-replaced ({@code HotPathAllocationTest} tells when that stops being so);
+ * opening and ending a transaction only order with each other, and everything native stays under
+ * the communicator's native lock.
  */
 final class TransactionLog {
     /** How many transaction outcomes are remembered, for the messages of stale handles. */
     private static final int OUTCOMES = 1024;
+    private static final VarHandle HOLDER;
+
+    static {
+        try {
+            HOLDER = MethodHandles.lookup().findVarHandle(TransactionLog.class, "holder", Thread.class);
+        } catch (ReflectiveOperationException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
 
     private final int rank;
-    /** Its communicator, for the usability check made with the lock held (a direct call: begin stays small). */
+    /** Its communicator, for the usability check (a direct call: begin stays small). */
     private final Communicator usable;
     /** The open transaction's commands: one buffer, reused by every transaction. */
     private final CommandBuffer commands = new CommandBuffer();
     /** How recent transactions ended, by number modulo the length: +number executed, -number closed unexecuted. */
     private final long[] outcomes = new long[OUTCOMES];
+    /** The thread whose transaction is open (or who takes a replay's number), null when none: the claim. */
+    private volatile Thread holder;
+    /** The last number given; written by the holder only. */
     private long sequence;
     /**
-     * The open transaction's number, 0 when none is open. Written under the lock by the thread that
-     * owns it; volatile so that another thread using a handle gets the right message.
+     * The open transaction's number, 0 when none is open. Written by the holder; volatile so that
+     * another thread using a handle gets the right message.
      */
     private volatile long openNumber;
-    /** The thread that began the open transaction (written before {@link #openNumber}). */
+    /** The thread that began the open transaction, kept after it ended for the messages of stale handles. */
     private Thread openOwner;
     /** The event the open transaction's commands wait for. */
     private CudaEvent openReady;
@@ -42,33 +60,43 @@ final class TransactionLog {
     }
 
     /** Opens a transaction on the calling thread, its commands to run after {@code ready}; {@return its number} */
-    synchronized long open(String operation, CudaEvent ready) {
+    long open(String operation, CudaEvent ready) {
         usable.requireUsable(operation);
-        requireNoneOpen(operation);
+        Thread caller = Thread.currentThread();
+        if (!HOLDER.compareAndSet(this, null, caller)) {
+            throw stillOpen(operation);
+        }
         long number = ++sequence;
         commands.clear();
         openReady = ready;
-        openOwner = Thread.currentThread();
+        openOwner = caller;
         openNumber = number;
         return number;
     }
 
-    /** {@return the number of a replay, which counts as a transaction} (lock held, none open). */
-    synchronized long nextNumber(String operation) {
-        requireNoneOpen(operation);
-        return ++sequence;
+    /**
+     * {@return the number of a replay, which counts as a transaction}: taken with the log claimed
+     * for a moment, so that no transaction is open meanwhile (the caller holds the native lock).
+     */
+    long nextNumber(String operation) {
+        if (!HOLDER.compareAndSet(this, null, Thread.currentThread())) {
+            throw stillOpen(operation);
+        }
+        long number = ++sequence;
+        holder = null;
+        return number;
     }
 
     void requireNoneOpen(String operation) {
-        long open = openNumber;
-        if (open != 0) {
-            throw stillOpen(operation, open);
+        if (holder != null) {
+            throw stillOpen(operation);
         }
     }
 
-    private IllegalStateException stillOpen(String operation, long open) {
-        return new IllegalStateException(operation + ": transaction #" + open + " of rank " + rank
-                + " is still open; execute or close it first");
+    private IllegalStateException stillOpen(String operation) {
+        long open = openNumber;
+        return new IllegalStateException(operation + ": transaction #" + (open != 0 ? open : sequence) + " of rank "
+                + rank + " is still open; execute or close it first");
     }
 
     /** {@return the open transaction's number, 0 when none is open} */
@@ -99,7 +127,7 @@ final class TransactionLog {
     void requireOpen(String operation, long number) {
         long open = openNumber;
         if (open != 0 && (number == Transaction.CURRENT || number == open)) {
-            if (Thread.currentThread() != openOwner) {
+            if (Thread.currentThread() != holder) {
                 throw wrongThread(operation, open);
             }
             usable.requireUsable(operation);
@@ -127,12 +155,16 @@ final class TransactionLog {
         return "has ended (executed or closed; transaction #" + sequence + " is the newest)";
     }
 
-    /** Ends the open transaction {@code number} (executed or discarded), if it is still the open one. */
-    synchronized void ended(long number, boolean executed) {
-        if (openNumber == number) {
+    /**
+     * Ends the open transaction {@code number} (executed or discarded), if it is still the open one
+     * and the calling thread holds it; the claim is released last.
+     */
+    void ended(long number, boolean executed) {
+        if (openNumber == number && holder == Thread.currentThread()) {
             outcomes[(int) (number % OUTCOMES)] = executed ? number : -number;
-            openNumber = 0;
             openReady = null;
+            openNumber = 0;
+            holder = null;
             // openOwner stays: a handle used from another thread meanwhile may have read the number before.
         }
     }
@@ -143,7 +175,7 @@ final class TransactionLog {
         if (open == 0 || (number != Transaction.CURRENT && number != open)) {
             return;
         }
-        if (Thread.currentThread() != openOwner) {
+        if (Thread.currentThread() != holder) {
             throw wrongThread("close", open);
         }
         commands.clear();

@@ -1,0 +1,229 @@
+package dev.jnccl;
+
+import dev.jnccl.cuda.CudaEvent;
+import dev.jnccl.cuda.CudaGraph;
+import dev.jnccl.cuda.CudaStream;
+import dev.jnccl.internal.Captures;
+import dev.jnccl.spi.Command;
+import dev.jnccl.spi.HostSide;
+import dev.jnccl.spi.Transport;
+import java.util.List;
+import java.util.concurrent.locks.ReentrantLock;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The path of one transaction (and of one graph replay) of a communicator, as a short sequence of
+ * stages: pace (the launcher keeps a rank from running far ahead, outside the lock), lock, capture
+ * (whether the comms stream joins a CUDA graph capture), transport (before), NCCL (the command
+ * runner), transport (after) and the signal, recorder (the flight recorder, or the graph's captured
+ * list), events (DEBUG line, JFR). Each stage is one method below; {@link #execute} reads as the
+ * list. Allocates nothing unless DEBUG logging or a JFR recording asks for it.
+ */
+final class ExecutePipeline {
+    private static final Logger LOG = LoggerFactory.getLogger(Communicator.class);
+
+    private final Communicator face;
+    private final TransactionLog log;
+    private final HostSide host;
+    /** The bound of the pace (see {@link HostSide}). */
+    private final long hostTimeoutNanos;
+    private final ReentrantLock lock;
+    private final CudaStream stream;
+    private final Transport transport;
+    private final CommandRunner runner;
+    private final FlightRecorder recorder;
+    private final GraphReplays replays;
+    /** Recorded on a replay's stream for the comms stream to wait for, and back. */
+    private final CudaEvent replayReady;
+    private final CudaEvent replayDone;
+
+    ExecutePipeline(Communicator face, TransactionLog log, HostSide host, long hostTimeoutNanos, ReentrantLock lock,
+                    CudaStream stream, Transport transport, CommandRunner runner, FlightRecorder recorder,
+                    GraphReplays replays, CudaEvent replayReady, CudaEvent replayDone) {
+        this.face = face;
+        this.log = log;
+        this.host = host;
+        this.hostTimeoutNanos = hostTimeoutNanos;
+        this.lock = lock;
+        this.stream = stream;
+        this.transport = transport;
+        this.runner = runner;
+        this.recorder = recorder;
+        this.replays = replays;
+        this.replayReady = replayReady;
+        this.replayDone = replayDone;
+    }
+
+    /**
+     * Executes the open transaction (its handle checked it): see {@link Transaction#execute}. The
+     * stages in order: pace (outside the lock: the launcher may wait here for slower ranks, and an
+     * abort from another thread, a failing pack or the watchdog, must not wait for this one
+     * meanwhile; skipped inside a capture, where a transaction puts nothing in the launch queue the
+     * pace bounds, it runs only in the graph's replays, each paced once, and every rank capturing
+     * the same step skips the same count), lock, capture, transport and NCCL, recorder, events.
+     */
+    void execute(CudaEvent signal) {
+        long number = log.openNumber();
+        CudaEvent ready = log.openReady();
+        // No event object while JFR does not record it: the hot path allocates nothing.
+        Events.Transaction event = Events.transactionEnabled() ? new Events.Transaction() : null;
+        if (event != null) {
+            event.begin();
+        }
+        try {
+            face.requireUsable("execute");
+            if (Captures.currentCaptureId() == 0) {
+                host.pace(hostTimeoutNanos);
+            }
+        } catch (RuntimeException e) {
+            throw refusedBeforeEnqueue(number, e);
+        }
+        List<Command> executed = log.commands().view();
+        long graph;
+        boolean reported = LOG.isDebugEnabled() || (event != null && event.shouldCommit());
+        lock.lock();
+        try {
+            face.requireUsable("execute");
+            stream.waitFor(ready);
+            graph = capturedInto();
+            enqueue(number, executed, graph, signal);
+            record(number, executed, graph);
+            if (reported) {
+                // The buffer serves the next transaction, which another thread may open once this one ends.
+                executed = List.copyOf(executed);
+            }
+        } finally {
+            log.ended(number, true); // executed (or failed trying): never again through its handle
+            lock.unlock();
+        }
+        if (reported) {
+            report(number, executed, graph, false, event);
+        }
+    }
+
+    /** A refusal of the pace (or of a communicator no longer usable) ends the transaction, unexecuted. */
+    private RuntimeException refusedBeforeEnqueue(long number, RuntimeException failure) {
+        if (failure instanceof CommunicatorAbortedException) {
+            face.abort(failure.getMessage()); // as the host-side calls do
+        }
+        log.commands().clear();
+        log.ended(number, true);
+        return failure;
+    }
+
+    /**
+     * Stage capture: the graph the comms stream is capturing into for this thread's
+     * {@link CudaGraph#capture}, or 0. Asks CUDA only inside a capture: outside, one volatile read.
+     * (A ready event recorded in a capture made the comms stream join it, a fork; one recorded outside
+     * while the comms stream captures is an external wait.)
+     */
+    private long capturedInto() {
+        long capture = Captures.currentCaptureId();
+        return capture != 0 && stream.isCapturing() ? capture : 0;
+    }
+
+    /**
+     * Stages transport, NCCL, signal. A failure after the transport accepted the transaction aborts
+     * the communicator (something may be half enqueued); one before leaves it usable.
+     */
+    private void enqueue(long number, List<Command> executed, long graph, CudaEvent signal) {
+        boolean enqueuing = false;
+        try {
+            transport.beforeCommands(executed, stream);
+            enqueuing = true;
+            // Counted before the commands go to NCCL (not before the transport, which may refuse the
+            // transaction): a rank held inside this enqueue (real NCCL connects to its peers in the
+            // first collectives, in ncclGroupEnd) has committed to it, and a peer that closed after
+            // fewer will never join it (the watchdog's poll of the host side). A captured transaction
+            // runs only in replays, each counted by its launch.
+            if (graph == 0) {
+                log.countExecuted();
+            }
+            runner.run(executed);
+            transport.afterCommands(stream);
+            if (signal != null) {
+                stream.record(signal);
+            }
+        } catch (RuntimeException e) {
+            log.commands().clear();
+            throw face.failedInNative("execute of transaction #" + number, e, enqueuing);
+        }
+    }
+
+    /**
+     * Stage recorder: the watchdog probes the transaction's completion off this path; a captured one
+     * is filed under its graph. The buffer keeps the commands until the next transaction opens (the
+     * recorder copies them).
+     */
+    private void record(long number, List<Command> executed, long graph) {
+        if (graph == 0) {
+            recorder.add(number, executed);
+        } else {
+            recorder.addCaptured(number, executed, graph);
+            replays.file(graph, executed);
+        }
+    }
+
+    /**
+     * Stage events: the DEBUG line, and the JFR event when a recording wants it (sizes summed and the
+     * graph's words made only then).
+     *
+     * @param graph  the graph the transaction was captured into ({@code replay}: the graph replayed), or 0
+     */
+    private void report(long number, List<Command> executed, long graph, boolean replay, Events.Transaction event) {
+        boolean debug = LOG.isDebugEnabled();
+        boolean jfr = event != null && event.shouldCommit();
+        if (!debug && !jfr) {
+            return;
+        }
+        String graphWords = graph == 0 ? "" : (replay ? "replay of graph #" : "captured into graph #") + graph;
+        if (debug) {
+            LOG.debug("rank {} transaction #{}{}: {} command(s), {} bytes: {}", face.rank(), number,
+                    graphWords.isEmpty() ? "" : " (" + graphWords + ")", executed.size(), CommandRunner.bytes(executed),
+                    executed);
+        }
+        if (jfr) {
+            event.commit(face.rank(), number, executed, graphWords);
+        }
+    }
+
+    /**
+     * A replay of {@code graph} as one transaction, the same stages: pace, lock, the comms stream
+     * waits for {@code userStream}'s work so far, launches the graph (in order with the other
+     * transactions, as NCCL needs on every rank) and {@code userStream} waits for it, recorder
+     * ("replay of graph #id", probed like any other), events.
+     */
+    void replay(CudaGraph graph, CudaStream userStream, List<Command> captured) {
+        Events.Transaction event = Events.transactionEnabled() ? new Events.Transaction() : null;
+        if (event != null) {
+            event.begin();
+        }
+        try {
+            host.pace(hostTimeoutNanos);
+        } catch (CommunicatorAbortedException e) {
+            face.abort(e.getMessage()); // as execute does
+            throw e;
+        }
+        long number;
+        lock.lock();
+        try {
+            face.requireUsable("launch");
+            number = log.nextNumber("launch");
+            userStream.record(replayReady);
+            stream.waitFor(replayReady);
+            try {
+                graph.launch(stream);
+            } catch (RuntimeException e) {
+                throw face.failedInNative("launch of " + graph, e, false);
+            }
+            log.countExecuted();
+            recorder.addReplay(number, captured, graph.id());
+            stream.record(replayDone);
+            userStream.waitFor(replayDone);
+        } finally {
+            lock.unlock();
+        }
+        report(number, captured, graph.id(), true, event);
+    }
+}
