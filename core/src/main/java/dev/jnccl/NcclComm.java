@@ -167,12 +167,8 @@ final class NcclComm {
         // returned with the child still NULL).
         awaitInit(parent, "ncclCommSplit", deadline, timeout, cancellation,
                 "for the other ranks to split into the blocking communicator");
-        MemorySegment handle = nullToNull(childSlot.get(ADDRESS, 0));
-        while (handle == null) {
-            checkInitDeadline(deadline, timeout, cancellation, "for ncclCommSplit to publish the blocking communicator");
-            Backoff.park(POLL_NANOS);
-            handle = nullToNull(childSlot.get(ADDRESS, 0));
-        }
+        MemorySegment handle = awaitPublished(childSlot, deadline, timeout, cancellation,
+                "for ncclCommSplit to publish the blocking communicator");
         child = handle;
         awaitInit(handle, "ncclCommSplit", deadline, timeout, cancellation,
                 "for the blocking communicator to become ready");
@@ -202,78 +198,119 @@ final class NcclComm {
         boolean settled = true; // whether no split job of NCCL can still write result's slot
         boolean done = false;
         try {
-            MemorySegment source = parent;
-            if (source == null) {
-                throw new CommunicatorAbortedException("ncclCommSplit: the communicator of rank " + rank
-                        + " was aborted");
-            }
-            try (Arena call = Arena.ofConfined()) {
-                MemorySegment config = result.config(call, 0);
-                result.childSlot.set(ADDRESS, 0, MemorySegment.NULL);
-                int result0 = Nccl.ncclCommSplit(source, color < 0 ? Nccl.NCCL_SPLIT_NOCOLOR() : color, key,
-                        result.childSlot, config);
-                if (result0 != SUCCESS && result0 != IN_PROGRESS) {
-                    throw failure(result0, "ncclCommSplit", source);
-                }
-                settled = false;
-            }
-            // As in init: the new handle is published once this (non-blocking) communicator's
-            // asynchronous state has left ncclInProgress.
-            long spins = 0;
-            while (true) {
-                MemorySegment handle = parent;
-                if (handle == null) {
-                    throw new CommunicatorAbortedException("ncclCommSplit: the communicator of rank " + rank
-                            + " was aborted while splitting");
-                }
-                int status = asyncError(handle);
-                if (status == SUCCESS) {
-                    settled = true;
-                    break;
-                }
-                if (status != IN_PROGRESS) {
-                    settled = true;
-                    throw failure(status, "ncclCommSplit", handle);
-                }
-                checkInitDeadline(deadline, timeout, cancellation, "for the other ranks to call split");
-                lock.unlock();
-                try {
-                    Backoff.pause(spins++);
-                } finally {
-                    lock.lock();
-                }
+            MemorySegment source = startSplit(color, key, result);
+            settled = false;
+            int status = awaitSplitJob(deadline, timeout, cancellation);
+            settled = true;
+            if (status != SUCCESS) {
+                // The handle polled was source: a split only ever sees parent cleared, never replaced.
+                throw failure(status, "ncclCommSplit", source);
             }
             if (color < 0) {
                 return null;
             }
-            MemorySegment handle = nullToNull(result.childSlot.get(ADDRESS, 0));
-            while (handle == null) {
-                checkInitDeadline(deadline, timeout, cancellation, "for ncclCommSplit to publish the new communicator");
-                Backoff.park(POLL_NANOS);
-                handle = nullToNull(result.childSlot.get(ADDRESS, 0));
-            }
-            result.childSlot.set(ADDRESS, 0, MemorySegment.NULL);
-            result.parent = handle;
-            result.awaitInit(handle, "ncclCommSplit", deadline, timeout, cancellation,
-                    "for the new communicator to become ready");
-            result.splitBlocking(deadline, timeout, cancellation);
+            MemorySegment handle = awaitPublished(result.childSlot, deadline, timeout, cancellation,
+                    "for ncclCommSplit to publish the new communicator");
+            result.adoptSplit(handle, deadline, timeout, cancellation);
             done = true;
             return result;
         } finally {
             if (!done) {
                 if (!settled) {
-                    abortHandles(); // ends the split job (NCCL joins it), so the slot below is final
+                    abortHandles(); // ends the split job (NCCL joins it), so result's slot is final
                 }
-                MemorySegment late = result.parent == null && result.arena.scope().isAlive()
-                        ? nullToNull(result.childSlot.get(ADDRESS, 0)) : null;
-                if (late != null) {
-                    result.childSlot.set(ADDRESS, 0, MemorySegment.NULL);
-                    result.parent = late;
-                }
-                result.abortHandles();
-                result.arena.close();
+                result.discardSplit();
             }
         }
+    }
+
+    /**
+     * Starts NCCL's split job of this communicator's non-blocking handle, with {@code into}'s config
+     * and output slot; returns the handle split. When it throws, no split job runs.
+     */
+    private MemorySegment startSplit(int color, int key, NcclComm into) {
+        MemorySegment source = parent;
+        if (source == null) {
+            throw new CommunicatorAbortedException("ncclCommSplit: the communicator of rank " + rank
+                    + " was aborted");
+        }
+        try (Arena call = Arena.ofConfined()) {
+            MemorySegment config = into.config(call, 0);
+            into.childSlot.set(ADDRESS, 0, MemorySegment.NULL);
+            int started = Nccl.ncclCommSplit(source, color < 0 ? Nccl.NCCL_SPLIT_NOCOLOR() : color, key,
+                    into.childSlot, config);
+            if (started != SUCCESS && started != IN_PROGRESS) {
+                throw failure(started, "ncclCommSplit", source);
+            }
+        }
+        return source;
+    }
+
+    /**
+     * Waits until this (non-blocking) communicator's asynchronous state has left ncclInProgress,
+     * which ends the split job NCCL runs on it (as in init, the new handle is published then), and
+     * returns that state: ncclSuccess or NCCL's error. Releases the lock while it backs off, so an
+     * abort can get in. Throws while the job may still run: aborted meanwhile, deadline, cancellation.
+     */
+    private int awaitSplitJob(long deadline, Duration timeout, Supplier<String> cancellation) {
+        long spins = 0;
+        while (true) {
+            MemorySegment handle = parent;
+            if (handle == null) {
+                throw new CommunicatorAbortedException("ncclCommSplit: the communicator of rank " + rank
+                        + " was aborted while splitting");
+            }
+            int status = asyncError(handle);
+            if (status != IN_PROGRESS) {
+                return status;
+            }
+            checkInitDeadline(deadline, timeout, cancellation, "for the other ranks to call split");
+            pauseUnlocked(spins++);
+        }
+    }
+
+    /**
+     * The handle a finished split job wrote into {@code slot}, waiting (polling, lock held) until
+     * it appears; the wait is this communicator's, as are the messages of its deadline.
+     */
+    private MemorySegment awaitPublished(MemorySegment slot, long deadline, Duration timeout,
+                                         Supplier<String> cancellation, String waitingFor) {
+        MemorySegment handle = nullToNull(slot.get(ADDRESS, 0));
+        while (handle == null) {
+            checkInitDeadline(deadline, timeout, cancellation, waitingFor);
+            Backoff.park(POLL_NANOS);
+            handle = nullToNull(slot.get(ADDRESS, 0));
+        }
+        return handle;
+    }
+
+    /**
+     * The new communicator of a split takes the {@code handle} published into its slot as its
+     * non-blocking communicator, waits until it is ready and, in {@code BLOCKING_SPLIT} mode, splits
+     * its blocking child.
+     */
+    private void adoptSplit(MemorySegment handle, long deadline, Duration timeout, Supplier<String> cancellation) {
+        childSlot.set(ADDRESS, 0, MemorySegment.NULL);
+        parent = handle;
+        awaitInit(handle, "ncclCommSplit", deadline, timeout, cancellation,
+                "for the new communicator to become ready");
+        splitBlocking(deadline, timeout, cancellation);
+    }
+
+    /**
+     * The new communicator of a failed split leaves nothing: a handle the (ended) split job
+     * published but {@link #adoptSplit} did not take is taken, then every handle aborted and the
+     * native memory closed.
+     */
+    private void discardSplit() {
+        MemorySegment late = parent == null && arena.scope().isAlive()
+                ? nullToNull(childSlot.get(ADDRESS, 0)) : null;
+        if (late != null) {
+            childSlot.set(ADDRESS, 0, MemorySegment.NULL);
+            parent = late;
+        }
+        abortHandles();
+        arena.close();
     }
 
     private void awaitInit(MemorySegment handle, String function, long deadline, Duration timeout,
@@ -524,12 +561,20 @@ final class NcclComm {
             if (status != IN_PROGRESS) {
                 throw failure(status, function, handle);
             }
-            lock.unlock();
-            try {
-                Backoff.pause(spins++);
-            } finally {
-                lock.lock();
-            }
+            pauseUnlocked(spins++);
+        }
+    }
+
+    /**
+     * One back-off step of a wait for NCCL's asynchronous state, with the lock released (and taken
+     * again before it returns) so that abort and the watchdog can get in meanwhile.
+     */
+    private void pauseUnlocked(long spins) {
+        lock.unlock();
+        try {
+            Backoff.pause(spins);
+        } finally {
+            lock.lock();
         }
     }
 
@@ -566,29 +611,50 @@ final class NcclComm {
         }
     }
 
+    /** Finalizes and destroys the communicator(s) once the comms stream is idle; as {@link #finalizeAndDestroy}. */
     private String finalizeAndDestroyIdle(long deadlineNanos, Duration timeout) {
+        String failed = finalizeAndDestroyChild();
+        return failed != null ? failed : finalizeAndDestroyParent(deadlineNanos, timeout);
+    }
+
+    /**
+     * BLOCKING_SPLIT mode: finalizes and destroys the blocking child with blocking calls (why that
+     * cannot hang: {@link #finalizeAndDestroy}). Returns null when done or there is none, else why
+     * the caller must abort instead.
+     */
+    private String finalizeAndDestroyChild() {
         synchronized (handleUse) {
             MemorySegment blocking = child;
-            if (blocking != null) {
-                int status = asyncError(blocking);
-                if (status != SUCCESS) {
-                    return "close: the blocking communicator reports " + status + " (" + Native.ncclErrorText(status)
-                            + ")";
-                }
-                releaseUserState(blocking);
-                int result = Nccl.ncclCommFinalize(blocking);
-                if (result != SUCCESS) {
-                    return "close: ncclCommFinalize of the blocking communicator failed: "
-                            + failure(result, "ncclCommFinalize", blocking).getMessage();
-                }
-                child = null;
-                result = Nccl.ncclCommDestroy(blocking);
-                if (result != SUCCESS) {
-                    LOG.warn("rank {}: ncclCommDestroy of the blocking communicator returned {} ({})", rank, result,
-                            Native.ncclErrorText(result));
-                }
+            if (blocking == null) {
+                return null;
             }
+            int status = asyncError(blocking);
+            if (status != SUCCESS) {
+                return "close: the blocking communicator reports " + status + " (" + Native.ncclErrorText(status)
+                        + ")";
+            }
+            releaseUserState(blocking);
+            int result = Nccl.ncclCommFinalize(blocking);
+            if (result != SUCCESS) {
+                return "close: ncclCommFinalize of the blocking communicator failed: "
+                        + failure(result, "ncclCommFinalize", blocking).getMessage();
+            }
+            child = null;
+            result = Nccl.ncclCommDestroy(blocking);
+            if (result != SUCCESS) {
+                LOG.warn("rank {}: ncclCommDestroy of the blocking communicator returned {} ({})", rank, result,
+                        Native.ncclErrorText(result));
+            }
+            return null;
         }
+    }
+
+    /**
+     * Finalizes the non-blocking communicator, polling its asynchronous state (handleUse held only
+     * around each poll, never across the pause) until it has left ncclInProgress, before
+     * {@code deadlineNanos}; then destroys it. Returns null when done, else why the caller must abort.
+     */
+    private String finalizeAndDestroyParent(long deadlineNanos, Duration timeout) {
         MemorySegment handle;
         int result;
         synchronized (handleUse) {
@@ -617,12 +683,21 @@ final class NcclComm {
                 result = asyncError(handle);
             }
         }
+        return destroyFinalized(handle, result);
+    }
+
+    /**
+     * Destroys the non-blocking communicator {@code handle} whose finalize ended with {@code finalized},
+     * then closes the native memory. Returns null when done, else why the caller must abort.
+     */
+    private String destroyFinalized(MemorySegment handle, int finalized) {
+        int result;
         synchronized (handleUse) {
             if (parent != handle) {
                 return ABORTED_MEANWHILE;
             }
-            if (result != SUCCESS) {
-                return "close: ncclCommFinalize failed: " + failure(result, "ncclCommFinalize", handle).getMessage();
+            if (finalized != SUCCESS) {
+                return "close: ncclCommFinalize failed: " + failure(finalized, "ncclCommFinalize", handle).getMessage();
             }
             parent = null;
             result = Nccl.ncclCommDestroy(handle);

@@ -86,6 +86,18 @@ public final class CudaGraph implements AutoCloseable {
         Objects.requireNonNull(stream, "capture: stream is null");
         Objects.requireNonNull(body, "capture: body is null");
         MemorySegment handle = stream.handle();
+        requireCapturable(stream);
+        CudaCalls.check(CudaGraphs.cudaStreamBeginCapture(handle, CudaGraphs.CAPTURE_MODE_THREAD_LOCAL),
+                "cudaStreamBeginCapture", stream.device());
+        // The id is taken when the capture begins: the work captured meanwhile (jnccl transactions)
+        // is filed under the id the graph will have.
+        long id = IDS.incrementAndGet();
+        Throwable failure = runCapturing(stream, id, body);
+        return endCapture(stream, handle, id, failure);
+    }
+
+    /** Refuses a capture CUDA cannot make: a runtime older than 12.0, a nested capture, a capturing stream. */
+    private static void requireCapturable(CudaStream stream) {
         LoadedLibraries libraries = CudaCalls.libraries();
         if (!CudaGraphs.isSupportedBy(libraries.cudaRuntime())) {
             throw new NativeLibraryException("capture: CUDA graphs need CUDA runtime " + CudaGraphs.SINCE
@@ -99,24 +111,34 @@ public final class CudaGraph implements AutoCloseable {
         if (stream.isCapturing()) {
             throw new IllegalStateException("capture: " + stream + " is already capturing");
         }
-        CudaCalls.check(CudaGraphs.cudaStreamBeginCapture(handle, CudaGraphs.CAPTURE_MODE_THREAD_LOCAL),
-                "cudaStreamBeginCapture", stream.device());
-        Throwable failure = null;
-        // The id is taken when the capture begins: the work captured meanwhile (jnccl transactions)
-        // is filed under the id the graph will have.
-        long id = IDS.incrementAndGet();
+    }
+
+    /**
+     * Runs {@code body} with this thread marked as capturing on {@code stream} into graph {@code id}
+     * (what {@link #currentCapture} and the refusals of waits read); returns what it threw, or null.
+     */
+    private static Throwable runCapturing(CudaStream stream, long id, Runnable body) {
         CAPTURING.set(stream);
         CAPTURE_ID.set(id);
         CAPTURES.incrementAndGet();
         try {
             body.run();
+            return null;
         } catch (Throwable t) {
-            failure = t;
+            return t;
         } finally {
             CAPTURING.remove();
             CAPTURE_ID.remove();
             CAPTURES.decrementAndGet();
         }
+    }
+
+    /**
+     * Ends the capture on {@code handle} whatever happened, and instantiates the captured graph as
+     * graph {@code id}; when the body failed, rethrows its {@code failure} instead (a failed end
+     * suppressed in it). The captured graph is destroyed either way.
+     */
+    private static CudaGraph endCapture(CudaStream stream, MemorySegment handle, long id, Throwable failure) {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment out = arena.allocate(ValueLayout.ADDRESS);
             int ended = CudaGraphs.cudaStreamEndCapture(handle, out);
