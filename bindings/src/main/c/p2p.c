@@ -175,8 +175,9 @@ static int p2p_step(jn_op *op, op_err *e) {
       const uint64_t count = ch->counts[ch->started % HDRQ];
       const int dtype = ch->dtypes[ch->started % HDRQ];
       if (count != op->count || dtype != op->dtype) {
-        errf(e, ncclInvalidUsage, peer, "ncclSend of rank %d to rank %d: %llu x %s, but rank %d receives %zu x %s from rank %d",
-             peer, me, (unsigned long long)count, dtype_label(dtype), me, op->count, dtype_label(op->dtype), peer);
+        errf(e, ncclInvalidUsage, peer,
+             "ncclSend of rank %d to rank %d: %llu x %s, but rank %d receives %zu x %s from rank %d", peer, me,
+             (unsigned long long)count, dtype_label(dtype), me, op->count, dtype_label(op->dtype), peer);
         jn_punlock(&c->sh->mu);
         return STEP_ERROR;
       }

@@ -117,56 +117,71 @@ static void body_coll_mismatch(rank_ctx *x) {
 }
 
 #define CALL(k, d, o, r, c) ((call){.kind = (k), .dt = (d), .op = (o), .root = (r), .count = (c)})
+#define PREMUL_CALL(c, s) ((call){.kind = C_ALLREDUCE, .dt = ncclFloat32, .op = PREMUL, .count = (c), .scalar = (s)})
+/* One odd rank calls odd_, the others base_. */
+#define ONE_ODD(name, world, rank_, base_, odd_, verdict_)                                                      \
+  {.what = (name), .n = (world), .base = base_, .odd = {rank_}, .nodd = 1, .odd_call = odd_, .third_rank = -1, \
+   .want = "collective #2 differs: " verdict_}
 
 void test_coll_mismatch(void) {
   static mm_case cases[] = {
-      {"count", 3, CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 4096), {2}, 1, CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 4095), -1,
-       {0}, 0, "collective #2 differs: rank 2 ncclAllReduce 4095 x float32 sum, ranks 0,1 ncclAllReduce 4096 x float32 sum"},
-      {"op", 3, CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 4096), {1}, 1, CALL(C_ALLREDUCE, ncclFloat32, ncclMax, 0, 4096), -1,
-       {0}, 0, "collective #2 differs: rank 1 ncclAllReduce 4096 x float32 max, ranks 0,2 ncclAllReduce 4096 x float32 sum"},
-      {"dtype", 3, CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 4096), {0}, 1, CALL(C_ALLREDUCE, ncclInt32, ncclSum, 0, 4096), -1,
-       {0}, 0, "collective #2 differs: rank 0 ncclAllReduce 4096 x int32 sum, ranks 1,2 ncclAllReduce 4096 x float32 sum"},
-      {"broadcast root", 3, CALL(C_BROADCAST, ncclFloat32, 0, 0, 1000), {2}, 1, CALL(C_BROADCAST, ncclFloat32, 0, 1, 1000), -1,
-       {0}, 0, "collective #2 differs: rank 2 ncclBroadcast 1000 x float32 root 1, ranks 0,1 ncclBroadcast 1000 x float32 root 0"},
-      {"reduce root", 3, CALL(C_REDUCE, ncclFloat64, ncclMin, 2, 77), {0}, 1, CALL(C_REDUCE, ncclFloat64, ncclMin, 1, 77), -1,
-       {0}, 0, "collective #2 differs: rank 0 ncclReduce 77 x float64 min root 1, ranks 1,2 ncclReduce 77 x float64 min root 2"},
-      {"gather root", 3, CALL(C_GATHER, ncclInt8, 0, 0, 500), {1}, 1, CALL(C_GATHER, ncclInt8, 0, 2, 500), -1,
-       {0}, 0, "collective #2 differs: rank 1 ncclGather 500 x int8 root 2, ranks 0,2 ncclGather 500 x int8 root 0"},
-      {"scatter count", 3, CALL(C_SCATTER, ncclUint64, 0, 1, 300), {2}, 1, CALL(C_SCATTER, ncclUint64, 0, 1, 301), -1,
-       {0}, 0, "collective #2 differs: rank 2 ncclScatter 301 x uint64 root 1, ranks 0,1 ncclScatter 300 x uint64 root 1"},
-      {"function", 3, CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 1024), {1}, 1, CALL(C_REDUCESCATTER, ncclFloat32, ncclSum, 0, 1024),
-       -1, {0}, 0,
-       "collective #2 differs: rank 1 ncclReduceScatter 1024 x float32 sum, ranks 0,2 ncclAllReduce 1024 x float32 sum"},
-      {"all-gather dtype", 3, CALL(C_ALLGATHER, ncclBfloat16, 0, 0, 256), {0}, 1, CALL(C_ALLGATHER, ncclFloat16, 0, 0, 256), -1,
-       {0}, 0, "collective #2 differs: rank 0 ncclAllGather 256 x float16, ranks 1,2 ncclAllGather 256 x bfloat16"},
-      {"all-to-all count", 3, CALL(C_ALLTOALL, ncclInt32, 0, 0, 64), {2}, 1, CALL(C_ALLTOALL, ncclInt32, 0, 0, 65), -1,
-       {0}, 0, "collective #2 differs: rank 2 ncclAlltoAll 65 x int32, ranks 0,1 ncclAlltoAll 64 x int32"},
-      {"reduce-scatter avg", 3, CALL(C_REDUCESCATTER, ncclFloat32, ncclAvg, 0, 100), {1}, 1,
-       CALL(C_REDUCESCATTER, ncclFloat32, ncclSum, 0, 100), -1, {0}, 0,
-       "collective #2 differs: rank 1 ncclReduceScatter 100 x float32 sum, ranks 0,2 ncclReduceScatter 100 x float32 avg"},
-      {"pre-multiplied sum scalar", 3, {C_ALLREDUCE, ncclFloat32, PREMUL, 0, 512, 0.5f}, {0}, 1,
-       {C_ALLREDUCE, ncclFloat32, PREMUL, 0, 512, 0.1f}, -1, {0}, 0,
-       "collective #2 differs: rank 0 ncclAllReduce 512 x float32 premulsum(0.1), ranks 1,2 ncclAllReduce 512 x float32 "
-       "premulsum(0.5)"},
-      {"pre-multiplied sum vs sum", 3, {C_ALLREDUCE, ncclFloat32, PREMUL, 0, 512, 0.5f}, {2}, 1,
-       CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 512), -1, {0}, 0,
-       "collective #2 differs: rank 2 ncclAllReduce 512 x float32 sum, ranks 0,1 ncclAllReduce 512 x float32 premulsum(0.5)"},
-      {"three groups", 3, CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 4096), {1}, 1, CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 4000),
-       2, CALL(C_ALLREDUCE, ncclFloat32, ncclProd, 0, 4096), 0,
-       "collective #2 differs: rank 0 ncclAllReduce 4096 x float32 sum, rank 1 ncclAllReduce 4000 x float32 sum, rank 2 "
-       "ncclAllReduce 4096 x float32 prod"},
-      {"in a group", 3, CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 4096), {2}, 1, CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 4095),
-       -1, {0}, 1,
-       "collective #2 differs: rank 2 ncclAllReduce 4095 x float32 sum, ranks 0,1 ncclAllReduce 4096 x float32 sum"},
+      ONE_ODD("count", 3, 2, CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 4096),
+              CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 4095),
+              "rank 2 ncclAllReduce 4095 x float32 sum, ranks 0,1 ncclAllReduce 4096 x float32 sum"),
+      ONE_ODD("op", 3, 1, CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 4096),
+              CALL(C_ALLREDUCE, ncclFloat32, ncclMax, 0, 4096),
+              "rank 1 ncclAllReduce 4096 x float32 max, ranks 0,2 ncclAllReduce 4096 x float32 sum"),
+      ONE_ODD("dtype", 3, 0, CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 4096),
+              CALL(C_ALLREDUCE, ncclInt32, ncclSum, 0, 4096),
+              "rank 0 ncclAllReduce 4096 x int32 sum, ranks 1,2 ncclAllReduce 4096 x float32 sum"),
+      ONE_ODD("broadcast root", 3, 2, CALL(C_BROADCAST, ncclFloat32, 0, 0, 1000),
+              CALL(C_BROADCAST, ncclFloat32, 0, 1, 1000),
+              "rank 2 ncclBroadcast 1000 x float32 root 1, ranks 0,1 ncclBroadcast 1000 x float32 root 0"),
+      ONE_ODD("reduce root", 3, 0, CALL(C_REDUCE, ncclFloat64, ncclMin, 2, 77),
+              CALL(C_REDUCE, ncclFloat64, ncclMin, 1, 77),
+              "rank 0 ncclReduce 77 x float64 min root 1, ranks 1,2 ncclReduce 77 x float64 min root 2"),
+      ONE_ODD("gather root", 3, 1, CALL(C_GATHER, ncclInt8, 0, 0, 500), CALL(C_GATHER, ncclInt8, 0, 2, 500),
+              "rank 1 ncclGather 500 x int8 root 2, ranks 0,2 ncclGather 500 x int8 root 0"),
+      ONE_ODD("scatter count", 3, 2, CALL(C_SCATTER, ncclUint64, 0, 1, 300), CALL(C_SCATTER, ncclUint64, 0, 1, 301),
+              "rank 2 ncclScatter 301 x uint64 root 1, ranks 0,1 ncclScatter 300 x uint64 root 1"),
+      ONE_ODD("function", 3, 1, CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 1024),
+              CALL(C_REDUCESCATTER, ncclFloat32, ncclSum, 0, 1024),
+              "rank 1 ncclReduceScatter 1024 x float32 sum, ranks 0,2 ncclAllReduce 1024 x float32 sum"),
+      ONE_ODD("all-gather dtype", 3, 0, CALL(C_ALLGATHER, ncclBfloat16, 0, 0, 256),
+              CALL(C_ALLGATHER, ncclFloat16, 0, 0, 256),
+              "rank 0 ncclAllGather 256 x float16, ranks 1,2 ncclAllGather 256 x bfloat16"),
+      ONE_ODD("all-to-all count", 3, 2, CALL(C_ALLTOALL, ncclInt32, 0, 0, 64), CALL(C_ALLTOALL, ncclInt32, 0, 0, 65),
+              "rank 2 ncclAlltoAll 65 x int32, ranks 0,1 ncclAlltoAll 64 x int32"),
+      ONE_ODD("reduce-scatter avg", 3, 1, CALL(C_REDUCESCATTER, ncclFloat32, ncclAvg, 0, 100),
+              CALL(C_REDUCESCATTER, ncclFloat32, ncclSum, 0, 100),
+              "rank 1 ncclReduceScatter 100 x float32 sum, ranks 0,2 ncclReduceScatter 100 x float32 avg"),
+      ONE_ODD("pre-multiplied sum scalar", 3, 0, PREMUL_CALL(512, 0.5f), PREMUL_CALL(512, 0.1f),
+              "rank 0 ncclAllReduce 512 x float32 premulsum(0.1), "
+              "ranks 1,2 ncclAllReduce 512 x float32 premulsum(0.5)"),
+      ONE_ODD("pre-multiplied sum vs sum", 3, 2, PREMUL_CALL(512, 0.5f),
+              CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 512),
+              "rank 2 ncclAllReduce 512 x float32 sum, ranks 0,1 ncclAllReduce 512 x float32 premulsum(0.5)"),
+      {.what = "three groups", .n = 3, .base = CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 4096), .odd = {1}, .nodd = 1,
+       .odd_call = CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 4000), .third_rank = 2,
+       .third = CALL(C_ALLREDUCE, ncclFloat32, ncclProd, 0, 4096),
+       .want = "collective #2 differs: rank 0 ncclAllReduce 4096 x float32 sum, "
+               "rank 1 ncclAllReduce 4000 x float32 sum, rank 2 ncclAllReduce 4096 x float32 prod"},
+      {.what = "in a group", .n = 3, .base = CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 4096), .odd = {2}, .nodd = 1,
+       .odd_call = CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 4095), .third_rank = -1, .in_group = 1,
+       .want = "collective #2 differs: rank 2 ncclAllReduce 4095 x float32 sum, "
+               "ranks 0,1 ncclAllReduce 4096 x float32 sum"},
       /* several chunks, and the split all-reduce (pieces from 64 KiB at more than 2 ranks) */
-      {"large count", 4, CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 600000), {3}, 1,
-       CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 600001), -1, {0}, 0,
-       "collective #2 differs: rank 3 ncclAllReduce 600001 x float32 sum, ranks 0-2 ncclAllReduce 600000 x float32 sum"},
-      {"ranges", 8, CALL(C_BROADCAST, ncclUint8, 0, 0, 40), {1, 2, 3, 6}, 4, CALL(C_BROADCAST, ncclUint8, 0, 3, 40), -1, {0}, 0,
-       "collective #2 differs: ranks 0,4,5,7 ncclBroadcast 40 x uint8 root 0, ranks 1-3,6 ncclBroadcast 40 x uint8 root 3"},
+      ONE_ODD("large count", 4, 3, CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 600000),
+              CALL(C_ALLREDUCE, ncclFloat32, ncclSum, 0, 600001),
+              "rank 3 ncclAllReduce 600001 x float32 sum, ranks 0-2 ncclAllReduce 600000 x float32 sum"),
+      {.what = "ranges", .n = 8, .base = CALL(C_BROADCAST, ncclUint8, 0, 0, 40), .odd = {1, 2, 3, 6}, .nodd = 4,
+       .odd_call = CALL(C_BROADCAST, ncclUint8, 0, 3, 40), .third_rank = -1,
+       .want = "collective #2 differs: ranks 0,4,5,7 ncclBroadcast 40 x uint8 root 0, "
+               "ranks 1-3,6 ncclBroadcast 40 x uint8 root 3"},
       /* two ranks: the odd one out is whoever differs; both are named */
-      {"two ranks", 2, CALL(C_ALLREDUCE, ncclInt64, ncclMax, 0, 10), {1}, 1, CALL(C_ALLREDUCE, ncclUint64, ncclMax, 0, 10), -1,
-       {0}, 0, "collective #2 differs: rank 0 ncclAllReduce 10 x int64 max, rank 1 ncclAllReduce 10 x uint64 max"},
+      ONE_ODD("two ranks", 2, 1, CALL(C_ALLREDUCE, ncclInt64, ncclMax, 0, 10),
+              CALL(C_ALLREDUCE, ncclUint64, ncclMax, 0, 10),
+              "rank 0 ncclAllReduce 10 x int64 max, rank 1 ncclAllReduce 10 x uint64 max"),
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     if (cases[i].n > g_ndev) continue;

@@ -116,17 +116,18 @@ static void body_mismatch(rank_ctx *x) {
 }
 
 void test_mismatch(void) {
+#define SENT "ncclSend of rank 0 to rank 1: "
   static const p2p_mismatch cases[] = {
-      {100, 50, ncclFloat32, ncclFloat32, "ncclSend of rank 0 to rank 1: 100 x float32, but rank 1 receives 50 x float32 from rank 0"},
-      {100, 99, ncclFloat32, ncclFloat32, "ncclSend of rank 0 to rank 1: 100 x float32, but rank 1 receives 99 x float32 from rank 0"},
+      {100, 50, ncclFloat32, ncclFloat32, SENT "100 x float32, but rank 1 receives 50 x float32 from rank 0"},
+      {100, 99, ncclFloat32, ncclFloat32, SENT "100 x float32, but rank 1 receives 99 x float32 from rank 0"},
       /* same bytes, another type */
-      {100, 50, ncclFloat32, ncclFloat64, "ncclSend of rank 0 to rank 1: 100 x float32, but rank 1 receives 50 x float64 from rank 0"},
-      {100, 100, ncclFloat32, ncclInt32, "ncclSend of rank 0 to rank 1: 100 x float32, but rank 1 receives 100 x int32 from rank 0"},
+      {100, 50, ncclFloat32, ncclFloat64, SENT "100 x float32, but rank 1 receives 50 x float64 from rank 0"},
+      {100, 100, ncclFloat32, ncclInt32, SENT "100 x float32, but rank 1 receives 100 x int32 from rank 0"},
       /* larger than the ring: the sender is still sending when the receiver refuses it */
-      {200000, 200001, ncclUint8, ncclUint8,
-       "ncclSend of rank 0 to rank 1: 200000 x uint8, but rank 1 receives 200001 x uint8 from rank 0"},
-      {0, 1, ncclBfloat16, ncclBfloat16, "ncclSend of rank 0 to rank 1: 0 x bfloat16, but rank 1 receives 1 x bfloat16 from rank 0"},
+      {200000, 200001, ncclUint8, ncclUint8, SENT "200000 x uint8, but rank 1 receives 200001 x uint8 from rank 0"},
+      {0, 1, ncclBfloat16, ncclBfloat16, SENT "0 x bfloat16, but rank 1 receives 1 x bfloat16 from rank 0"},
   };
+#undef SENT
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     run_world(i == 1 ? 3 : 2, body_mismatch, (void *)&cases[i], 0);
     NO_SHM_LEFT("send/recv mismatch");

@@ -108,8 +108,8 @@ class EmulationMismatchTest {
                 DeviceTensor t = c.upload(in.get(c.rank));
                 c.comm.allReduce(t, op, stream);
                 stream.synchronize();
-                Verify.floats(c.what("allReduce FP32 " + op), Data.reduce(in, op, 0, N, Data.Ring.allReduce(N, WORLD, 4)),
-                        c.floats(t));
+                float[] expected = Data.reduce(in, op, 0, N, Data.Ring.allReduce(N, WORLD, 4));
+                Verify.floats(c.what("allReduce FP32 " + op), expected, c.floats(t));
             }
             List<int[]> ints = c.int32All("matched.allReduce.int32", N);
             DeviceTensor i = c.upload(ints.get(c.rank));
