@@ -5,6 +5,9 @@
  */
 #include "comm.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ============================================================= execution */
@@ -63,6 +66,171 @@ static size_t one_rank_premul_covers(size_t count, size_t es) {
   return JN_MIN(count, blocks * share);
 }
 
+/* ============================================================= mismatches */
+
+const char *dtype_label(int dtype) {
+  static const char *const names[] = {"int8",    "uint8",   "int32",    "uint32",   "int64",     "uint64",
+                                      "float16", "float32", "float64",  "bfloat16", "float8e4m3", "float8e5m2"};
+  return dtype >= 0 && dtype < (int)(sizeof names / sizeof names[0]) ? names[dtype] : "invalid type";
+}
+
+static const char *kind_name(int kind) {
+  switch (kind) {
+    case K_ALLREDUCE: return "ncclAllReduce";
+    case K_REDUCESCATTER: return "ncclReduceScatter";
+    case K_ALLGATHER: return "ncclAllGather";
+    case K_BROADCAST: return "ncclBroadcast";
+    case K_REDUCE: return "ncclReduce";
+    case K_ALLTOALL: return "ncclAlltoAll";
+    case K_GATHER: return "ncclGather";
+    case K_SCATTER: return "ncclScatter";
+    default: return "?";
+  }
+}
+
+/* Appends to a bounded text; a text that did not fit ends with "...". */
+typedef struct {
+  char *p;
+  size_t cap, len;
+} text_buf;
+
+__attribute__((format(printf, 2, 3))) static void tb_add(text_buf *b, const char *fmt, ...) {
+  if (b->len + 1 >= b->cap) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int w = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+  va_end(ap);
+  if (w < 0) return;
+  if ((size_t)w >= b->cap - b->len) {
+    b->len = b->cap - 1;
+    memcpy(b->p + b->cap - 4, "...", 4);
+  } else {
+    b->len += (size_t)w;
+  }
+}
+
+/* The shortest decimal that reads back as the same float (or double): distinct scalars of two
+ * pre-multiplied sums never print alike. */
+static void tb_float(text_buf *b, double v, int is_double) {
+  char t[40];
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(t, sizeof t, "%.*g", prec, v);
+    if (is_double ? strtod(t, NULL) == v : strtof(t, NULL) == (float)v) break;
+  }
+  tb_add(b, "%s", t);
+}
+
+/* A pre-multiplied sum's scalar (its bits, in the data type) as a number. */
+static void tb_scalar(text_buf *b, int dtype, uint64_t bits) {
+  switch (dtype) {
+    case ncclInt8: tb_add(b, "%d", (int)(int8_t)bits); break;
+    case ncclInt32: tb_add(b, "%d", (int)(int32_t)bits); break;
+    case ncclInt64: tb_add(b, "%lld", (long long)(int64_t)bits); break;
+    case ncclUint8: tb_add(b, "%u", (unsigned)(uint8_t)bits); break;
+    case ncclUint32: tb_add(b, "%u", (unsigned)(uint32_t)bits); break;
+    case ncclUint64: tb_add(b, "%llu", (unsigned long long)bits); break;
+    case ncclFloat64: {
+      double d;
+      memcpy(&d, &bits, sizeof d);
+      tb_float(b, d, 1);
+      break;
+    }
+    case ncclFloat32: {
+      float f;
+      uint32_t u = (uint32_t)bits;
+      memcpy(&f, &u, sizeof f);
+      tb_float(b, f, 0);
+      break;
+    }
+    case ncclFloat16: tb_float(b, jn_half_to_float((uint16_t)bits), 0); break;
+    case ncclBfloat16: tb_float(b, jn_bf16_to_float((uint16_t)bits), 0); break;
+    case ncclFloat8e4m3: tb_float(b, jn_fp8e4m3_to_float((uint8_t)bits), 0); break;
+    case ncclFloat8e5m2: tb_float(b, jn_fp8e5m2_to_float((uint8_t)bits), 0); break;
+    default: tb_add(b, "0x%llx", (unsigned long long)bits); break;
+  }
+}
+
+/* "ncclReduce 4096 x float32 sum root 0": the call as the verdict names it. */
+static void tb_desc(text_buf *b, const coll_desc *d) {
+  static const char *const ops[] = {"sum", "prod", "max", "min", "avg"};
+  tb_add(b, "%s %llu x %s", kind_name(d->kind), (unsigned long long)d->count, dtype_label(d->dtype));
+  if (d->redop == JN_REDOP_PREMUL) {
+    tb_add(b, " premulsum(");
+    tb_scalar(b, d->dtype, d->scalar);
+    tb_add(b, ")");
+  } else if (d->redop >= 0 && d->redop < (int)(sizeof ops / sizeof ops[0])) {
+    tb_add(b, " %s", ops[d->redop]);
+  }
+  if (d->root >= 0) tb_add(b, " root %d", d->root);
+}
+
+static coll_desc desc_of(const jn_op *op, uint64_t seq) {
+  const int reducing = op->kind == K_ALLREDUCE || op->kind == K_REDUCESCATTER || op->kind == K_REDUCE;
+  const int rooted = op->kind == K_BROADCAST || op->kind == K_REDUCE || op->kind == K_GATHER || op->kind == K_SCATTER;
+  coll_desc d = {.seq = seq, .count = op->count, .kind = op->kind, .dtype = op->dtype};
+  d.redop = reducing ? op->redop : -1;
+  d.scalar = reducing && op->redop == JN_REDOP_PREMUL ? op->scalar : 0;
+  d.root = rooted ? op->peer : -1;
+  return d;
+}
+
+static int desc_same(const coll_desc *a, const coll_desc *b) {
+  return a->kind == b->kind && a->count == b->count && a->dtype == b->dtype && a->redop == b->redop &&
+         a->scalar == b->scalar && a->root == b->root;
+}
+
+/*
+ * Compares what every rank called for this collective (all have filled its first round; segment
+ * lock held). If they differ, fills e with the verdict: the groups of ranks that called the same,
+ * the smallest first (the odd ones out), each as "rank 2 <call>" or "ranks 0,1 <call>".
+ */
+static ncclResult_t coll_check(struct ncclComm *c, op_err *e) {
+  const int n = c->nranks;
+  int leaders = 0, differs = 0;
+  for (int r = 1; r < n && !differs; r++) differs = !desc_same(&c->ranks[r].coll, &c->ranks[0].coll);
+  if (!differs) return ncclSuccess;
+  /* group[r]: the lowest rank that called the same as r; size[l]: how many ranks did */
+  int *group = calloc((size_t)n, sizeof(int)), *size = calloc((size_t)n, sizeof(int));
+  if (group == NULL || size == NULL) {
+    free(group);
+    free(size);
+    errf(e, ncclInvalidUsage, -1, "collective #%llu differs between the ranks (no memory to say how)",
+         (unsigned long long)c->coll_seq);
+    return e->code;
+  }
+  for (int r = 0; r < n; r++) {
+    int l = 0;
+    while (l < r && !(group[l] == l && desc_same(&c->ranks[l].coll, &c->ranks[r].coll))) l++;
+    group[r] = l;
+    leaders += l == r;
+    size[l]++;
+  }
+  text_buf b = {e->text, sizeof e->text, 0};
+  e->text[0] = '\0';
+  tb_add(&b, "collective #%llu differs: ", (unsigned long long)c->coll_seq);
+  for (int shown = 0, want = 1; shown < leaders; want++) /* by group size, then by lowest rank */
+    for (int l = 0; l < n; l++) {
+      if (group[l] != l || size[l] != want) continue;
+      tb_add(&b, "%s%s ", shown++ ? ", " : "", size[l] == 1 ? "rank" : "ranks");
+      for (int r = l, first = 1; r < n; r++) { /* runs of three or more as "a-b" */
+        if (group[r] != l) continue;
+        int end = r;
+        while (end + 1 < n && group[end + 1] == l) end++;
+        if (end - r >= 2) tb_add(&b, "%s%d-%d", first ? "" : ",", r, end);
+        else for (int q = r; q <= end; q++) tb_add(&b, "%s%d", first && q == r ? "" : ",", q);
+        first = 0;
+        r = end;
+      }
+      tb_add(&b, " ");
+      tb_desc(&b, &c->ranks[l].coll);
+    }
+  free(group);
+  free(size);
+  e->code = ncclInvalidUsage;
+  e->blame = -1;
+  return e->code;
+}
+
 /* Runs one collective in chunk-sized rounds (see COLLECTIVES in comm.h). */
 ncclResult_t run_coll(struct ncclComm *c, const jn_op *op, op_err *e) {
   const int n = c->nranks, me = c->rank, root = op->peer;
@@ -75,6 +243,8 @@ ncclResult_t run_coll(struct ncclComm *c, const jn_op *op, op_err *e) {
   size_t per = c->chunk / es; /* elements of one rank's piece per round */
   if (op->kind == K_REDUCESCATTER || op->kind == K_ALLTOALL || op->kind == K_SCATTER) per /= (size_t)n;
   if (per == 0) per = 1;
+  /* A collective of 0 elements is none (NCCL drops it at the call): no round, no number. */
+  const coll_desc desc = desc_of(op, count > 0 ? ++c->coll_seq : c->coll_seq);
   for (size_t off = 0; off < count; off += per) {
     const size_t len = JN_MIN(per, count - off), lb = len * es;
     const uint64_t k = ++c->round;
@@ -107,9 +277,11 @@ ncclResult_t run_coll(struct ncclComm *c, const jn_op *op, op_err *e) {
     /* 3. publish it and wait for everybody's */
     seq_arg fill = {k, SEQ_FILL};
     jn_plock(&c->sh->mu);
+    if (off == 0) c->ranks[me].coll = desc; /* what we called travels with the first round */
     c->ranks[me].fill_seq = k;
     seg_notify(c->sh);
     rc = wait_ranks(c, -1, ready_seq, &fill, 0, e);
+    if (rc == ncclSuccess && off == 0) rc = coll_check(c, e); /* see MISMATCHES in comm.h */
     jn_punlock(&c->sh->mu);
     if (rc != ncclSuccess) return rc;
     /* 4. read / reduce */

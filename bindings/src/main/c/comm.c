@@ -395,6 +395,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
     seg_notify(c->sh);
     jn_punlock(&c->sh->mu);
   }
+  abort_fault(c); /* JNCCL_HOST_FAULT=hang-abort: the abort hangs here, as NCCL's teardown can */
   /* The running operation ends at its next wait slice and queued ones are skipped; if a
    * stream is held up by something else, the last item to finish frees the comm. */
   wait_idle(c, ABORT_WAIT_MS, 0);

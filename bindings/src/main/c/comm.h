@@ -41,12 +41,25 @@
  * the slots in rank order, so all ranks get bit-identical results, and memory
  * stays bounded whatever the message size.
  *
+ * MISMATCHES: the first round of each collective also carries, in the rank's
+ * seg_rank.coll, what the rank called (function, count, data type, reduction
+ * operator and pre-multiplied sum scalar, root). Once every rank has filled
+ * that round, each compares all the descriptors under the segment lock; none
+ * can have been overwritten (a rank writes its next one only after everybody
+ * read this round). So every rank sees the same descriptors and reaches the
+ * same verdict on its own: if they differ, each fails the collective with
+ * ncclInvalidUsage and a text naming the groups of ranks and what each called,
+ * without waiting for anybody - nobody is left waiting for a failed rank. A
+ * collective of 0 elements is no collective (NCCL drops it at the call): it
+ * has no round, no number and no descriptor.
+ *
  * POINT-TO-POINT: every ordered pair (src, dst) has a channel: a queue of
- * message sizes and a byte ring. A send posts its size, then streams bytes; the
- * matching receive (the next message of that pair, so order is NCCL's) checks
- * the size - a mismatch is an ncclInvalidUsage error that names both ranks and
- * both byte counts - and drains bytes. A send smaller than the ring completes
- * without its receive (eager); a larger one needs the receive to progress.
+ * message counts and types, and a byte ring. A send posts its count and type,
+ * then streams bytes; the matching receive (the next message of that pair, so
+ * order is NCCL's) checks both - a mismatch is an ncclInvalidUsage error that
+ * names both ranks, both counts and both types - and drains bytes. A send
+ * smaller than the ring completes without its receive (eager); a larger one
+ * needs the receive to progress.
  *
  * EXECUTION ORDER: an NCCL call only enqueues a stream item. Each item takes,
  * under one global lock, a ticket from every communicator it uses; a worker
@@ -77,7 +90,7 @@
 /* ================================================================ constants */
 
 #define COMM_MAGIC 0x6a6e63636c636f6dull
-#define SEG_VERSION 2
+#define SEG_VERSION 3
 #define HDRQ 64                 /* message sizes queued per channel */
 #define WAIT_SLICE_MS 5         /* every wait re-checks abort/failure this often */
 #define PID_CHECK_NS 100000000ull /* how often waits check that peer processes live */
@@ -93,11 +106,22 @@ enum { STEP_IDLE, STEP_PROGRESS, STEP_DONE, STEP_ERROR };
 
 /* ============================================================ shared layout */
 
+/* What a rank called for one collective (see MISMATCHES): the fields that must agree on every
+ * rank. Fields that do not apply to the function are normalised (redop -1 where nothing is
+ * reduced, root -1 where there is none, scalar 0 unless the op is a pre-multiplied sum). */
+typedef struct {
+  uint64_t seq;   /* this communicator's collective number, from 1 (not compared) */
+  uint64_t count; /* the count argument of the call */
+  uint64_t scalar;
+  int32_t kind, dtype, redop, root; /* K_*, ncclDataType_t, ncclRedOp_t or JN_REDOP_PREMUL */
+} coll_desc;
+
 typedef struct {
   int32_t present, pid, device, status; /* status: RS_* */
   int32_t err, blame;                   /* error code; the peer it concerns (-1: none) */
   char text[224];
   uint64_t fill_seq, read_seq;          /* collective rounds written / consumed */
+  coll_desc coll;                       /* the collective of our latest first round */
   uint64_t red_seq;                     /* split all-reduce: our share of the round reduced */
   struct {
     uint64_t gen;
@@ -108,7 +132,8 @@ typedef struct {
 typedef struct {
   uint64_t head, tail;     /* payload bytes written / consumed */
   uint64_t posted, started; /* messages posted by the sender / taken by the receiver */
-  uint64_t sizes[HDRQ];    /* byte count of message m at m % HDRQ */
+  uint64_t counts[HDRQ];   /* count and data type of message m at m % HDRQ, as its ncclSend said */
+  int32_t dtypes[HDRQ];
 } seg_chan;
 
 typedef struct {
@@ -151,7 +176,7 @@ struct ncclComm {
   _Atomic int async_err;
   pthread_mutex_t mu; /* guards the fields below and async_text */
   pthread_cond_t cv;  /* turn changes, pending == 0, abort */
-  char async_text[256];
+  char async_text[512];
   int pending;        /* operations posted to streams and not finished */
   uint64_t serving;   /* ticket now executing */
   int finalizing;
@@ -168,6 +193,7 @@ struct ncclComm {
   int joined;
   /* execution state: touched only by the worker holding the comm's turn */
   uint64_t round, op_count;
+  uint64_t coll_seq; /* collectives with elements run so far (MISMATCHES) */
   const void **ins;
   _Atomic uint64_t next_pid_check;
   /* API-side state */
@@ -197,7 +223,7 @@ struct ncclComm {
 typedef struct {
   ncclResult_t code;
   int blame;
-  char text[256];
+  char text[512]; /* a mismatch verdict lists every group of ranks */
 } op_err;
 
 /* One NCCL operation (a stream item holds one or more). */
@@ -302,6 +328,8 @@ void redop_teardown(struct ncclComm *c);
 
 /* Runs one collective in chunk-sized rounds. */
 ncclResult_t run_coll(struct ncclComm *c, const jn_op *op, op_err *e);
+/* A data type as the mismatch verdicts name it: "float32", "bfloat16", ... */
+const char *dtype_label(int dtype);
 
 /* ------------------------------------------------------------- p2p.c -- */
 
@@ -331,5 +359,8 @@ int op_begin(struct ncclComm *c, op_err *e);
 /* JNCCL_HOST_FAULT=hang-enqueue: holds the calling thread inside the posting call; non-zero when
  * it did (the communicator was aborted meanwhile) */
 int enqueue_fault(const jn_op *ops, int n);
+/* JNCCL_HOST_FAULT=hang-abort: on the faulty rank, never returns (called by ncclCommAbort once
+ * the operations were told to end and the peers that this rank aborted). */
+void abort_fault(struct ncclComm *c);
 
 #endif /* JNCCL_COMM_H */

@@ -82,7 +82,7 @@ static int env_int(int v, long hi, long *out, char *err, size_t errlen) {
   return 1;
 }
 
-/* JNCCL_HOST_FAULT: unset (no fault), "fail" or "hang". */
+/* JNCCL_HOST_FAULT: unset (no fault), "fail", "hang", "hang-enqueue" or "hang-abort". */
 static int env_fault(int *mode, char *err, size_t errlen) {
   const char *f = getenv("JNCCL_HOST_FAULT");
   *mode = JN_FAULT_NONE;
@@ -90,8 +90,9 @@ static int env_fault(int *mode, char *err, size_t errlen) {
   if (strcmp(f, "fail") == 0) *mode = JN_FAULT_FAIL;
   else if (strcmp(f, "hang") == 0) *mode = JN_FAULT_HANG;
   else if (strcmp(f, "hang-enqueue") == 0) *mode = JN_FAULT_HANG_ENQUEUE;
+  else if (strcmp(f, "hang-abort") == 0) *mode = JN_FAULT_HANG_ABORT;
   else {
-    bad_value("JNCCL_HOST_FAULT", f, err, errlen, "fail, hang or hang-enqueue");
+    bad_value("JNCCL_HOST_FAULT", f, err, errlen, "fail, hang, hang-enqueue or hang-abort");
     return 0;
   }
   return 1;

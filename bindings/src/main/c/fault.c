@@ -1,11 +1,13 @@
 /*
  * fault.c - injected faults and delays of the host emulation's NCCL operations
  * (README.md, "Environment variables"): JNCCL_HOST_FAULT / _RANK / _AT make one
- * rank's k-th operation fail or hang (on its stream, or inside the posting call);
- * JNCCL_HOST_DELAY_RANK / _US slow one
+ * rank's k-th operation fail or hang (on its stream, or inside the posting call),
+ * or that rank's ncclCommAbort never return; JNCCL_HOST_DELAY_RANK / _US slow one
  * rank's operations. Both are read (config.c) when a communicator is created.
  */
 #include "comm.h"
+
+#include <stdio.h>
 
 void fault_configure(struct ncclComm *c, const jn_comm_env *env) {
   if (env->fault_mode != JN_FAULT_NONE && env->fault_rank == c->rank) {
@@ -52,4 +54,21 @@ int enqueue_fault(const jn_op *ops, int n) {
     if (hit) return 1;
   }
   return 0;
+}
+
+/* Real NCCL's ncclCommAbort can itself hang: it sets the abort flag, then waits for its kernels,
+ * proxy thread and peers' connections to wind down, and one that never does holds the caller
+ * for good. JNCCL_HOST_FAULT=hang-abort models that on the faulty rank: the abort has done what
+ * a real one does first (the communicator's operations end, the peers see "rank r aborted"),
+ * then the calling thread blocks here for ever. Nothing wakes it; it ends with the process. The
+ * thread, the communicator and its segment mapping are leaked on purpose: a caller that bounds
+ * its abort must abandon them, which is what this fault tests. */
+void abort_fault(struct ncclComm *c) {
+  if (c->fault_mode != JN_FAULT_HANG_ABORT) return;
+  static pthread_mutex_t never_mu = PTHREAD_MUTEX_INITIALIZER;
+  static pthread_cond_t never_cv = PTHREAD_COND_INITIALIZER; /* never signalled */
+  fprintf(stderr, "jnccl host emulation: ncclCommAbort of rank %d hangs for ever (JNCCL_HOST_FAULT=hang-abort)\n",
+          c->rank);
+  pthread_mutex_lock(&never_mu);
+  for (;;) pthread_cond_wait(&never_cv, &never_mu);
 }

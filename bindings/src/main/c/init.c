@@ -500,7 +500,7 @@ static void *split_main(void *arg) {
     }
   }
   if (rc != ncclSuccess) {
-    char text[300];
+    char text[sizeof e.text + 32];
     snprintf(text, sizeof text, "ncclCommSplit : %s", e.text);
     comm_set_async_local(c, rc, text);
   }

@@ -30,7 +30,7 @@ void jn_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms);
 /* -------------------------------------------------------- configuration -- */
 
 #define JN_MAX_DEVICES 255
-enum { JN_FAULT_NONE, JN_FAULT_FAIL, JN_FAULT_HANG, JN_FAULT_HANG_ENQUEUE };
+enum { JN_FAULT_NONE, JN_FAULT_FAIL, JN_FAULT_HANG, JN_FAULT_HANG_ENQUEUE, JN_FAULT_HANG_ABORT };
 
 /* Variables read at stream creation (-1: unset, for the rank and the device). */
 typedef struct {

@@ -150,7 +150,8 @@ static int p2p_step(jn_op *op, op_err *e) {
   if (op->kind == K_SEND) {
     seg_chan *ch = chan_of(c, me, peer);
     if (!op->started && ch->posted - ch->started < HDRQ) {
-      ch->sizes[ch->posted % HDRQ] = op->bytes;
+      ch->counts[ch->posted % HDRQ] = op->count;
+      ch->dtypes[ch->posted % HDRQ] = op->dtype;
       ch->posted++;
       op->started = 1;
       progressed = 1;
@@ -169,11 +170,14 @@ static int p2p_step(jn_op *op, op_err *e) {
   } else {
     seg_chan *ch = chan_of(c, peer, me);
     if (!op->started && ch->posted > ch->started) {
-      uint64_t size = ch->sizes[ch->started % HDRQ];
-      if (size != op->bytes) {
+      /* The pair must agree on count and type, not only on bytes: a matching byte count of another
+       * type is a mix-up NCCL would not notice (it moves bytes), and it is as wrong. */
+      const uint64_t count = ch->counts[ch->started % HDRQ];
+      const int dtype = ch->dtypes[ch->started % HDRQ];
+      if (count != op->count || dtype != op->dtype) {
         errf(e, ncclInvalidUsage, peer,
-             "send/recv size mismatch: rank %d sends %llu bytes to rank %d, which receives %zu bytes", peer,
-             (unsigned long long)size, me, op->bytes);
+             "ncclSend of rank %d to rank %d: %llu x %s, but rank %d receives %zu x %s from rank %d", peer, me,
+             (unsigned long long)count, dtype_label(dtype), me, op->count, dtype_label(op->dtype), peer);
         jn_punlock(&c->sh->mu);
         return STEP_ERROR;
       }

@@ -120,6 +120,7 @@ int main(int argc, char **argv) {
   } while (0)
   RUN(test_config_load);
   RUN(test_two_processes);
+  RUN(test_two_processes_mismatch);
   if (cudaGetDeviceCount(&g_ndev) != cudaSuccess) fatal();
   RUN(test_config_creation);
   RUN(test_runtime_basics);
@@ -131,10 +132,13 @@ int main(int argc, char **argv) {
   RUN(test_chunking);
   RUN(test_send_recv);
   RUN(test_mismatch);
+  RUN(test_coll_mismatch);
+  RUN(test_zero_count_is_no_collective);
   RUN(test_init_and_split);
   RUN(test_faults);
   RUN(test_delay_rank);
   RUN(test_cycles);
+  RUN(test_hang_abort); /* last: it leaves a thread blocked for good */
   int f = atomic_load(&g_failures);
   printf("emu_test: %s (%d failures, %.1f s)\n", f ? "FAILED" : "all passed", f, now_s() - t0);
   return f ? 1 : 0;

@@ -6,7 +6,8 @@
  *   emu_test_reference.c  deterministic inputs and the independent reference arithmetic
  *   emu_test_runtime.c    CUDA runtime: devices, memory, streams, events
  *   emu_test_coll.c       collectives checked element by element, chunking, cycles
- *   emu_test_p2p.c        send / recv, size mismatch
+ *   emu_test_p2p.c        send / recv, count or type mismatch
+ *   emu_test_mismatch.c   collectives whose ranks called different things
  *   emu_test_init.c       init variants, split, NCCL argument errors, two processes
  *   emu_test_fault.c      injected faults, abort, delays
  *   emu_test_config.c     validation of the environment variables
@@ -143,6 +144,12 @@ void test_streams_events(void);
 void test_send_recv(void);
 void test_mismatch(void);
 
+/* ------------------------------------------------ mismatched collectives (emu_test_mismatch.c) */
+
+void test_coll_mismatch(void);
+void test_zero_count_is_no_collective(void);
+void test_two_processes_mismatch(void);
+
 /* ------------------------------------------------ init variants, split, argument errors, fork (emu_test_init.c) */
 
 void test_init_and_split(void);
@@ -152,6 +159,7 @@ void test_two_processes(void);
 /* ------------------------------------------------ faults, abort, delays (emu_test_fault.c) */
 
 void test_faults(void);
+void test_hang_abort(void);
 void test_delay_rank(void);
 
 /* ------------------------------------------------ environment variables (emu_test_config.c) */

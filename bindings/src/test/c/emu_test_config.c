@@ -117,9 +117,9 @@ void test_config_load(void) {
   }
   static const config_case more[] = {
       BAD("JNCCL_HOST_DEVICES", "300", INT_RANGE("0", "255")),
-      BAD("JNCCL_HOST_FAULT", "boom", "fail, hang or hang-enqueue"),
-      BAD("JNCCL_HOST_FAULT", "FAIL", "fail, hang or hang-enqueue"),
-      BAD("JNCCL_HOST_FAULT", "", "fail, hang or hang-enqueue"),
+      BAD("JNCCL_HOST_FAULT", "boom", "fail, hang, hang-enqueue or hang-abort"),
+      BAD("JNCCL_HOST_FAULT", "FAIL", "fail, hang, hang-enqueue or hang-abort"),
+      BAD("JNCCL_HOST_FAULT", "", "fail, hang, hang-enqueue or hang-abort"),
       /* the device range follows JNCCL_HOST_DEVICES */
       {"JNCCL_HOST_DEVICES", "2", "JNCCL_HOST_DELAY_DEVICE", "2", INT_RANGE("0", "1"), 0},
       {"JNCCL_HOST_DEVICES", "0", "JNCCL_HOST_DELAY_DEVICE", "0", "no value: JNCCL_HOST_DEVICES=0 gives no device", 0},
@@ -147,7 +147,7 @@ void test_config_load(void) {
   config_case two = {"JNCCL_HOST_FAULT", "x", "JNCCL_HOST_DELAY_US", "y", NULL, 0};
   probe_run(&two, out, sizeof out);
   EXPECT(strstr(out, "JNCCL_HOST_DELAY_US=y is not valid: expected an integer in [0, 60000000]") != NULL &&
-             strstr(out, "; ") != NULL && strstr(out, "JNCCL_HOST_FAULT=x is not valid: expected fail, hang or hang-enqueue") != NULL,
+             strstr(out, "; ") != NULL && strstr(out, "JNCCL_HOST_FAULT=x is not valid: expected fail, hang, hang-enqueue or hang-abort") != NULL,
          "two bad variables should both be named:\n%s", out);
   printf("  configuration checked at first use ok (%d cases)\n", cases + 1);
 }

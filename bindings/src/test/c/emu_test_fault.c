@@ -1,6 +1,6 @@
 /*
  * emu_test_fault.c - injected faults (JNCCL_HOST_FAULT*), ncclCommAbort of hung
- * operations, and a rank slowed by JNCCL_HOST_DELAY_RANK.
+ * operations, an ncclCommAbort that hangs itself, and a rank slowed by JNCCL_HOST_DELAY_RANK.
  */
 #include "emu_test.h"
 
@@ -106,6 +106,71 @@ void test_faults(void) {
   unsetenv("JNCCL_HOST_FAULT_RANK");
   unsetenv("JNCCL_HOST_FAULT_AT");
   printf("  fault injection and abort ok\n");
+}
+
+/* ============================================== an abort that hangs */
+
+typedef struct {
+  ncclComm_t comm;
+  atomic_int returned;
+} hung_abort;
+
+static void *hung_abort_main(void *p) {
+  hung_abort *a = p;
+  ncclCommAbort(a->comm);
+  atomic_store(&a->returned, 1); /* must never happen */
+  return NULL;
+}
+
+/* JNCCL_HOST_FAULT=hang-abort on rank 1: its collectives work; its ncclCommAbort ends its
+ * operations and tells the peers, but never returns (the thread is detached and leaked, as a
+ * caller that bounds its abort leaves it). The peers' own aborts return. */
+static void body_hang_abort(rank_ctx *x) {
+  coll_case(x, C_ALLREDUCE, ncclFloat32, ncclSum, 0, 5000, 0); /* works on the faulty rank too */
+  coll_case(x, C_BROADCAST, ncclInt32, ncclSum, 0, 333, 1);
+  void *d;
+  CK(cudaMalloc(&d, 200000));
+  CK(cudaMemsetAsync(d, 0x17, 200000, x->stream));
+  if (x->rank == 1) {
+    /* larger than the ring and never received: waits until the abort */
+    NK(ncclSend(d, 200000, ncclUint8, 0, x->comm, x->stream));
+  } else {
+    NK(ncclAllReduce(d, d, 1000, ncclFloat32, ncclSum, x->comm, x->stream)); /* rank 1 never joins */
+  }
+  barrier(x);
+  if (x->rank == 1) {
+    static hung_abort a;
+    a.comm = x->comm;
+    atomic_init(&a.returned, 0);
+    pthread_t t;
+    pthread_create(&t, NULL, hung_abort_main, &a);
+    pthread_detach(t);
+    sleep_ms(200);
+    EXPECT(!atomic_load(&a.returned), "hang-abort: ncclCommAbort of rank 1 returned");
+    CK(cudaStreamSynchronize(x->stream)); /* the abort ended the send */
+    EXPECT(!atomic_load(&a.returned), "hang-abort: ncclCommAbort of rank 1 returned");
+  } else {
+    CK(cudaStreamSynchronize(x->stream)); /* released by rank 1's abort */
+    ncclResult_t ae;
+    NK(ncclCommGetAsyncError(x->comm, &ae));
+    EXPECT(ae == ncclRemoteError, "hang-abort: rank %d async error %d, expected ncclRemoteError", x->rank, ae);
+    EXPECT(strstr(ncclGetLastError(x->comm), "rank 1 aborted") != NULL, "hang-abort: rank %d text: %s", x->rank,
+           ncclGetLastError(x->comm));
+    NK(ncclCommAbort(x->comm)); /* no fault here: returns */
+  }
+  x->comm = NULL;
+  barrier(x);
+  CK(cudaFree(d));
+}
+
+void test_hang_abort(void) {
+  setenv("JNCCL_HOST_FAULT", "hang-abort", 1);
+  setenv("JNCCL_HOST_FAULT_RANK", "1", 1);
+  run_world(3, body_hang_abort, NULL, 0);
+  unsetenv("JNCCL_HOST_FAULT");
+  unsetenv("JNCCL_HOST_FAULT_RANK");
+  NO_SHM_LEFT("hang-abort");
+  printf("  hang-abort ok (ncclCommAbort of rank 1 still blocked, its thread left behind)\n");
 }
 
 /* Rank 1 is slowed down (JNCCL_HOST_DELAY_RANK): results stay right, time shows it. */

@@ -1,6 +1,6 @@
 /*
- * emu_test_p2p.c - send/recv between all pairs, and a size mismatch between a send and
- * its receive.
+ * emu_test_p2p.c - send/recv between all pairs, and a send and its receive that disagree
+ * on count or type.
  */
 #include "emu_test.h"
 
@@ -77,30 +77,60 @@ void test_send_recv(void) {
   printf("  send/recv ok\n");
 }
 
+/* A send and its receive that disagree: rank 0 sends, rank 1 receives (rank 2, if any, is
+ * uninvolved). Both ranks fail with the same text. */
+typedef struct {
+  size_t scount, rcount;
+  int sdt, rdt;
+  const char *want;
+} p2p_mismatch;
+
 static void body_mismatch(rank_ctx *x) {
+  const p2p_mismatch *m = x->w->arg;
   void *d;
-  CK(cudaMalloc(&d, 400));
-  if (x->rank == 0) NK(ncclSend(d, 100, ncclFloat32, 1, x->comm, x->stream));
-  else NK(ncclRecv(d, 50, ncclFloat32, 0, x->comm, x->stream));
+  size_t bytes = (m->scount > m->rcount ? m->scount : m->rcount) * 8;
+  CK(cudaMalloc(&d, bytes));
+  CK(cudaMemsetAsync(d, 0x5a, bytes, x->stream));
+  if (x->rank == 0) NK(ncclSend(d, m->scount, (ncclDataType_t)m->sdt, 1, x->comm, x->stream));
+  else if (x->rank == 1) NK(ncclRecv(d, m->rcount, (ncclDataType_t)m->rdt, 0, x->comm, x->stream));
   CK(cudaStreamSynchronize(x->stream)); /* nothing hangs */
   barrier(x);                           /* the receiver has seen the mismatch */
   ncclResult_t ae;
   NK(ncclCommGetAsyncError(x->comm, &ae));
-  EXPECT(ae == ncclInvalidUsage, "mismatch: rank %d async error %d, expected ncclInvalidUsage", x->rank, ae);
-  const char *t = ncclGetLastError(x->comm);
-  EXPECT(strstr(t, "rank 0 sends 400 bytes to rank 1, which receives 200 bytes") != NULL, "mismatch text: %s", t);
-  /* later operations fail at the call with the comm's error; so does ncclCommDestroy (as in
-   * NCCL): a failed communicator must be aborted */
-  EXPECT_NCCL(ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, x->comm, x->stream), ncclInvalidUsage);
-  EXPECT_NCCL(ncclCommDestroy(x->comm), ncclInvalidUsage);
+  if (x->rank < 2) {
+    EXPECT(ae == ncclInvalidUsage, "mismatch: rank %d async error %d, expected ncclInvalidUsage", x->rank, ae);
+    const char *t = ncclGetLastError(x->comm);
+    EXPECT(strcmp(t, m->want) == 0, "mismatch: rank %d text\n    got:  %s\n    want: %s", x->rank, t, m->want);
+    if (x->rank == 1 && strcmp(t, m->want) == 0) printf("    %s\n", t);
+    /* later operations fail at the call with the comm's error; so does ncclCommDestroy (as in
+     * NCCL): a failed communicator must be aborted */
+    EXPECT_NCCL(ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, x->comm, x->stream), ncclInvalidUsage);
+    EXPECT_NCCL(ncclCommDestroy(x->comm), ncclInvalidUsage);
+  } else {
+    EXPECT(ae == ncclSuccess, "mismatch: uninvolved rank 2 async error %d (%s)", ae, ncclGetLastError(x->comm));
+  }
+  barrier(x); /* rank 2 looked before the others aborted */
   NK(ncclCommAbort(x->comm));
   x->comm = NULL;
   CK(cudaFree(d));
 }
 
 void test_mismatch(void) {
-  run_world(2, body_mismatch, NULL, 0);
-  NO_SHM_LEFT("size mismatch");
-  printf("  send/recv size mismatch ok\n");
+#define SENT "ncclSend of rank 0 to rank 1: "
+  static const p2p_mismatch cases[] = {
+      {100, 50, ncclFloat32, ncclFloat32, SENT "100 x float32, but rank 1 receives 50 x float32 from rank 0"},
+      {100, 99, ncclFloat32, ncclFloat32, SENT "100 x float32, but rank 1 receives 99 x float32 from rank 0"},
+      /* same bytes, another type */
+      {100, 50, ncclFloat32, ncclFloat64, SENT "100 x float32, but rank 1 receives 50 x float64 from rank 0"},
+      {100, 100, ncclFloat32, ncclInt32, SENT "100 x float32, but rank 1 receives 100 x int32 from rank 0"},
+      /* larger than the ring: the sender is still sending when the receiver refuses it */
+      {200000, 200001, ncclUint8, ncclUint8, SENT "200000 x uint8, but rank 1 receives 200001 x uint8 from rank 0"},
+      {0, 1, ncclBfloat16, ncclBfloat16, SENT "0 x bfloat16, but rank 1 receives 1 x bfloat16 from rank 0"},
+  };
+#undef SENT
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    run_world(i == 1 ? 3 : 2, body_mismatch, (void *)&cases[i], 0);
+    NO_SHM_LEFT("send/recv mismatch");
+  }
+  printf("  send/recv mismatch ok\n");
 }
-

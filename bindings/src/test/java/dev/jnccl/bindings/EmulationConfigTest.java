@@ -70,7 +70,7 @@ class EmulationConfigTest {
             }
         }
         for (String value : List.of("boom", "", "HANG", "fail ")) {
-            cases.add(new Case(spec("JNCCL_HOST_FAULT", value), refused("JNCCL_HOST_FAULT", value, "fail, hang or hang-enqueue")));
+            cases.add(new Case(spec("JNCCL_HOST_FAULT", value), refused("JNCCL_HOST_FAULT", value, "fail, hang, hang-enqueue or hang-abort")));
         }
         // The device number's range follows the device count.
         cases.add(new Case(spec("JNCCL_HOST_DEVICES", "2", "JNCCL_HOST_DELAY_DEVICE", "2"),
@@ -99,6 +99,7 @@ class EmulationConfigTest {
         cases.add(new Case(spec("JNCCL_HOST_FAULT", "fail"), "ACCEPTED"));
         cases.add(new Case(spec("JNCCL_HOST_FAULT", "hang"), "ACCEPTED"));
         cases.add(new Case(spec("JNCCL_HOST_FAULT", "hang-enqueue"), "ACCEPTED"));
+        cases.add(new Case(spec("JNCCL_HOST_FAULT", "hang-abort"), "ACCEPTED"));
         cases.add(new Case(spec("JNCCL_HOST_DEVICES", "1", "JNCCL_HOST_DELAY_DEVICE", "0"), "ACCEPTED"));
         for (Case c : cases) {
             args.add("--check");

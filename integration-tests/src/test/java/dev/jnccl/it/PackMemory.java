@@ -25,6 +25,14 @@ final class PackMemory implements AfterEachCallback {
         return m.tensor(DType.FP32).slice(0, count);
     }
 
+    /** INT32 memory on the calling rank's device, filled with nonzero data. */
+    DeviceTensor int32(long count) {
+        DeviceMemory m = DeviceMemory.allocate(DType.INT32, count);
+        memory.add(m);
+        m.copyFromHost(MemorySegment.ofArray(Data.int32(count * 37 + m.device(), (int) count)));
+        return m.tensor(DType.INT32).slice(0, count);
+    }
+
     /** Frees everything allocated so far; a failure is printed, not thrown (the test's own outcome matters). */
     @Override
     public void afterEach(ExtensionContext context) {
