@@ -1,10 +1,12 @@
 package dev.jnccl.internal;
 
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.Set;
 import java.util.function.BooleanSupplier;
 
 /**
@@ -16,6 +18,8 @@ import java.util.function.BooleanSupplier;
  */
 public final class Pins {
     private static final Map<Object, List<String>> PINNED = new IdentityHashMap<>();
+    /** Objects whose close is running (guarded by the class lock): a pin is refused as for a closed one. */
+    private static final Set<Object> CLOSING = Collections.newSetFromMap(new IdentityHashMap<>());
 
     private Pins() {}
 
@@ -29,7 +33,7 @@ public final class Pins {
      */
     public static synchronized boolean pin(Object resource, String holder, BooleanSupplier closed) {
         Objects.requireNonNull(resource, "resource");
-        if (closed.getAsBoolean()) {
+        if (CLOSING.contains(resource) || closed.getAsBoolean()) {
             return false;
         }
         PINNED.computeIfAbsent(resource, r -> new ArrayList<>()).add(holder);
@@ -50,18 +54,30 @@ public final class Pins {
     }
 
     /**
-     * Runs {@code close} unless {@code resource} is pinned; atomic with {@link #pin}.
+     * Runs {@code close} unless {@code resource} is pinned; atomic with {@link #pin}: a pin while
+     * the close runs is refused.
      *
      * @param resource the object to close
      * @param close    how it is closed
      * @return null when closed, else the holders of its pins
      */
-    public static synchronized List<String> unlessPinned(Object resource, Runnable close) {
-        List<String> holders = PINNED.get(resource);
-        if (holders != null) {
-            return List.copyOf(holders);
+    public static List<String> unlessPinned(Object resource, Runnable close) {
+        synchronized (Pins.class) {
+            List<String> holders = PINNED.get(resource);
+            if (holders != null) {
+                return List.copyOf(holders);
+            }
+            CLOSING.add(resource);
         }
-        close.run();
+        // Outside the lock: a close may wait for the device (cudaFree waits for the work in flight,
+        // a collective whose peer is gone included), and it must hold up no other resource's close.
+        try {
+            close.run();
+        } finally {
+            synchronized (Pins.class) {
+                CLOSING.remove(resource);
+            }
+        }
         return null;
     }
 }

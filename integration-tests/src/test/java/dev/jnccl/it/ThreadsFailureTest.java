@@ -82,6 +82,11 @@ class ThreadsFailureTest {
      * within {@link #JOIN_BOUND} of the launch, and checks that no pack thread survives.
      */
     static Outcome runFailing(int world, ThreadsOptions requested, Consumer<Communicator> work) {
+        return runFailing(world, requested, work, JOIN_BOUND);
+    }
+
+    /** As {@link #runFailing(int, ThreadsOptions, Consumer)}, with {@code joinBound} as the hang guard. */
+    static Outcome runFailing(int world, ThreadsOptions requested, Consumer<Communicator> work, Duration joinBound) {
         ThreadsOptions options = Packs.placed(world, requested);
         Map<Integer, Throwable> byRank = new ConcurrentHashMap<>();
         long start = System.nanoTime();
@@ -96,8 +101,8 @@ class ThreadsFailureTest {
         try {
             Throwable thrown;
             try {
-                thrown = assertTimeoutPreemptively(JOIN_BOUND, () -> assertThrows(Throwable.class, pack::join,
-                        "join() returned normally although a rank failed"), "join() did not return within " + JOIN_BOUND);
+                thrown = assertTimeoutPreemptively(joinBound, () -> assertThrows(Throwable.class, pack::join,
+                        "join() returned normally although a rank failed"), "join() did not return within " + joinBound);
             } catch (AssertionFailedError e) {
                 throw new AssertionFailedError(e.getMessage() + "; pack threads:\n  "
                         + String.join("\n  ", Packs.packThreads()), e);

@@ -41,6 +41,9 @@ final class PackState {
      */
     record Failure(int rank, Throwable error, String who) {}
 
+    /** The host-side call of a rank whose work has returned (see {@link #finish}). */
+    static final String FINISH = "finish";
+
     private final int size;
     private final Duration drainTimeout;
     /** The pack this one was split from (see {@link #child}), or null. */
@@ -58,6 +61,13 @@ final class PackState {
     private final Communicator[] communicators;
     private final Object[] slots;
     private final long[] started;
+    /**
+     * Per rank: the transactions it had when its work returned or its communicator closed, -1 while
+     * it works (guarded by lock). A peer that executed more waits for collectives it will never join.
+     */
+    private final long[] closedAfter;
+    /** Per rank: whether {@link #closedAfter} was recorded when its work returned (not by its close). */
+    private final boolean[] workReturned;
     /** Per rank: its thread while it runs the user's work (guarded by lock); interrupted when the pack fails. */
     private final Thread[] working;
     /** Per rank: whether it is in the current barrier generation (guarded by lock). */
@@ -89,6 +99,9 @@ final class PackState {
         this.communicators = new Communicator[size];
         this.slots = new Object[size];
         this.started = new long[size];
+        this.closedAfter = new long[size];
+        Arrays.fill(closedAfter, -1);
+        this.workReturned = new boolean[size];
         this.present = new boolean[size];
         this.working = new Thread[size];
         this.affinity = new String[size];
@@ -352,37 +365,41 @@ final class PackState {
      * that did not arrive; the interrupt status stays set.
      */
     void barrier(String operation, int rank, long timeoutNanos) {
-        // fail() aborts communicators, which take their owners' locks: never call it holding ours.
-        RuntimeException own;
-        try {
-            own = awaitOthers(operation, rank, timeoutNanos);
-        } catch (CommunicatorAbortedException released) {
-            awaitReadsDrained(rank);
-            throw released;
-        }
-        if (own != null) {
-            fail(rank, own);
-            awaitReadsDrained(rank);
-            throw own;
-        }
+        settle(rank, awaitOthers(operation, rank, timeoutNanos));
     }
 
-    /** The barrier itself; returns this rank's own failure (mismatch, deadline, interrupt) instead of failing the pack. */
+    /**
+     * Ends one of this rank's waits for the others that did not succeed ({@code failure}: null when
+     * it did): the rank's own failure (mismatch, deadline, interrupt) fails the pack first (a release
+     * by the pack's failure finds it failed already), and either reaches the caller only after the
+     * peers' copies from the rank's buffers have drained.
+     */
+    private void settle(int rank, RuntimeException failure) {
+        if (failure == null) {
+            return;
+        }
+        // fail() aborts communicators, which take their owners' locks: never call it holding ours.
+        fail(rank, failure);
+        awaitReadsDrained(rank);
+        throw failure;
+    }
+
+    /**
+     * The barrier itself; returns this rank's own failure (mismatch, deadline, interrupt) instead of
+     * failing the pack, or its release when the pack has failed.
+     */
     private RuntimeException awaitOthers(String operation, int rank, long timeoutNanos) {
         long start = System.nanoTime();
         synchronized (lock) {
             if (failure.get() != null) {
-                throw released(operation, rank);
+                return released(operation, rank);
             }
             // Checked and counted under one lock hold, so two ranks cannot both see an empty barrier.
             if (arrived == 0) {
                 generationOperation = operation;
                 generationRank = rank;
             } else if (!generationOperation.equals(operation)) {
-                return new IllegalStateException("rank " + rank + " is in " + operation + " while rank "
-                        + generationRank + " is in " + generationOperation + ": in threads mode every rank must make"
-                        + " the same host-side calls (barrier, host gathers, memcpy-mode transactions) in the same"
-                        + " order");
+                return mismatch(operation, rank);
             }
             long mine = generation;
             present[rank] = true;
@@ -395,7 +412,7 @@ final class PackState {
             }
             while (generation == mine) {
                 if (failure.get() != null) {
-                    throw released(operation, rank);
+                    return released(operation, rank);
                 }
                 long waited = System.nanoTime() - start;
                 if (waited >= timeoutNanos) {
@@ -411,7 +428,7 @@ final class PackState {
                 } catch (InterruptedException e) {
                     Thread.currentThread().interrupt();
                     if (failure.get() != null) {
-                        throw released(operation, rank); // the pack's own interrupt of its ranks
+                        return released(operation, rank); // the pack's own interrupt of its ranks
                     }
                     return new CommunicatorAbortedException(operation + " on " + who(rank) + " was interrupted while "
                             + absent() + " had not arrived", e);
@@ -419,6 +436,24 @@ final class PackState {
             }
             return null;
         }
+    }
+
+    /**
+     * Rank {@code rank} arrives in {@code operation} while the current generation's ranks are in
+     * another. One whose work has returned ({@link #FINISH}) will not arrive: the rank waiting for
+     * it is released as from a failed rank. Holds the lock.
+     */
+    private RuntimeException mismatch(String operation, int rank) {
+        String order = ": in threads mode every rank must make the same host-side calls (barrier, host gathers,"
+                + " memcpy-mode transactions) in the same order";
+        if (operation.equals(FINISH) || generationOperation.equals(FINISH)) {
+            boolean returned = operation.equals(FINISH);
+            return new CommunicatorAbortedException("rank " + (returned ? rank : generationRank) + " returned from its"
+                    + " work while rank " + (returned ? generationRank : rank) + " is in "
+                    + (returned ? generationOperation : operation) + " and waits for it" + order);
+        }
+        return new IllegalStateException("rank " + rank + " is in " + operation + " while rank " + generationRank
+                + " is in " + generationOperation + order);
     }
 
     /** The ranks not yet in the current barrier, as "ranks [1, 3]" (in this pack's numbering). Holds the lock. */
@@ -463,18 +498,7 @@ final class PackState {
      * run, so the others' would wait for it forever.
      */
     void throttle(int rank, long sequence, int maxLead, long timeoutNanos) {
-        RuntimeException own;
-        try {
-            own = awaitLead(rank, sequence, maxLead, timeoutNanos);
-        } catch (CommunicatorAbortedException released) {
-            awaitReadsDrained(rank);
-            throw released;
-        }
-        if (own != null) {
-            fail(rank, own);
-            awaitReadsDrained(rank);
-            throw own;
-        }
+        settle(rank, awaitLead(rank, sequence, maxLead, timeoutNanos));
     }
 
     private RuntimeException awaitLead(int rank, long sequence, int maxLead, long timeoutNanos) {
@@ -484,7 +508,7 @@ final class PackState {
             lock.notifyAll();
             while (true) {
                 if (failure.get() != null) {
-                    throw released("transaction throttle", rank);
+                    return released("transaction throttle", rank);
                 }
                 long slowest = Long.MAX_VALUE;
                 int behind = -1;
@@ -508,7 +532,7 @@ final class PackState {
                 } catch (InterruptedException e) {
                     Thread.currentThread().interrupt();
                     if (failure.get() != null) {
-                        throw released("transaction throttle", rank); // the pack's own interrupt of its ranks
+                        return released("transaction throttle", rank); // the pack's own interrupt of its ranks
                     }
                     return new CommunicatorAbortedException("transaction #" + sequence + " of " + who(rank)
                             + " was interrupted while it waited for rank " + behind + " (ThreadsOptions.maxLead)", e);
@@ -544,6 +568,59 @@ final class PackState {
                 // Teardown of an event; nothing can use it any more and nothing else depends on it.
             }
         }
+    }
+
+    /**
+     * Rank {@code rank}'s work has returned: records how many transactions it started (never fewer
+     * than it executed) for the peers' watchdogs (see {@link #closedBefore}), stops holding them back
+     * in the throttle (it starts no more), and waits for every rank's work to return, without limit
+     * (the others' work may take hours: it is {@link ThreadsPack#join()}'s wait). A rank waiting in a
+     * host-side call meanwhile is released (see {@link #mismatch}).
+     */
+    void finish(int rank) {
+        synchronized (lock) {
+            if (closedAfter[rank] < 0) {
+                closedAfter[rank] = started[rank];
+                workReturned[rank] = true;
+            }
+            started[rank] = Long.MAX_VALUE;
+            lock.notifyAll();
+        }
+        barrier(FINISH, rank, Long.MAX_VALUE);
+    }
+
+    /**
+     * Rank {@code rank}'s communicator is closing after {@code executed} transactions: the count the
+     * peers' watchdogs compare theirs with (exact, and final: it replaces the one its work's return
+     * recorded); it starts no more, so it holds nobody back in the throttle.
+     */
+    void closing(int rank, long executed) {
+        synchronized (lock) {
+            closedAfter[rank] = executed;
+            workReturned[rank] = false;
+            started[rank] = Long.MAX_VALUE;
+            lock.notifyAll();
+        }
+    }
+
+    /**
+     * Why rank {@code rank}, which executed {@code executed} transactions and has waited
+     * {@code pendingNanos} for the last ones, waits in vain: a peer whose work returned or whose
+     * communicator closed after fewer will never join them. Null when no peer did.
+     */
+    String closedBefore(int rank, long executed, long pendingNanos) {
+        synchronized (lock) {
+            for (int peer = 0; peer < size; peer++) {
+                long after = closedAfter[peer];
+                if (peer != rank && after >= 0 && after < executed) {
+                    return who(peer) + " closed its communicator after " + after + " transaction(s) while this rank"
+                            + " executed " + executed + " and has waited " + TimeUnit.NANOSECONDS.toMillis(pendingNanos)
+                            + " ms for the last ones: they wait for a rank that will not join them"
+                            + (workReturned[peer] ? " (its work returned; the launcher closes its communicator)" : "");
+                }
+            }
+        }
+        return null;
     }
 
     /** A rank that is done never holds the others back in the throttle. */

@@ -25,6 +25,9 @@ import org.slf4j.LoggerFactory;
  * <p>If any rank fails (in init, in its work, in a transaction, in a barrier), every other rank
  * waiting in a barrier or host gather is released with an exception naming the failed rank, all
  * communicators of the pack are aborted, and {@link ThreadsPack#join()} rethrows the first failure.
+ * So does a rank whose work returns while a peer waits for it: in a host-side call at once, and in
+ * collectives it executed fewer of at the peer's next watchdog poll (with the watchdog on), the
+ * exception naming that rank and both counts.
  */
 public final class ThreadsCommunicators {
     private static final Logger LOG = LoggerFactory.getLogger(ThreadsCommunicators.class);
@@ -136,7 +139,8 @@ public final class ThreadsCommunicators {
                 }
             }
             // Ranks close together: a rank finalizing early would leave peers' last operations alone.
-            state.barrier("finish", rank, Long.MAX_VALUE); // the others' work may take hours: join's wait
+            // Meanwhile a peer that executed more than this rank learns it from the pack (its watchdog).
+            state.finish(rank);
         } catch (Throwable t) {
             errors[rank] = t;
             if (state.fail(rank, t)) {

@@ -7,6 +7,7 @@ import dev.jnccl.spi.Membership;
 import dev.jnccl.spi.RankParts;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
 
 /**
  * The host side of one rank of a threads-mode pack: barrier and host gathers through the pack's
@@ -14,6 +15,9 @@ import java.util.List;
  * (a failed rank releases and aborts every other rank; see {@link PackState}).
  */
 final class ThreadsHost implements HostSide {
+    /** How long this rank's last transactions wait before a peer that closed after fewer ends them (see {@link #poll}). */
+    private static final long PENDING_GRACE_NANOS = TimeUnit.SECONDS.toNanos(1);
+
     private final PackState pack;
     private final ThreadsOptions options;
     private final int rank;
@@ -96,6 +100,27 @@ final class ThreadsHost implements HostSide {
     @Override
     public void pace(long timeoutNanos) {
         pack.throttle(rank, ++transactions, options.maxLead(), timeoutNanos);
+    }
+
+    /**
+     * A peer whose work returned, or whose communicator closed, after fewer transactions than this
+     * rank executed will never join the last ones: once they have been pending for a grace (as in
+     * MPI mode), the watchdog aborts instead of waiting for its timeout.
+     */
+    @Override
+    public String poll(long executed, long pendingNanos) {
+        return pendingNanos < PENDING_GRACE_NANOS ? null : pack.closedBefore(rank, executed, pendingNanos);
+    }
+
+    /**
+     * Tells the pack how far this rank got (see {@link #poll}); never waits: the launcher's end of
+     * the work waits for the other ranks of the pack ({@link PackState#finish}), and a split's ranks
+     * close their communicators whenever their work is done with them.
+     */
+    @Override
+    public String closing(long executed, long timeoutNanos) {
+        pack.closing(rank, executed);
+        return null;
     }
 
     @Override

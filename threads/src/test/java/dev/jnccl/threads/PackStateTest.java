@@ -19,6 +19,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.function.Executable;
 
 /**
  * The pack's shared state on its own, with plain threads as ranks (no communicator, no device):
@@ -125,15 +126,25 @@ class PackStateTest {
     @Test
     void ranksInDifferentHostSideCallsFailWithTheMismatch() throws Exception {
         PackState pack = new PackState(2, DRAIN);
+        assertMismatchReleasesTheRankInTheBarrier(pack, IllegalStateException.class,
+                () -> pack.barrier("execute", 1, LONG_NANOS), "rank 1 is in execute while rank 0 is in barrier");
+    }
+
+    /**
+     * Rank 0 waits in a barrier of {@code pack} (size 2) when rank 1 arrives in another call
+     * ({@code arrival}): that throws {@code type} saying {@code mismatch} (then {@link #SAME_CALLS}),
+     * which fails the pack, and rank 0 is released naming it.
+     */
+    private static void assertMismatchReleasesTheRankInTheBarrier(PackState pack, Class<? extends RuntimeException> type,
+                                                                  Executable arrival, String mismatch) throws Exception {
         RankThreads waiting = inBarrier(pack, LONG_NANOS, 0);
         RankThreads.awaitWaiting(waiting.thread(0));
-        IllegalStateException mismatch = assertThrows(IllegalStateException.class,
-                () -> pack.barrier("execute", 1, LONG_NANOS));
-        assertEquals("rank 1 is in execute while rank 0 is in barrier" + SAME_CALLS, mismatch.getMessage());
+        RuntimeException e = assertThrows(type, arrival);
+        assertEquals(mismatch + SAME_CALLS, e.getMessage());
         waiting.join();
 
         assertEquals(1, pack.failure().rank());
-        assertEquals("barrier on rank 0 released: rank 1 failed: " + mismatch, waiting.error(0).getMessage());
+        assertEquals("barrier on rank 0 released: rank 1 failed: " + e, waiting.error(0).getMessage());
         assertInstanceOf(CommunicatorAbortedException.class, waiting.error(0));
     }
 
@@ -195,6 +206,61 @@ class PackStateTest {
         ahead.assertNoError(0);
         assertTrue((long) ahead.result(0) >= caughtUp, "rank 0 went on before rank 1 caught up");
         assertNull(pack.failure());
+    }
+
+    @Test
+    void aRankWhoseWorkReturnedIsNamedWithTheTransactionsItStartedAndHoldsNobodyBack() throws Exception {
+        PackState pack = new PackState(2, DRAIN);
+        long started = 1 + new Random().nextInt(20);
+        for (long sequence = 1; sequence <= started; sequence++) {
+            pack.throttle(1, sequence, (int) started, LONG_NANOS);
+        }
+        assertNull(pack.closedBefore(0, started + 1, LONG_NANOS), "rank 1 is still in its work");
+        RankThreads returned = RankThreads.start(2, rank -> {
+            pack.finish(rank);
+            return null;
+        }, 1);
+        RankThreads.awaitWaiting(returned.thread(0));
+
+        assertNull(pack.closedBefore(0, started, LONG_NANOS), "rank 0 executed no more than rank 1");
+        assertEquals("rank 1 closed its communicator after " + started + " transaction(s) while this rank executed "
+                + (started + 2) + " and has waited 1500 ms for the last ones: they wait for a rank that will not join"
+                + " them (its work returned; the launcher closes its communicator)",
+                pack.closedBefore(0, started + 2, TimeUnit.MILLISECONDS.toNanos(1500)));
+        assertNull(pack.closedBefore(1, started + 2, LONG_NANOS), "a rank is never behind itself");
+        // Far ahead of rank 1's count with a lead of 1: a rank whose work returned starts no more.
+        for (long sequence = 1; sequence <= started + 5; sequence++) {
+            pack.throttle(0, sequence, 1, SHORT_NANOS);
+        }
+        pack.finish(0);
+        returned.join();
+        returned.assertNoError(1);
+        assertNull(pack.failure());
+    }
+
+    @Test
+    void aRankInAHostSideCallIsReleasedByAPeerWhoseWorkReturnedFirst() throws Exception {
+        PackState pack = new PackState(2, DRAIN);
+        assertMismatchReleasesTheRankInTheBarrier(pack, CommunicatorAbortedException.class, () -> pack.finish(1),
+                "rank 1 returned from its work while rank 0 is in barrier and waits for it");
+    }
+
+    @Test
+    void aRankEnteringAHostSideCallAfterAPeersWorkReturnedFailsAtOnce() throws Exception {
+        PackState pack = new PackState(2, DRAIN);
+        RankThreads returned = RankThreads.start(2, rank -> {
+            pack.finish(rank);
+            return null;
+        }, 1);
+        RankThreads.awaitWaiting(returned.thread(0));
+        CommunicatorAbortedException e = assertThrows(CommunicatorAbortedException.class,
+                () -> pack.exchange("allGatherBytesHost", 0, new byte[] {1}, LONG_NANOS));
+        assertEquals("rank 1 returned from its work while rank 0 is in allGatherBytesHost and waits for it"
+                + SAME_CALLS, e.getMessage());
+        returned.join();
+
+        assertEquals(0, pack.failure().rank());
+        assertEquals("finish on rank 1 released: rank 0 failed: " + e, returned.error(1).getMessage());
     }
 
     @Test

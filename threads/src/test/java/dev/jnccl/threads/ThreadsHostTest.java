@@ -2,6 +2,7 @@ package dev.jnccl.threads;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNotSame;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -114,6 +115,46 @@ class ThreadsHostTest {
         assertTrue(e.getMessage().endsWith(" ms for rank 1 (at transaction #0) to come within ThreadsOptions.maxLead 1"),
                 e.getMessage());
         assertEquals(0, pack.failure().rank());
+    }
+
+    @Test
+    void pollNamesAPeerThatClosedAfterFewerTransactionsOnceTheLastOnesWaitedAGrace() {
+        Random random = new Random();
+        long closedAfter = random.nextInt(50);
+        long executed = closedAfter + 1 + random.nextInt(5);
+        long waited = TimeUnit.MILLISECONDS.toNanos(1000 + random.nextInt(9000));
+        PackState pack = new PackState(SIZE, DRAIN);
+        ThreadsHost waiting = new ThreadsHost(pack, ThreadsOptions.defaults(), 0);
+        assertNull(waiting.poll(executed, waited), "no peer has closed");
+
+        assertNull(new ThreadsHost(pack, ThreadsOptions.defaults(), 2).closing(closedAfter, LONG_NANOS));
+        assertNull(waiting.poll(executed, -1), "nothing pending");
+        assertNull(waiting.poll(executed, TimeUnit.MILLISECONDS.toNanos(999)), "within the grace");
+        assertNull(waiting.poll(closedAfter, waited), "rank 2 executed as many");
+        assertEquals("rank 2 closed its communicator after " + closedAfter + " transaction(s) while this rank executed "
+                + executed + " and has waited " + TimeUnit.NANOSECONDS.toMillis(waited) + " ms for the last ones: they"
+                + " wait for a rank that will not join them", waiting.poll(executed, waited));
+        assertNull(pack.failure(), "the poll only answers: the watchdog aborts");
+        // A rank that closed starts no more transactions: it holds nobody back in the throttle.
+        ThreadsHost ahead = new ThreadsHost(pack, ThreadsOptions.defaults().withMaxLead(1), 1);
+        new ThreadsHost(pack, ThreadsOptions.defaults(), 0).closing(0, LONG_NANOS);
+        for (int t = 0; t < 5; t++) {
+            ahead.pace(TimeUnit.MILLISECONDS.toNanos(200));
+        }
+        assertNull(pack.failure());
+    }
+
+    @Test
+    void pollNamesASplitsPeerAsTheWholePackKnowsIt() {
+        PackState pack = new PackState(4, DRAIN);
+        PackState split = pack.child(0, 3, List.of(3, 1));
+        new ThreadsHost(split, ThreadsOptions.defaults(), 0).closing(2, LONG_NANOS);
+        String reason = new ThreadsHost(split, ThreadsOptions.defaults(), 1).poll(3, TimeUnit.SECONDS.toNanos(2));
+        assertNotNull(reason);
+        assertTrue(reason.startsWith("rank 3 (rank 0 of a split) closed its communicator after 2 transaction(s) while"
+                + " this rank executed 3 "), reason);
+        assertNull(new ThreadsHost(pack, ThreadsOptions.defaults(), 0).poll(3, TimeUnit.SECONDS.toNanos(2)),
+                "a split's close is no close of the whole pack's communicator");
     }
 
     @Test
