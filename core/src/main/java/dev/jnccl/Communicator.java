@@ -175,8 +175,10 @@ public final class Communicator implements AutoCloseable {
         LOG.info("jnccl communicator ready: rank {} of {}{}, device {}, backend {}, mode {}, NCCL {}, CUDA runtime {}"
                         + " (driver {}), init {} ms", rank, worldSize, parent == null ? "" : " (split of rank "
                         + parent.rank + " of " + parent.worldSize + ")", device, libraries.backend().id(), options.mode(),
-                libraries.nccl(), libraries.cudaRuntime(), libraries.cudaDriver(), initMillis);
-        initEvent.commit(rank, worldSize, device, libraries.backend().id(), libraries.nccl().toString());
+                LibraryVersion.of(libraries.ncclVersion()), LibraryVersion.of(libraries.cudaRuntimeVersion()),
+                LibraryVersion.of(libraries.cudaDriverVersion()), initMillis);
+        initEvent.commit(rank, worldSize, device, libraries.backend().id(),
+                LibraryVersion.of(libraries.ncclVersion()).toString());
         watchdog = options.watchdogEnabled()
                 ? new Watchdog(rank, comm, stream, recorder, options.watchdogTimeout(), options.watchdogInterval(),
                         () -> state == State.OPEN, this::abort, pendingNanos -> host.poll(executed, pendingNanos))
@@ -285,7 +287,7 @@ public final class Communicator implements AutoCloseable {
 
     /** {@return the NCCL version in use, e.g. "2.28.3"} */
     public String ncclVersion() {
-        return libraries.nccl().toString();
+        return LibraryVersion.of(libraries.ncclVersion()).toString();
     }
 
     /** {@return {@link Backend#CUDA} (real NCCL) or {@link Backend#HOST} (the host emulation); see {@link JncclRuntime}} */
