@@ -12,10 +12,12 @@ import dev.jnccl.internal.Deadlines;
 import dev.jnccl.internal.Pins;
 import dev.jnccl.internal.Resources;
 import dev.jnccl.spi.Command;
+import dev.jnccl.spi.Failures;
 import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.Membership;
 import dev.jnccl.spi.Modes;
 import dev.jnccl.spi.NcclHostSide;
+import dev.jnccl.spi.RankEvents;
 import dev.jnccl.spi.RankParts;
 import dev.jnccl.spi.Transport;
 import java.nio.ByteBuffer;
@@ -77,8 +79,12 @@ public final class Communicator implements AutoCloseable {
     private final Object lifecycle = new Object();
     private final NcclComm comm;
     private final Watchdog watchdog;
-    /** How the ranks meet on the host and how a failure reaches them: the launcher's. */
+    /** How the ranks meet on the host: the launcher's. */
     private final HostSide host;
+    /** Where the launcher joins in: attached, paced, split, closing, closed. */
+    private final RankEvents events;
+    /** How a failure reaches the other ranks: the launcher's. */
+    private final Failures failures;
     /** How commands move (NCCL, or a launcher's copies). */
     private final Transport transport;
     /** The bound of host-side waits for the other ranks (barrier, host gathers, pace): see {@link HostSide}. */
@@ -128,7 +134,7 @@ public final class Communicator implements AutoCloseable {
                          RankParts parts) {
         this(rank, worldSize, device, options, parts, null, new ReentrantLock(),
                 lock -> NcclComm.init(Objects.requireNonNull(id, "Communicator: unique id is null"), rank, worldSize,
-                        device, options, options.initTimeout(), parts.host()::cancellation, lock));
+                        device, options, options.initTimeout(), parts.failures()::cancellation, lock));
     }
 
     /** A member of a split: takes over the split's NCCL communicator (on failure the caller aborts it). */
@@ -149,6 +155,8 @@ public final class Communicator implements AutoCloseable {
         this.device = device;
         this.options = options;
         this.host = parts.host();
+        this.events = parts.events();
+        this.failures = parts.failures();
         this.transport = parts.transport();
         this.hostTimeoutNanos = HostSide.timeoutNanos(options);
         this.parent = parent;
@@ -181,7 +189,7 @@ public final class Communicator implements AutoCloseable {
                 LibraryVersion.of(libraries.ncclVersion()).toString());
         watchdog = options.watchdogEnabled()
                 ? new Watchdog(rank, comm, stream, recorder, options.watchdogTimeout(), options.watchdogInterval(),
-                        () -> state == State.OPEN, this::abort, pendingNanos -> host.poll(executed, pendingNanos))
+                        () -> state == State.OPEN, this::abort, pendingNanos -> failures.poll(executed, pendingNanos))
                 : null;
     }
 
@@ -194,7 +202,7 @@ public final class Communicator implements AutoCloseable {
 
     private static Communicator attach(Communicator communicator) {
         try {
-            communicator.host.attached(communicator);
+            communicator.events.attached(communicator);
         } catch (RuntimeException | Error e) {
             communicator.abort("its launcher refused it: " + e);
             communicator.close();
@@ -508,7 +516,7 @@ public final class Communicator implements AutoCloseable {
             // another thread (a failing pack, the watchdog) must not wait for this one meanwhile.
             // Called directly, not through onHost: no lambda per transaction on the hot path.
             if (Captures.currentCaptureId() == 0) {
-                host.pace(hostTimeoutNanos);
+                events.pace(hostTimeoutNanos);
             }
             // Inside a capture the pace is skipped: a captured transaction puts nothing in the launch
             // queue the pace bounds (it runs only in the graph's replays), and each replay is paced
@@ -649,7 +657,7 @@ public final class Communicator implements AutoCloseable {
             event.begin();
         }
         try {
-            host.pace(hostTimeoutNanos);
+            events.pace(hostTimeoutNanos);
         } catch (CommunicatorAbortedException e) {
             abort(e.getMessage()); // as execute does
             throw e;
@@ -1186,15 +1194,15 @@ public final class Communicator implements AutoCloseable {
             nativeLock.unlock();
         }
         List<Integer> members = Children.members(onHost(() -> host.allGather(Children.colorAndKey(color, key),
-                HostSide.timeoutNanos(options.initTimeout()))), color);
+                Deadlines.toNanos(options.initTimeout()))), color);
         int childRank = members.indexOf(rank);
-        host.beforeSplit(color, key);
+        events.beforeSplit(color, key);
         ReentrantLock childLock = new ReentrantLock();
         NcclComm childComm;
         nativeLock.lock();
         try {
             requireUsable("split");
-            childComm = comm.split(color, key, childRank, members.size(), options.initTimeout(), host::cancellation,
+            childComm = comm.split(color, key, childRank, members.size(), options.initTimeout(), failures::cancellation,
                     childLock);
         } catch (RuntimeException e) {
             if (state == State.ABORTED && !(e instanceof IllegalArgumentException)) {
@@ -1252,7 +1260,7 @@ public final class Communicator implements AutoCloseable {
      */
     public void abort(String reason) {
         Objects.requireNonNull(reason, "abort: reason is null");
-        String explained = host.explainAbort(reason);
+        String explained = failures.explainAbort(reason);
         synchronized (lifecycle) {
             if (state != State.OPEN) {
                 return;
@@ -1273,13 +1281,13 @@ public final class Communicator implements AutoCloseable {
         }
         // First release threads the host side keeps waiting (barriers): one of them may hold the lock.
         try {
-            host.aborting(explained);
+            failures.aborting(explained);
         } catch (RuntimeException e) {
             LOG.warn("rank {}: the host side failed while aborting", rank, e);
         }
         comm.abort();
         try {
-            host.aborted(explained);
+            failures.aborted(explained);
         } catch (RuntimeException e) {
             LOG.warn("rank {}: the host side failed after the abort", rank, e);
         }
@@ -1332,7 +1340,7 @@ public final class Communicator implements AutoCloseable {
             if (state == State.OPEN) {
                 // The launcher first learns whether the other ranks are closing too (MPI mode ends a
                 // job whose ranks wait for one that closed early instead of hanging).
-                String failure = host.closing(executed, Deadlines.remainingNanos(deadline));
+                String failure = events.closing(executed, Deadlines.remainingNanos(deadline));
                 if (failure == null) {
                     failure = comm.finalizeAndDestroy(stream, deadline, options.closeTimeout());
                 }
@@ -1357,7 +1365,7 @@ public final class Communicator implements AutoCloseable {
                 LOG.warn("rank {}: closing the transport failed", rank, e);
             }
             try {
-                host.closed(abortReason != null);
+                events.closed(abortReason != null);
             } catch (RuntimeException e) {
                 LOG.warn("rank {}: closing the host side failed", rank, e);
             }
@@ -1391,7 +1399,7 @@ public final class Communicator implements AutoCloseable {
     private RuntimeException unusable(String operation) {
         State current = state;
         if (current == State.ABORTED) {
-            host.beforeAbortedException(abortReason);
+            failures.beforeAbortedException(abortReason);
             return new CommunicatorAbortedException(operation + ": communicator of rank " + rank + " was aborted: "
                     + abortReason);
         }
@@ -1400,7 +1408,7 @@ public final class Communicator implements AutoCloseable {
 
     /** The exception for a native call that failed because the communicator was aborted meanwhile. */
     private CommunicatorAbortedException abortedDuring(String operation, RuntimeException failure) {
-        host.beforeAbortedException(abortReason);
+        failures.beforeAbortedException(abortReason);
         Throwable cause = failure;
         if (Thread.currentThread().isInterrupted()) {
             // The watchdog aborted because this thread was interrupted inside NCCL: as for the host
