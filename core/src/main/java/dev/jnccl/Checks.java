@@ -60,8 +60,9 @@ final class Checks {
     void checkSupported(String operation, DType dtype) {
         NcclFeature feature = NcclTypes.requiredFeature(dtype);
         if (feature != null && !libraries.supports(feature)) {
-            throw new IllegalArgumentException(operation + ": " + dtype + " needs NCCL " + feature.since()
-                    + " or newer; this is NCCL " + libraries.nccl());
+            throw new IllegalArgumentException(operation + ": " + dtype + " needs NCCL "
+                    + LibraryVersion.of(feature.sinceVersion()) + " or newer; this is NCCL "
+                    + LibraryVersion.of(libraries.ncclVersion()));
         }
     }
 
@@ -81,8 +82,9 @@ final class Checks {
         }
         NcclFeature feature = NcclFeature.PRE_MUL_SUM;
         if (!libraries.supports(feature) || !feature.isLinked()) {
-            throw new IllegalArgumentException(operation + ": " + op + " needs NCCL " + feature.since()
-                    + " or newer (ncclRedOpCreatePreMulSum); this is NCCL " + libraries.nccl());
+            throw new IllegalArgumentException(operation + ": " + op + " needs NCCL "
+                    + LibraryVersion.of(feature.sinceVersion()) + " or newer (ncclRedOpCreatePreMulSum); this is NCCL "
+                    + LibraryVersion.of(libraries.ncclVersion()));
         }
         if (worldSize == 1 && (dtype == DType.FP8_E4M3 || dtype == DType.FP8_E5M2)) {
             // NCCL 2.28's single-rank path (src/device/onerank.cu) has no FP8 kernel: it answers ncclInvalidArgument.

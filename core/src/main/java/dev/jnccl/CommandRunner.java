@@ -1,7 +1,7 @@
 package dev.jnccl;
 
-import dev.jnccl.bindings.LibraryVersion;
 import dev.jnccl.bindings.LoadedLibraries;
+import dev.jnccl.bindings.VersionCodes;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.spi.Command;
 import dev.jnccl.spi.Command.Function;
@@ -32,7 +32,7 @@ final class CommandRunner {
      */
     private boolean allToAllBySendRecv;
     /** The first NCCL whose single-rank scaled sum covers every element (see {@link #oneRankPreMulSumCovers}). */
-    private static final LibraryVersion ONE_RANK_TAIL_FIXED = new LibraryVersion(2, 30, 0);
+    private static final int ONE_RANK_TAIL_FIXED = VersionCodes.of(2, 30, 0);
     /** Whether scaled sums need their tail split off: one rank on an NCCL before {@link #ONE_RANK_TAIL_FIXED}. */
     private final boolean oneRankTailSplit;
     /** The commands {@link #run} is enqueuing (read by the group bodies below), null between runs. */
@@ -60,7 +60,7 @@ final class CommandRunner {
         this.transport = transport;
         this.rank = rank;
         this.worldSize = worldSize;
-        this.oneRankTailSplit = worldSize == 1 && libraries.nccl().compareTo(ONE_RANK_TAIL_FIXED) < 0;
+        this.oneRankTailSplit = worldSize == 1 && libraries.ncclVersion() < ONE_RANK_TAIL_FIXED;
         this.rounds = AllToAllSchedule.rounds(rank, worldSize);
     }
 

@@ -12,10 +12,12 @@ import dev.jnccl.internal.Pins;
 import dev.jnccl.internal.Resources;
 import dev.jnccl.spi.Command;
 import dev.jnccl.spi.Command.Kind;
+import dev.jnccl.spi.Failures;
 import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.Membership;
 import dev.jnccl.spi.Modes;
 import dev.jnccl.spi.NcclHostSide;
+import dev.jnccl.spi.RankEvents;
 import dev.jnccl.spi.RankParts;
 import dev.jnccl.spi.Transport;
 import java.lang.invoke.MethodHandle;
@@ -78,8 +80,12 @@ public final class Communicator implements AutoCloseable {
     private final Object lifecycle = new Object();
     private final NcclComm comm;
     private final Watchdog watchdog;
-    /** How the ranks meet on the host and how a failure reaches them: the launcher's. */
+    /** How the ranks meet on the host: the launcher's. */
     private final HostSide host;
+    /** Where the launcher joins in: attached, paced, split, closing, closed. */
+    private final RankEvents events;
+    /** How a failure reaches the other ranks: the launcher's. */
+    private final Failures failures;
     /** How commands move (NCCL, or a launcher's copies). */
     private final Transport transport;
     /** The bound of host-side waits for the other ranks (barrier, host gathers, pace): see {@link HostSide}. */
@@ -107,7 +113,7 @@ public final class Communicator implements AutoCloseable {
                          RankParts parts) {
         this(rank, worldSize, device, options, parts, null, new ReentrantLock(),
                 lock -> NcclComm.init(Objects.requireNonNull(id, "Communicator: unique id is null"), rank, worldSize,
-                        device, options, options.initTimeout(), parts.host()::cancellation, lock));
+                        device, options, options.initTimeout(), parts.failures()::cancellation, lock));
     }
 
     /** A member of a split: takes over the split's NCCL communicator (on failure the caller aborts it). */
@@ -128,6 +134,8 @@ public final class Communicator implements AutoCloseable {
         this.device = device;
         this.options = options;
         this.host = parts.host();
+        this.events = parts.events();
+        this.failures = parts.failures();
         this.transport = parts.transport();
         this.hostTimeoutNanos = HostSide.timeoutNanos(options);
         this.parent = parent;
@@ -150,12 +158,12 @@ public final class Communicator implements AutoCloseable {
             throw e;
         }
         this.commands = new CommandRunner(comm, stream, libraries, transport, rank, worldSize);
-        this.pipeline = new ExecutePipeline(this, log, host, hostTimeoutNanos, nativeLock, stream, transport, commands,
+        this.pipeline = new ExecutePipeline(this, log, events, hostTimeoutNanos, nativeLock, stream, transport, commands,
                 recorder, replays, transactionReady, commsDone);
         reportReady(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started), initEvent);
         watchdog = options.watchdogEnabled()
                 ? new Watchdog(rank, comm, stream, recorder, options.watchdogTimeout(), options.watchdogInterval(),
-                        () -> state == State.OPEN, this::abort, pendingNanos -> host.poll(log.executed(), pendingNanos))
+                        () -> state == State.OPEN, this::abort, pendingNanos -> failures.poll(log.executed(), pendingNanos))
                 : null;
     }
 
@@ -164,8 +172,10 @@ public final class Communicator implements AutoCloseable {
         LOG.info("jnccl communicator ready: rank {} of {}{}, device {}, backend {}, mode {}, NCCL {}, CUDA runtime {}"
                         + " (driver {}), init {} ms", rank, worldSize, parent == null ? "" : " (split of rank "
                         + parent.rank + " of " + parent.worldSize + ")", device, libraries.backend().id(), options.mode(),
-                libraries.nccl(), libraries.cudaRuntime(), libraries.cudaDriver(), initMillis);
-        initEvent.commit(rank, worldSize, device, libraries.backend().id(), libraries.nccl().toString());
+                LibraryVersion.of(libraries.ncclVersion()), LibraryVersion.of(libraries.cudaRuntimeVersion()),
+                LibraryVersion.of(libraries.cudaDriverVersion()), initMillis);
+        initEvent.commit(rank, worldSize, device, libraries.backend().id(),
+                LibraryVersion.of(libraries.ncclVersion()).toString());
     }
 
     /** The constructor behind {@link Modes#communicator}: this rank's communicator, handed to its host side. */
@@ -177,7 +187,7 @@ public final class Communicator implements AutoCloseable {
 
     private static Communicator attach(Communicator communicator) {
         try {
-            communicator.host.attached(communicator);
+            communicator.events.attached(communicator);
         } catch (RuntimeException | Error e) {
             communicator.abort("its launcher refused it: " + e);
             communicator.close();
@@ -270,7 +280,7 @@ public final class Communicator implements AutoCloseable {
 
     /** {@return the NCCL version in use, e.g. "2.28.3"} */
     public String ncclVersion() {
-        return libraries.nccl().toString();
+        return LibraryVersion.of(libraries.ncclVersion()).toString();
     }
 
     /** {@return {@link Backend#CUDA} (real NCCL) or {@link Backend#HOST} (the host emulation); see {@link JncclRuntime}} */
@@ -927,9 +937,9 @@ public final class Communicator implements AutoCloseable {
             nativeLock.unlock();
         }
         List<Integer> members = Children.members(onHost(() -> host.allGather(Children.colorAndKey(color, key),
-                HostSide.timeoutNanos(options.initTimeout()))), color);
+                Deadlines.toNanos(options.initTimeout()))), color);
         int childRank = members.indexOf(rank);
-        host.beforeSplit(color, key);
+        events.beforeSplit(color, key);
         NcclComm childComm = splitNccl(color, key, childRank, members.size());
         if (childComm == null) {
             return Optional.empty();
@@ -964,7 +974,7 @@ public final class Communicator implements AutoCloseable {
         nativeLock.lock();
         try {
             requireUsable("split");
-            return comm.split(color, key, childRank, childSize, options.initTimeout(), host::cancellation,
+            return comm.split(color, key, childRank, childSize, options.initTimeout(), failures::cancellation,
                     new ReentrantLock());
         } catch (RuntimeException e) {
             if (state == State.ABORTED && !(e instanceof IllegalArgumentException)) {
@@ -1000,7 +1010,7 @@ public final class Communicator implements AutoCloseable {
      */
     public void abort(String reason) {
         Objects.requireNonNull(reason, "abort: reason is null");
-        String explained = host.explainAbort(reason);
+        String explained = failures.explainAbort(reason);
         synchronized (lifecycle) {
             if (state != State.OPEN) {
                 return;
@@ -1021,13 +1031,13 @@ public final class Communicator implements AutoCloseable {
         }
         // First release threads the host side keeps waiting (barriers): one of them may hold the lock.
         try {
-            host.aborting(explained);
+            failures.aborting(explained);
         } catch (RuntimeException e) {
             LOG.warn("rank {}: the host side failed while aborting", rank, e);
         }
         comm.abort();
         try {
-            host.aborted(explained);
+            failures.aborted(explained);
         } catch (RuntimeException e) {
             LOG.warn("rank {}: the host side failed after the abort", rank, e);
         }
@@ -1095,7 +1105,7 @@ public final class Communicator implements AutoCloseable {
      * hanging), then NCCL finalizes and destroys; either failing (or the deadline) aborts instead.
      */
     private void finalizeOrAbort(long deadline) {
-        String failure = host.closing(log.executed(), Deadlines.remainingNanos(deadline));
+        String failure = events.closing(log.executed(), Deadlines.remainingNanos(deadline));
         if (failure == null) {
             failure = comm.finalizeAndDestroy(stream, deadline, options.closeTimeout());
         }
@@ -1120,7 +1130,7 @@ public final class Communicator implements AutoCloseable {
             LOG.warn("rank {}: closing the transport failed", rank, e);
         }
         try {
-            host.closed(abortReason != null);
+            events.closed(abortReason != null);
         } catch (RuntimeException e) {
             LOG.warn("rank {}: closing the host side failed", rank, e);
         }
@@ -1150,7 +1160,7 @@ public final class Communicator implements AutoCloseable {
     private RuntimeException unusable(String operation) {
         State current = state;
         if (current == State.ABORTED) {
-            host.beforeAbortedException(abortReason);
+            failures.beforeAbortedException(abortReason);
             return new CommunicatorAbortedException(operation + ": communicator of rank " + rank + " was aborted: "
                     + abortReason);
         }
@@ -1159,7 +1169,7 @@ public final class Communicator implements AutoCloseable {
 
     /** The exception for a native call that failed because the communicator was aborted meanwhile. */
     private CommunicatorAbortedException abortedDuring(String operation, RuntimeException failure) {
-        host.beforeAbortedException(abortReason);
+        failures.beforeAbortedException(abortReason);
         Throwable cause = failure;
         if (Thread.currentThread().isInterrupted()) {
             // The watchdog aborted because this thread was interrupted inside NCCL: as for the host

@@ -5,7 +5,7 @@ import dev.jnccl.cuda.CudaGraph;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.internal.Captures;
 import dev.jnccl.spi.Command;
-import dev.jnccl.spi.HostSide;
+import dev.jnccl.spi.RankEvents;
 import dev.jnccl.spi.Transport;
 import java.util.List;
 import java.util.concurrent.locks.ReentrantLock;
@@ -25,8 +25,8 @@ final class ExecutePipeline {
 
     private final Communicator face;
     private final TransactionLog log;
-    private final HostSide host;
-    /** The bound of the pace (see {@link HostSide}). */
+    private final RankEvents events;
+    /** The bound of the pace (the host side's bound). */
     private final long hostTimeoutNanos;
     private final ReentrantLock lock;
     private final CudaStream stream;
@@ -38,12 +38,12 @@ final class ExecutePipeline {
     private final CudaEvent replayReady;
     private final CudaEvent replayDone;
 
-    ExecutePipeline(Communicator face, TransactionLog log, HostSide host, long hostTimeoutNanos, ReentrantLock lock,
+    ExecutePipeline(Communicator face, TransactionLog log, RankEvents events, long hostTimeoutNanos, ReentrantLock lock,
                     CudaStream stream, Transport transport, CommandRunner runner, FlightRecorder recorder,
                     GraphReplays replays, CudaEvent replayReady, CudaEvent replayDone) {
         this.face = face;
         this.log = log;
-        this.host = host;
+        this.events = events;
         this.hostTimeoutNanos = hostTimeoutNanos;
         this.lock = lock;
         this.stream = stream;
@@ -74,7 +74,7 @@ final class ExecutePipeline {
         try {
             face.requireUsable("execute");
             if (Captures.currentCaptureId() == 0) {
-                host.pace(hostTimeoutNanos);
+                events.pace(hostTimeoutNanos);
             }
         } catch (RuntimeException e) {
             throw refusedBeforeEnqueue(number, e);
@@ -200,7 +200,7 @@ final class ExecutePipeline {
             event.begin();
         }
         try {
-            host.pace(hostTimeoutNanos);
+            events.pace(hostTimeoutNanos);
         } catch (CommunicatorAbortedException e) {
             face.abort(e.getMessage()); // as execute does
             throw e;

@@ -53,8 +53,9 @@ public record JncclRuntime(Backend backend, LibraryVersion nccl, LibraryVersion 
      */
     public static JncclRuntime query() {
         LoadedLibraries libraries = NcclCalls.libraries();
-        return new JncclRuntime(backendOf(libraries), LibraryVersion.of(libraries.nccl()),
-                LibraryVersion.of(libraries.cudaRuntime()), LibraryVersion.of(libraries.cudaDriver()), visibleDevices());
+        return new JncclRuntime(backendOf(libraries), LibraryVersion.of(libraries.ncclVersion()),
+                LibraryVersion.of(libraries.cudaRuntimeVersion()), LibraryVersion.of(libraries.cudaDriverVersion()),
+                visibleDevices());
     }
 
     /**
@@ -68,7 +69,7 @@ public record JncclRuntime(Backend backend, LibraryVersion nccl, LibraryVersion 
     public boolean supports(DType dtype) {
         Objects.requireNonNull(dtype, "supports: dtype is null");
         NcclFeature feature = NcclTypes.requiredFeature(dtype);
-        return feature == null || nccl.atLeast(feature.since().major(), feature.since().minor());
+        return feature == null || nccl.compareTo(LibraryVersion.of(feature.sinceVersion())) >= 0;
     }
 
     /** The backend the loader's {@code jnccl.backend} setting resolved to (never AUTO: the loader has decided by then). */

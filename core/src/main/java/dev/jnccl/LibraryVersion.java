@@ -1,5 +1,8 @@
 package dev.jnccl;
 
+import dev.jnccl.bindings.VersionCodes;
+import java.util.Comparator;
+
 /**
  * The version of a native library jnccl uses (NCCL, the CUDA runtime, the CUDA driver).
  *
@@ -8,6 +11,8 @@ package dev.jnccl;
  * @param patch patch level (0 for CUDA, which reports major and minor only)
  */
 public record LibraryVersion(int major, int minor, int patch) implements Comparable<LibraryVersion> {
+    private static final Comparator<LibraryVersion> ORDER = Comparator.comparingInt(LibraryVersion::major)
+            .thenComparingInt(LibraryVersion::minor).thenComparingInt(LibraryVersion::patch);
 
     /**
      * Checks the components.
@@ -61,24 +66,22 @@ public record LibraryVersion(int major, int minor, int patch) implements Compara
         return compareTo(new LibraryVersion(major, minor, 0)) >= 0;
     }
 
-    /** The version the native loader decoded, under the API's type (same components, same text). */
-    static LibraryVersion of(dev.jnccl.bindings.LibraryVersion loaded) {
-        return new LibraryVersion(loaded.major(), loaded.minor(), loaded.patch());
-    }
-
-    /** The loader's form of this version: order and text have one implementation, shared with the loader's logs. */
-    private dev.jnccl.bindings.LibraryVersion loaded() {
-        return new dev.jnccl.bindings.LibraryVersion(major, minor, patch);
+    /**
+     * The version of a code the bindings keep ({@link VersionCodes}): the one version type, made
+     * where a version leaves the native loader for the API.
+     */
+    static LibraryVersion of(int code) {
+        return new LibraryVersion(VersionCodes.major(code), VersionCodes.minor(code), VersionCodes.patch(code));
     }
 
     @Override
     public int compareTo(LibraryVersion other) {
-        return loaded().compareTo(other.loaded());
+        return ORDER.compare(this, other);
     }
 
     /** "major.minor.patch", e.g. "2.28.3" or "13.0.0". */
     @Override
     public String toString() {
-        return loaded().toString();
+        return major + "." + minor + "." + patch;
     }
 }

@@ -10,6 +10,7 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.bindings.nccl.Nccl;
 import dev.jnccl.bindings.NativeLibraries;
+import dev.jnccl.bindings.VersionCodes;
 import dev.jnccl.testsupport.ChildJvm;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
@@ -53,9 +54,9 @@ class JncclRuntimeTest {
         };
         assertEquals(expected, runtime.backend());
         // The loader's log line and the API write a library's version alike: one text per version.
-        assertEquals(NativeLibraries.load().nccl().toString(), runtime.nccl().toString());
-        assertEquals(NativeLibraries.load().cudaRuntime().toString(), runtime.cudaRuntime().toString());
-        assertEquals(NativeLibraries.load().cudaDriver().toString(), runtime.cudaDriver().toString());
+        assertEquals(VersionCodes.text(NativeLibraries.load().ncclVersion()), runtime.nccl().toString());
+        assertEquals(VersionCodes.text(NativeLibraries.load().cudaRuntimeVersion()), runtime.cudaRuntime().toString());
+        assertEquals(VersionCodes.text(NativeLibraries.load().cudaDriverVersion()), runtime.cudaDriver().toString());
         try (Communicator comm = Communicator.single(0)) {
             assertEquals(runtime.backend(), comm.backend());
             assertEquals(runtime.nccl().toString(), comm.ncclVersion());
@@ -114,6 +115,15 @@ class JncclRuntimeTest {
         assertTrue(LibraryVersion.parse("2.28.3").compareTo(LibraryVersion.parse("2.9.12")) > 0);
         assertTrue(LibraryVersion.parse("2.28.3").atLeast(2, 28));
         assertFalse(LibraryVersion.parse("2.27.9").atLeast(2, 28));
+        // Any components order and print as written, also those no library code can hold.
+        assertTrue(new LibraryVersion(2, 100, 0).compareTo(new LibraryVersion(3, 0, 0)) < 0);
+        assertTrue(new LibraryVersion(2, 100, 0).compareTo(new LibraryVersion(2, 99, 250)) > 0);
+        assertEquals(0, new LibraryVersion(2, 100, 0).compareTo(LibraryVersion.parse("2.100")));
+        assertEquals("2.100.250", new LibraryVersion(2, 100, 250).toString());
+        // A version the loader keeps as a code becomes the same record.
+        assertEquals(new LibraryVersion(2, 28, 3), LibraryVersion.of(VersionCodes.fromNccl(22803)));
+        assertEquals(new LibraryVersion(12, 8, 0), LibraryVersion.of(VersionCodes.fromCuda(12080)));
+        assertEquals(new LibraryVersion(2, 8, 4), LibraryVersion.of(VersionCodes.fromNccl(2804)));
         assertEquals("LibraryVersion.parse: '2' is not major.minor or major.minor.patch",
                 assertThrows(IllegalArgumentException.class, () -> LibraryVersion.parse("2")).getMessage());
         assertEquals("LibraryVersion.parse: 'x' in '2.x.1' is not a number",

@@ -1,6 +1,7 @@
 package dev.jnccl;
 
 import dev.jnccl.spi.HostSide;
+import dev.jnccl.spi.Membership;
 import dev.jnccl.spi.Modes;
 import dev.jnccl.spi.RankParts;
 import dev.jnccl.spi.Transport;
@@ -57,6 +58,11 @@ final class LocalRanks {
             }
             barrier(timeoutNanos);
             return all;
+        }
+
+        @Override
+        public RankParts split(Membership membership) {
+            throw new UnsupportedOperationException("split: core's test ranks have no sub-communicators");
         }
     }
 

@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.jnccl.internal.Deadlines;
+import dev.jnccl.spi.HostSide;
 import java.time.Duration;
 import java.util.function.Function;
 import org.junit.jupiter.api.Test;
@@ -127,6 +128,24 @@ class OptionsTest {
         assertTrue(Deadlines.passed(deadline, now + 101));
         assertTrue(Deadlines.remainingNanos(Deadlines.deadline(Duration.ofSeconds(10))) > 9_000_000_000L);
         assertEquals(0, Deadlines.remainingNanos(Deadlines.deadline(Duration.ZERO) - 1));
+        // A wait given in nanoseconds (the host side's) is clamped as a duration is: Long.MAX_VALUE,
+        // "no limit", never passes, from any nanoTime; a negative wait has passed at once.
+        for (long from : new long[] {0, Long.MAX_VALUE - 5, Long.MIN_VALUE + 5, -1}) {
+            long never = Deadlines.deadline(from, Long.MAX_VALUE);
+            assertFalse(Deadlines.passed(never, from), "no limit passed at once from " + from);
+            assertFalse(Deadlines.passed(never, from + 365L * 24 * 3600 * 1_000_000_000L), "no limit, from " + from);
+            assertEquals(Deadlines.deadline(from, Duration.ofMillis(1500)), Deadlines.deadline(from, 1_500_000_000L));
+            assertTrue(Deadlines.passed(Deadlines.deadline(from, -7), from + 1));
+        }
+    }
+
+    @Test
+    void hostSideWaitsAreBoundedByTheWatchdogTimeoutOnly() {
+        assertEquals(Duration.ofMinutes(10).toNanos(), HostSide.timeoutNanos(DEFAULTS));
+        assertEquals(3_000_000_007L, HostSide.timeoutNanos(DEFAULTS.withWatchdog(Duration.ofSeconds(3, 7))));
+        assertEquals(Long.MAX_VALUE, HostSide.timeoutNanos(DEFAULTS.withoutWatchdog()));
+        assertEquals(Long.MAX_VALUE,
+                HostSide.timeoutNanos(DEFAULTS.withoutWatchdog().withInitTimeout(Duration.ofSeconds(1))));
     }
 
     private static void expect(String message, Function<CommunicatorOptions, CommunicatorOptions> change) {

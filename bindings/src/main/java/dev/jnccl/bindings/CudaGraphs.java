@@ -21,8 +21,8 @@ import java.lang.invoke.MethodHandle;
  * function gives a {@link NativeLibraryException} naming it instead of a link error. Not API.
  */
 public final class CudaGraphs {
-    /** The first CUDA runtime whose {@code cudaGraphInstantiate} has the signature bound here. */
-    public static final LibraryVersion SINCE = new LibraryVersion(12, 0, 0);
+    /** The first CUDA runtime whose {@code cudaGraphInstantiate} has the signature bound here (a version code). */
+    public static final int SINCE_VERSION = VersionCodes.of(12, 0, 0);
 
     /** cudaStreamCaptureModeGlobal. */
     public static final int CAPTURE_MODE_GLOBAL = 0;
@@ -72,18 +72,19 @@ public final class CudaGraphs {
     /**
      * Whether a CUDA runtime of this version has the functions in the form bound here.
      *
-     * @param runtime the loaded CUDA runtime's version
-     * @return whether it is at least {@link #SINCE}
+     * @param runtime the loaded CUDA runtime's version, as a {@link VersionCodes} code
+     * @return whether it is at least {@link #SINCE_VERSION}
      */
-    public static boolean isSupportedBy(LibraryVersion runtime) {
-        return runtime.compareTo(SINCE) >= 0;
+    public static boolean isSupportedBy(int runtime) {
+        return runtime >= SINCE_VERSION;
     }
 
     private static MethodHandle handle(String name, FunctionDescriptor descriptor) {
         NativeAccess.check();
         MemorySegment address = SymbolLookup.loaderLookup().or(Linker.nativeLinker().defaultLookup()).find(name)
                 .orElseThrow(() -> new NativeLibraryException("the loaded CUDA runtime has no " + name
-                        + " (CUDA graphs need CUDA " + SINCE.major() + "." + SINCE.minor() + " or newer)"));
+                        + " (CUDA graphs need CUDA " + VersionCodes.major(SINCE_VERSION) + "."
+                        + VersionCodes.minor(SINCE_VERSION) + " or newer)"));
         return Linker.nativeLinker().downcallHandle(address, descriptor);
     }
 

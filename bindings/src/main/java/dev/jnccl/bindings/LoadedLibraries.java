@@ -3,18 +3,19 @@ package dev.jnccl.bindings;
 import java.nio.file.Path;
 
 /**
- * The native libraries that back the bindings in this JVM, with their versions.
+ * The native libraries that back the bindings in this JVM, with their versions as
+ * {@link VersionCodes} codes (core hands them to users as {@code dev.jnccl.LibraryVersion}).
  *
  * @param backend        what the {@link BackendSetting} resolved to: {@link BackendSetting#CUDA} or
  *                       {@link BackendSetting#HOST}, never AUTO
  * @param ncclPath       the file that provides the NCCL functions
  * @param cudartPath     the file that provides the CUDA runtime functions (the same file on the host backend)
- * @param nccl           ncclGetVersion, decoded
- * @param cudaRuntime    cudaRuntimeGetVersion, decoded
- * @param cudaDriver     cudaDriverGetVersion, decoded (0.0.0 when no driver is installed)
+ * @param ncclVersion        ncclGetVersion's code
+ * @param cudaRuntimeVersion cudaRuntimeGetVersion's code
+ * @param cudaDriverVersion  cudaDriverGetVersion's code (0, version 0.0.0, when no driver is installed)
  */
-public record LoadedLibraries(BackendSetting backend, Path ncclPath, Path cudartPath, LibraryVersion nccl,
-                              LibraryVersion cudaRuntime, LibraryVersion cudaDriver) {
+public record LoadedLibraries(BackendSetting backend, Path ncclPath, Path cudartPath, int ncclVersion,
+                              int cudaRuntimeVersion, int cudaDriverVersion) {
 
     /**
      * Whether the loaded NCCL has {@code feature}.
@@ -24,12 +25,13 @@ public record LoadedLibraries(BackendSetting backend, Path ncclPath, Path cudart
      *         feature that needs a function, the library has it ({@link NcclFeature#isLinked()})
      */
     public boolean supports(NcclFeature feature) {
-        return feature.isSupportedBy(nccl) && feature.isLinked();
+        return feature.isSupportedBy(ncclVersion) && feature.isLinked();
     }
 
     /** {@return one line for logs: backend, versions and files} */
     public String describe() {
-        return "backend " + backend.id() + ", NCCL " + nccl + " (" + ncclPath + "), CUDA runtime " + cudaRuntime
-                + " (" + cudartPath + "), driver " + cudaDriver;
+        return "backend " + backend.id() + ", NCCL " + VersionCodes.text(ncclVersion) + " (" + ncclPath
+                + "), CUDA runtime " + VersionCodes.text(cudaRuntimeVersion) + " (" + cudartPath + "), driver "
+                + VersionCodes.text(cudaDriverVersion);
     }
 }

@@ -52,7 +52,8 @@ public final class NativeLibraries {
             List.of("libnccl.so.2"),
             List.of("nvidia/nccl/lib"),
             List.of("libnccl.so.2"),
-            "Install NCCL " + LibraryVersion.NCCL_MINIMUM.major() + "." + LibraryVersion.NCCL_MINIMUM.minor()
+            "Install NCCL " + VersionCodes.major(VersionCodes.NCCL_MINIMUM) + "."
+                    + VersionCodes.minor(VersionCodes.NCCL_MINIMUM)
                     + " or newer (e.g. the libnccl2 package or pip's nvidia-nccl-cu13), add its lib directory to"
                     + " LD_LIBRARY_PATH, or set -D" + NCCL_PROPERTY + "=/path/to/libnccl.so.2. Without a GPU, use -D"
                     + BackendSetting.PROPERTY + "=host (the host emulation).");
@@ -147,10 +148,11 @@ public final class NativeLibraries {
         LibraryResolver.Resolved nccl = resolve(NCCL);
         systemLoad(cudart.path(), "the CUDA runtime");
         systemLoad(nccl.path(), "NCCL");
-        LibraryVersion ncclVersion = ncclVersion();
-        if (ncclVersion.compareTo(LibraryVersion.NCCL_MINIMUM) < 0) {
-            throw new NativeLibraryException("NCCL " + ncclVersion + " found at " + nccl.path() + " (" + nccl.origin()
-                    + ") is too old: jnccl needs NCCL " + LibraryVersion.NCCL_MINIMUM + " or newer. " + NCCL.hint());
+        int ncclVersion = ncclVersion();
+        if (ncclVersion < VersionCodes.NCCL_MINIMUM) {
+            throw new NativeLibraryException("NCCL " + VersionCodes.text(ncclVersion) + " found at " + nccl.path()
+                    + " (" + nccl.origin() + ") is too old: jnccl needs NCCL "
+                    + VersionCodes.text(VersionCodes.NCCL_MINIMUM) + " or newer. " + NCCL.hint());
         }
         return new LoadedLibraries(BackendSetting.CUDA, nccl.path(), cudart.path(), ncclVersion, runtimeVersion(),
                 driverVersion());
@@ -182,31 +184,31 @@ public final class NativeLibraries {
         }
     }
 
-    private static LibraryVersion ncclVersion() {
+    private static int ncclVersion() {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment code = arena.allocate(JAVA_INT);
             int result = Nccl.ncclGetVersion(code);
             if (result != Nccl.ncclSuccess()) {
                 throw new NativeLibraryException("ncclGetVersion failed with NCCL result " + result);
             }
-            return LibraryVersion.decodeNccl(code.get(JAVA_INT, 0));
+            return VersionCodes.fromNccl(code.get(JAVA_INT, 0));
         }
     }
 
-    private static LibraryVersion runtimeVersion() {
+    private static int runtimeVersion() {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment code = arena.allocate(JAVA_INT);
             int result = CudaRuntime.cudaRuntimeGetVersion(code);
-            return result == CudaRuntime.cudaSuccess() ? LibraryVersion.decodeCuda(code.get(JAVA_INT, 0)) : new LibraryVersion(0, 0, 0);
+            return result == CudaRuntime.cudaSuccess() ? VersionCodes.fromCuda(code.get(JAVA_INT, 0)) : 0;
         }
     }
 
-    private static LibraryVersion driverVersion() {
+    private static int driverVersion() {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment code = arena.allocate(JAVA_INT);
             int result = CudaRuntime.cudaDriverGetVersion(code);
             // 0 means no driver is installed; that is not an error for the runtime.
-            return result == CudaRuntime.cudaSuccess() ? LibraryVersion.decodeCuda(code.get(JAVA_INT, 0)) : new LibraryVersion(0, 0, 0);
+            return result == CudaRuntime.cudaSuccess() ? VersionCodes.fromCuda(code.get(JAVA_INT, 0)) : 0;
         }
     }
 }

@@ -27,7 +27,8 @@ public enum NcclFeature {
     /** ncclScatter (called through {@link NcclBufferCalls}). */
     SCATTER(2, 28, "ncclScatter");
 
-    private final LibraryVersion since;
+    /** The first NCCL version with this feature, as a {@link VersionCodes} code. */
+    private final int since;
     /** The function that must be in the loaded library, or null when the version alone decides. */
     private final String symbol;
     /** Whether {@link #symbol} was found; looked up once, after the libraries were loaded. */
@@ -38,23 +39,23 @@ public enum NcclFeature {
     }
 
     NcclFeature(int major, int minor, String symbol) {
-        this.since = new LibraryVersion(major, minor, 0);
+        this.since = VersionCodes.of(major, minor, 0);
         this.symbol = symbol;
     }
 
-    /** {@return the first NCCL version with this feature} */
-    public LibraryVersion since() {
+    /** {@return the first NCCL version with this feature, as a {@link VersionCodes} code} */
+    public int sinceVersion() {
         return since;
     }
 
     /**
      * Whether NCCL {@code version} has this feature.
      *
-     * @param version an NCCL version
-     * @return whether {@code version} is at least {@link #since()}
+     * @param version an NCCL version, as a {@link VersionCodes} code
+     * @return whether {@code version} is at least {@link #sinceVersion()}
      */
-    public boolean isSupportedBy(LibraryVersion version) {
-        return version.compareTo(since) >= 0;
+    public boolean isSupportedBy(int version) {
+        return version >= since;
     }
 
     /**

@@ -66,7 +66,8 @@ class EmulationWorldOneConformanceTest {
     @EnumSource(DType.class)
     void everyCollectiveAndOpInAndOutOfPlaceMatchesTheReference(DType type) {
         if (type.isFp8()) {
-            assumeTrue(libraries.supports(NcclFeature.FP8), "NCCL " + libraries.nccl() + " has no fp8 types");
+            assumeTrue(libraries.supports(NcclFeature.FP8),
+                    "NCCL " + VersionCodes.text(libraries.ncclVersion()) + " has no fp8 types");
         }
         List<Case> cases = EmulationCollectives.matrix(1, List.of(type), 0x5eed0000L + type.ordinal());
         List<String> problems = new ArrayList<>();
@@ -105,14 +106,14 @@ class EmulationWorldOneConformanceTest {
             assertNotEquals(-1L, id.mismatch(other), "two ncclGetUniqueId calls gave the same id");
             MemorySegment version = arena.allocate(JAVA_INT);
             nccl(Nccl.ncclGetVersion(version), "ncclGetVersion");
-            assertEquals(libraries.nccl(), LibraryVersion.decodeNccl(version.get(JAVA_INT, 0)));
+            assertEquals(libraries.ncclVersion(), VersionCodes.fromNccl(version.get(JAVA_INT, 0)));
         }
         // The emulation reports 2.28 and has ncclAlltoAll: the feature is both versioned and linked.
         assertTrue(NcclFeature.ALL_TO_ALL.isLinked(), "ncclAlltoAll not found in the loaded library");
-        assertTrue(libraries.supports(NcclFeature.ALL_TO_ALL), "NCCL " + libraries.nccl());
+        assertTrue(libraries.supports(NcclFeature.ALL_TO_ALL), "NCCL " + VersionCodes.text(libraries.ncclVersion()));
         for (NcclFeature rooted : new NcclFeature[] {NcclFeature.GATHER, NcclFeature.SCATTER}) {
             assertTrue(rooted.isLinked(), rooted + ": symbol not found in the loaded library");
-            assertTrue(libraries.supports(rooted), rooted + " on NCCL " + libraries.nccl());
+            assertTrue(libraries.supports(rooted), rooted + " on NCCL " + VersionCodes.text(libraries.ncclVersion()));
         }
     }
 
@@ -331,7 +332,8 @@ class EmulationWorldOneConformanceTest {
 
     @Test
     void ncclMemAllocBuffersRegisterAndCarryCollectives() {
-        assumeTrue(libraries.supports(NcclFeature.MEM_ALLOC_AND_REGISTER), "NCCL " + libraries.nccl());
+        assumeTrue(libraries.supports(NcclFeature.MEM_ALLOC_AND_REGISTER),
+                "NCCL " + VersionCodes.text(libraries.ncclVersion()));
         try (Arena arena = Arena.ofConfined()) {
             Case c = new Case(Coll.ALL_REDUCE, DType.FLOAT64, Op.MIN, 2049, false, 0, 17);
             EmulationCollectives.Prepared p = EmulationCollectives.prepare(c, 1, arena);

@@ -3,6 +3,7 @@ package dev.jnccl.cuda;
 import dev.jnccl.NativeLibraryException;
 import dev.jnccl.bindings.CudaGraphs;
 import dev.jnccl.bindings.LoadedLibraries;
+import dev.jnccl.bindings.VersionCodes;
 import dev.jnccl.internal.Captures;
 import dev.jnccl.internal.Native;
 import java.lang.foreign.Arena;
@@ -99,9 +100,10 @@ public final class CudaGraph implements AutoCloseable {
     /** Refuses a capture CUDA cannot make: a runtime older than 12.0, a nested capture, a capturing stream. */
     private static void requireCapturable(CudaStream stream) {
         LoadedLibraries libraries = CudaCalls.libraries();
-        if (!CudaGraphs.isSupportedBy(libraries.cudaRuntime())) {
-            throw new NativeLibraryException("capture: CUDA graphs need CUDA runtime " + CudaGraphs.SINCE
-                    + " or newer; the loaded one is " + libraries.cudaRuntime(), null);
+        if (!CudaGraphs.isSupportedBy(libraries.cudaRuntimeVersion())) {
+            throw new NativeLibraryException("capture: CUDA graphs need CUDA runtime "
+                    + VersionCodes.text(CudaGraphs.SINCE_VERSION) + " or newer; the loaded one is "
+                    + VersionCodes.text(libraries.cudaRuntimeVersion()), null);
         }
         CudaStream outer = CAPTURING.get();
         if (outer != null) {

@@ -4,6 +4,7 @@ import dev.jnccl.DType;
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.NcclException;
 import dev.jnccl.bindings.NcclFeature;
+import dev.jnccl.bindings.VersionCodes;
 import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.bindings.nccl.Nccl;
 import dev.jnccl.internal.Native;
@@ -71,8 +72,9 @@ public final class DeviceMemory extends CudaResource implements AutoCloseable {
         var libraries = CudaCalls.libraries();
         NcclFeature feature = NcclFeature.MEM_ALLOC_AND_REGISTER;
         if (!libraries.supports(feature)) {
-            throw new UnsupportedOperationException("allocateForNccl: ncclMemAlloc needs NCCL " + feature.since()
-                    + " or newer; this is NCCL " + libraries.nccl());
+            throw new UnsupportedOperationException("allocateForNccl: ncclMemAlloc needs NCCL "
+                    + VersionCodes.text(feature.sinceVersion()) + " or newer; this is NCCL "
+                    + VersionCodes.text(libraries.ncclVersion()));
         }
         int device = Cuda.currentDevice();
         return new DeviceMemory(CudaHandle.create("device memory", "ncclMemAlloc(" + bytes + " bytes)",

@@ -40,6 +40,15 @@ public final class Deadlines {
         return now + toNanos(timeout); // may wrap: passed() compares by difference, exact within MAX_NANOS
     }
 
+    /**
+     * {@return the nanoTime deadline {@code timeoutNanos} after {@code now}, the wait clamped to
+     * [0, {@link #MAX_NANOS}] as {@link #toNanos} clamps a duration ({@link Long#MAX_VALUE}, the
+     * host-side waits' "no limit", becomes practically never)}
+     */
+    public static long deadline(long now, long timeoutNanos) {
+        return now + Math.clamp(timeoutNanos, 0, MAX_NANOS);
+    }
+
     /** {@return the nanoTime deadline {@code timeout} from now} */
     public static long deadline(Duration timeout) {
         return deadline(System.nanoTime(), timeout);

@@ -51,7 +51,7 @@ public final class Modes {
     /**
      * Creates this rank's communicator on {@code device} (made the calling thread's current device)
      * and waits, up to {@link CommunicatorOptions#initTimeout()}, for all ranks to join; the wait
-     * also ends as soon as {@link HostSide#cancellation()} gives a reason.
+     * also ends as soon as {@link Failures#cancellation()} of the parts gives a reason.
      *
      * @param id        the unique id every rank of the communicator uses
      * @param rank      this rank, in {@code [0, worldSize)}

@@ -48,8 +48,8 @@ import java.util.function.Supplier;
  * <p>Each call is a transaction of the communicator (the watchdog and the flight recorder see it),
  * so it fails with {@link IllegalStateException} while the calling rank has a transaction open.
  * Every wait polls (spin, then park; no busy spin) until the collective completes, the communicator
- * is aborted or closed, {@link #timeoutNanos(dev.jnccl.CommunicatorOptions) the host timeout} passes,
- * or the thread is interrupted; the last two end with {@link CommunicatorAbortedException} (the
+ * is aborted or closed, {@link HostSide#timeoutNanos(dev.jnccl.CommunicatorOptions) the host
+ * timeout} passes, or the thread is interrupted; the last two end with {@link CommunicatorAbortedException} (the
  * interrupt as its cause, the interrupt status kept), and the communicator then aborts this rank.
  *
  * <p><b>What the other ranks see.</b> There is no side channel to tell them: NCCL cannot say which
@@ -63,7 +63,7 @@ import java.util.function.Supplier;
  * device, for the next host side (a few KiB per communicator, at most 64 buffers per device):
  * {@code cudaFree} waits for the whole device, which ranks sharing it may still use.
  */
-public final class NcclHostSide implements HostSide {
+public final class NcclHostSide implements HostSide, RankEvents, Failures {
     private static final long SLOT_ALIGNMENT = Long.BYTES;
     /**
      * Buffers of closed host sides, per device, for the next one: never handed to cudaFree while the
@@ -103,12 +103,16 @@ public final class NcclHostSide implements HostSide {
 
     /**
      * The parts of a rank whose host side is this kind's, with every command moving through NCCL.
+     * The host side is also the parts' {@link RankEvents} (its stream and buffer live from
+     * {@link #attached} to {@link #closed}) and {@link Failures} ({@code cancellation} only: with no
+     * side channel it has nothing to tell the other ranks).
      *
      * @param cancellation see {@link #NcclHostSide(Supplier)}
      * @return the parts
      */
     public static RankParts parts(Supplier<String> cancellation) {
-        return new RankParts(new NcclHostSide(cancellation), Transport.NCCL);
+        NcclHostSide host = new NcclHostSide(cancellation);
+        return new RankParts(host, Transport.NCCL, host, host);
     }
 
     @Override
@@ -209,8 +213,7 @@ public final class NcclHostSide implements HostSide {
 
     /** One host-side call: this host side's state is used by one thread at a time, and freed by the last one out. */
     private <T> T call(String operation, long timeoutNanos, LongFunction<T> body) {
-        long deadline = timeoutNanos == Long.MAX_VALUE ? Long.MAX_VALUE : System.nanoTime()
-                + Math.min(timeoutNanos, Deadlines.MAX_NANOS);
+        long deadline = Deadlines.deadline(System.nanoTime(), timeoutNanos);
         try {
             if (!lock.tryLock(timeoutNanos, TimeUnit.NANOSECONDS)) {
                 throw timedOut(operation, " another thread of this rank held its host side");

@@ -46,6 +46,6 @@ public interface Transport {
      */
     default void afterCommands(CudaStream stream) {}
 
-    /** Called once by {@link dev.jnccl.Communicator#close()}, before the host side's {@link HostSide#closed}. */
+    /** Called once by {@link dev.jnccl.Communicator#close()}, before the parts' {@link RankEvents#closed}. */
     default void close() {}
 }

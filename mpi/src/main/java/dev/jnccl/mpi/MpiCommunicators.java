@@ -3,9 +3,9 @@ package dev.jnccl.mpi;
 import dev.jnccl.Communicator;
 import dev.jnccl.CommunicatorAbortedException;
 import dev.jnccl.UniqueId;
-import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.Modes;
 import dev.jnccl.cuda.Cuda;
+import dev.jnccl.internal.Deadlines;
 import dev.jnccl.mpi.internal.JvmSignalHandlers;
 import dev.jnccl.mpi.internal.MpiLibrary;
 import java.nio.charset.StandardCharsets;
@@ -132,8 +132,8 @@ public final class MpiCommunicators {
             int size = mpi.size(world);
             mpi.rememberRank(rank);
             // One deadline for every wait below (see the class comment).
-            MpiLibrary.Wait wait = new MpiLibrary.Wait("create", HostSide.timeoutNanos(
-                    options.communicator().initTimeout()), () -> null);
+            MpiLibrary.Wait wait = new MpiLibrary.Wait("create",
+                    Deadlines.toNanos(options.communicator().initTimeout()), () -> null);
             mpi.arrive(world, rank, size, CREATE_TAG, "rank " + rank, "", wait);
             comm = mpi.idup(world, wait);
             mpi.setErrorsReturn(comm);
@@ -359,7 +359,7 @@ public final class MpiCommunicators {
                 return;
             }
             LOG.error("rank {}: MPI_Finalize did not return within {} ms (CommunicatorOptions.closeTimeout); halting"
-                    + " this process with exit code 1", rank, timeout.toMillis());
+                    + " this process with exit code 1", rank, Deadlines.toMillis(timeout));
             Runtime.getRuntime().halt(MpiHost.ABORT_EXIT_CODE);
         });
         try {

@@ -1,7 +1,9 @@
 package dev.jnccl.mpi;
 
+import dev.jnccl.spi.Failures;
 import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.Membership;
+import dev.jnccl.spi.RankEvents;
 import dev.jnccl.spi.RankParts;
 import dev.jnccl.spi.Transport;
 import dev.jnccl.mpi.internal.MpiLibrary;
@@ -18,8 +20,10 @@ import org.slf4j.LoggerFactory;
 /**
  * The host side of this process's rank under MPI: barrier and host gathers over its own MPI
  * communicator (a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN, so jnccl's messages never mix
- * with the application's and its error handling leaves the application's communicators alone). No
- * launch-queue pace: one process drives one GPU.
+ * with the application's and its error handling leaves the application's communicators alone). It
+ * is the rank's events too (MPI_Comm_split before each split, the closing exchange, freeing the MPI
+ * communicator) and its failures (the watchdog's poll for a peer that closed early, MPI_Abort after
+ * an abort). No launch-queue pace: one process drives one GPU.
  *
  * <p>Every host-side rendezvous (barrier, host gathers, the colour exchange of a split) starts with
  * the arrival messages of {@link MpiLibrary#arrive}: so one that ends at its deadline, or on an
@@ -30,7 +34,7 @@ import org.slf4j.LoggerFactory;
  * {@code abort}) it ends the whole job with MPI_Abort; a clean close frees the MPI communicator and
  * finalizes MPI if jnccl initialised it.
  */
-final class MpiHost implements HostSide {
+final class MpiHost implements HostSide, RankEvents, Failures {
     private static final Logger LOG = LoggerFactory.getLogger(MpiHost.class);
     /** The exit code of a job ended by a failing rank. */
     static final int ABORT_EXIT_CODE = 1;
@@ -94,8 +98,13 @@ final class MpiHost implements HostSide {
      * @param finalizeTimeout null, or the bound of MPI_Finalize when jnccl initialised MPI
      */
     static RankParts parts(MpiLibrary mpi, MpiLibrary.Handle comm, int rank, int worldSize, Duration finalizeTimeout) {
-        return new RankParts(new MpiHost(mpi, comm, comm, finalizeTimeout, new AtomicBoolean(), rank, worldSize,
-                "rank " + rank, ""), Transport.NCCL);
+        return parts(new MpiHost(mpi, comm, comm, finalizeTimeout, new AtomicBoolean(), rank, worldSize,
+                "rank " + rank, ""));
+    }
+
+    /** {@code host} as the host side, events and failures of a rank whose commands all move through NCCL. */
+    private static RankParts parts(MpiHost host) {
+        return new RankParts(host, Transport.NCCL, host, host);
     }
 
     @Override
@@ -192,7 +201,7 @@ final class MpiHost implements HostSide {
                 mpi.sendLong(executed, peer, CLOSING_TAG, comm);
             }
         }
-        long deadline = Deadlines.deadline(System.nanoTime(), java.time.Duration.ofNanos(timeoutNanos));
+        long deadline = Deadlines.deadline(System.nanoTime(), timeoutNanos);
         long polls = 0;
         while (true) {
             firstClosed();
@@ -251,9 +260,9 @@ final class MpiHost implements HostSide {
             throw new IllegalStateException("split: NCCL made rank " + membership.rank() + " of "
                     + membership.worldSize() + " but MPI_Comm_split rank " + mpiRank + " of " + mpi.size(childComm));
         }
-        return new RankParts(new MpiHost(mpi, childComm, job, null, jobAborted, membership.rank(),
+        return parts(new MpiHost(mpi, childComm, job, null, jobAborted, membership.rank(),
                 membership.worldSize(), "rank " + membership.parent().rank() + " (rank " + membership.rank()
-                + " of a split)", " of the split"), Transport.NCCL);
+                + " of a split)", " of the split"));
     }
 
     /** The NCCL communicator is aborted: end the job, or peers blocked in NCCL or MPI would wait forever. */

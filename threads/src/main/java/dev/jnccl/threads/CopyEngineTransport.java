@@ -57,7 +57,7 @@ final class CopyEngineTransport implements Transport {
     private final ThreadsOptions options;
     private final int rank;
     private final int worldSize;
-    /** The exchanges with the peers are bounded as host-side waits are (see HostSide.timeoutNanos). */
+    /** The exchanges with the peers are bounded as host-side waits are (see {@link HostSide#timeoutNanos}). */
     private final long hostTimeoutNanos;
     private final CudaEvent readyForPeers;
     private final CudaEvent doneReading;

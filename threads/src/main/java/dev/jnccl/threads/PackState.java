@@ -321,7 +321,8 @@ final class PackState {
             }
             if (done != null && !awaitComplete(done, deadline)) {
                 LOG.warn("rank {}: released by the pack's failure although rank {}'s comms stream may still copy"
-                        + " from its buffers after {} ms (the close timeout)", rank, reader, drainTimeout.toMillis());
+                        + " from its buffers after {} ms (the close timeout)", rank, reader,
+                        Deadlines.toMillis(drainTimeout));
                 return false;
             }
         }

@@ -2,19 +2,23 @@ package dev.jnccl.threads;
 
 import dev.jnccl.Communicator;
 import dev.jnccl.CommunicatorAbortedException;
+import dev.jnccl.spi.Failures;
 import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.Membership;
+import dev.jnccl.spi.RankEvents;
 import dev.jnccl.spi.RankParts;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 
 /**
- * The host side of one rank of a threads-mode pack: barrier and host gathers through the pack's
- * shared state, the launch-queue pace, splits into child packs, and the pack's failure handling
- * (a failed rank releases and aborts every other rank; see {@link PackState}).
+ * One rank of a threads-mode pack as the launcher's host side, events and failures (the transport is
+ * {@link CopyEngineTransport}'s or NCCL's): barrier, host gathers and splits into child packs through
+ * the pack's shared state; the launch-queue pace and the rank's registration with its pack; the
+ * pack's failure handling, where a failed rank releases and aborts every other rank (see
+ * {@link PackState}).
  */
-final class ThreadsHost implements HostSide {
+final class ThreadsHost implements HostSide, RankEvents, Failures {
     /** How long this rank's last transactions wait before a peer that closed after fewer ends them (see {@link #poll}). */
     private static final long PENDING_GRACE_NANOS = TimeUnit.SECONDS.toNanos(1);
 
@@ -33,10 +37,10 @@ final class ThreadsHost implements HostSide {
         this.rank = rank;
     }
 
-    /** This rank's parts: this host side and the transport {@code options} ask for. */
+    /** This rank's parts: one of these as host side, events and failures; the transport {@code options} ask for. */
     static RankParts parts(PackState pack, ThreadsOptions options, int rank) {
-        return new RankParts(new ThreadsHost(pack, options, rank),
-                CopyEngineTransport.of(pack, options, rank, pack.size()));
+        ThreadsHost host = new ThreadsHost(pack, options, rank);
+        return new RankParts(host, CopyEngineTransport.of(pack, options, rank, pack.size()), host, host);
     }
 
     @Override

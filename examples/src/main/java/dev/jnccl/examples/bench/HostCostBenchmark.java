@@ -10,6 +10,7 @@ import dev.jnccl.ReduceOp;
 import dev.jnccl.bindings.LoadedLibraries;
 import dev.jnccl.bindings.NativeLibraries;
 import dev.jnccl.bindings.NcclConfigs;
+import dev.jnccl.bindings.VersionCodes;
 import dev.jnccl.bindings.cuda.CudaRuntime;
 import dev.jnccl.bindings.nccl.Nccl;
 import dev.jnccl.bindings.nccl.ncclConfig_t;
@@ -315,8 +316,8 @@ public class HostCostBenchmark {
                 nccl(result, "ncclCommInitRankConfig");
             }
             queue = new QueueBound(() -> cuda(CudaRuntime.cudaStreamSynchronize(commsStream), "cudaStreamSynchronize"));
-            System.out.println("# raw bindings: backend " + libraries.backend().id() + ", NCCL " + libraries.nccl()
-                    + ", " + count + " x FP32, " + comm + " communicator");
+            System.out.println("# raw bindings: backend " + libraries.backend().id() + ", NCCL "
+                    + VersionCodes.text(libraries.ncclVersion()) + ", " + count + " x FP32, " + comm + " communicator");
         }
 
         /** A group end (or an ungrouped collective): on a non-blocking communicator, waits until it is launched. */

@@ -1,0 +1,86 @@
+package dev.jnccl.spi;
+
+import dev.jnccl.Communicator;
+
+/**
+ * How a failure of one rank reaches the others: what the launcher knows about failed peers (asked
+ * while waiting, and by the watchdog), and what it does when this rank's communicator is aborted.
+ * Every method does nothing by default, for a launcher with no side channel between the ranks
+ * (those ranks learn of a failure only as NCCL reports it, or from their own watchdog). Threads
+ * mode fails the whole pack and releases its ranks; MPI mode ends the job.
+ *
+ * <p>An abort calls, on the aborting thread: {@link #explainAbort}, then (once per communicator)
+ * {@link #aborting}, NCCL's abort, {@link #aborted}. A call that later finds the communicator
+ * aborted calls {@link #beforeAbortedException} on its own thread before it throws.
+ */
+public interface Failures {
+
+    /** The failure handling of a launcher with no side channel between the ranks. */
+    Failures NONE = new Failures() {};
+
+    /**
+     * Polled while this rank waits for the others to create or split a communicator: a non-null
+     * answer (another rank already failed) ends the wait with that reason.
+     *
+     * @return why waiting is pointless, or null
+     */
+    default String cancellation() {
+        return null;
+    }
+
+    /**
+     * Polled by the watchdog every interval (with the communicator's lock not held): a reason to
+     * abort now from what the launcher knows about the other ranks, or null. MPI mode answers when
+     * another rank closed its communicator after fewer transactions than this rank executed while
+     * this rank's work has been pending for a while: this rank waits for a collective that rank
+     * will never join.
+     *
+     * @param executed     the transactions this rank has executed (one whose enqueue has started counts)
+     * @param pendingNanos how long the oldest incomplete transaction has been pending, or this rank has
+     *                     been inside an enqueue (real NCCL connects to peers in the first collectives),
+     *                     whichever is longer; -1 when neither
+     * @return why to abort, or null
+     */
+    default String poll(long executed, long pendingNanos) {
+        return null;
+    }
+
+    /**
+     * The reason to record for an abort: a launcher that knows an earlier root cause (another rank
+     * failed first) puts it in front, so that every rank's exception names the rank that failed.
+     * Called on every {@link Communicator#abort}, also on one that finds the communicator no
+     * longer open.
+     *
+     * @param reason the reason given to {@link Communicator#abort}
+     * @return the reason to record and report
+     */
+    default String explainAbort(String reason) {
+        return reason;
+    }
+
+    /**
+     * Called once when the communicator is aborted, before NCCL's abort: release threads waiting on
+     * the host side and tell the other ranks.
+     *
+     * @param reason the recorded reason
+     */
+    default void aborting(String reason) {}
+
+    /**
+     * Called once after NCCL's abort has returned, on the aborting thread (MPI mode ends the job
+     * here, so that peers blocked in NCCL do not hang).
+     *
+     * @param reason the recorded reason
+     */
+    default void aborted(String reason) {}
+
+    /**
+     * Called on a thread that is about to get {@link dev.jnccl.CommunicatorAbortedException}
+     * (possibly holding the communicator's lock: must not wait for the communicator): threads mode
+     * waits here, bounded, until no peer still copies from this rank's buffers, so that the caller
+     * may free them once the exception arrives.
+     *
+     * @param reason the recorded reason
+     */
+    default void beforeAbortedException(String reason) {}
+}
