@@ -30,7 +30,9 @@ public interface Transport {
     default void beforeCommands(List<Command> commands, CudaStream stream) {}
 
     /**
-     * Offers one command; {@link Command.DestructiveAllToAll} is never offered.
+     * Offers one command; a kind of {@link Command.Group#ROUNDS} (the destructive all-to-all, whose
+     * rounds' order is what makes it safe) is never offered. A transport declines every kind it does
+     * not move, so that a new kind goes to NCCL without touching it.
      *
      * @param command the command
      * @param stream  the comms stream
