@@ -106,6 +106,33 @@ class MpiWorldsTest extends MpiWorldsChecks {
     }
 
     /**
+     * The only rank of a job throws mid-transaction and its ncclCommAbort never returns (host
+     * emulation: {@code JNCCL_HOST_FAULT=hang-abort}): the abort is abandoned at the close timeout
+     * (5 s) and MPI_Abort, which the rank calls after its abort, still ends the job; the reason it
+     * logs names the abandonment. One rank: no peer can end the job for it.
+     */
+    @ParameterizedTest
+    @EnumSource(MpiJobs.Launcher.class)
+    void aRankWhoseAbortHangsStillEndsTheJob(MpiJobs.Launcher launcher) throws Exception {
+        MpiJobs jobs = new MpiJobs(launcher, "host", false, Map.of("JNCCL_HOST_FAULT", "hang-abort",
+                "JNCCL_HOST_FAULT_RANK", "0"));
+        try (MpiJobs.Job job = jobs.start("throw-hang-abort", 1)) {
+            job.awaitLine("(?m)^STARTED$", JOB_TIMEOUT);
+            // The abort's bound plus a margin; without the bound the job never ends.
+            int exit = job.awaitExit(MpiRank.HANG_ABORT_CLOSE.plusSeconds(25));
+            String output = job.output();
+            assertNotEquals(0, exit, job.name + ": exit code\n" + output);
+            assertTrue(output.contains("rank 0 fails on purpose mid-transaction"), output);
+            assertTrue(output.contains("ncclCommAbort of rank 0 hangs for ever"), output);
+            assertTrue(output.contains("ncclCommAbort did not return within " + MpiRank.HANG_ABORT_CLOSE.toMillis()
+                    + " ms: the communicator was abandoned"), output);
+            assertTrue(output.contains("ending the MPI job (MPI_Abort"), output);
+            assertTrue(!output.contains("UNEXPECTED"), output);
+            job.assertNoRankLeft(Duration.ofSeconds(15));
+        }
+    }
+
+    /**
      * Rank 1 of 3 hangs in its 3rd NCCL operation (host emulation fault injection): the watchdog (3 s)
      * aborts, and MPI_Abort called from the watchdog's thread (hence MPI_THREAD_MULTIPLE) ends the job.
      */
