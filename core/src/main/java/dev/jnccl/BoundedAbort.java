@@ -2,6 +2,8 @@ package dev.jnccl;
 
 import dev.jnccl.internal.Deadlines;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -30,8 +32,8 @@ final class BoundedAbort {
     /** Whether a waiter was interrupted already (said once). */
     private final AtomicBoolean interruptTold = new AtomicBoolean();
     private final Thread thread;
-    /** What must wait until the abort has returned (guarded by this); null once run or when none. */
-    private Runnable pending;
+    /** What must wait until the abort has returned, in order (guarded by this); empty once run. */
+    private final List<Runnable> pending = new ArrayList<>();
     /** Whether the abort has returned (guarded by this). */
     private boolean done;
 
@@ -56,19 +58,17 @@ final class BoundedAbort {
     private void run(Runnable abort) {
         try {
             abort.run();
-        } catch (RuntimeException | Error e) {
+        } catch (RuntimeException e) {
             LOG.warn("rank {}: the abort failed", rank, e);
         } finally {
-            Runnable then;
+            List<Runnable> then;
             synchronized (this) {
                 done = true;
-                then = pending;
-                pending = null;
+                then = List.copyOf(pending);
+                pending.clear();
             }
             returned.countDown();
-            if (then != null) {
-                then.run();
-            }
+            then.forEach(Runnable::run);
         }
     }
 
@@ -101,13 +101,12 @@ final class BoundedAbort {
 
     /**
      * Runs {@code action} once the abort has returned: now, on this thread, when it has; otherwise
-     * on the abort's thread when (if ever) it returns. One action at a time waits: a later one
-     * replaces it (callers pass the same release).
+     * on the abort's thread when (if ever) it returns, after the actions given before it.
      */
     void afterReturn(Runnable action) {
         synchronized (this) {
             if (!done) {
-                pending = action;
+                pending.add(action);
                 return;
             }
         }

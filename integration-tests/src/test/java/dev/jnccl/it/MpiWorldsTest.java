@@ -20,9 +20,9 @@ import org.junit.jupiter.params.provider.MethodSource;
  * run every transaction command, convenience operation and data type, in place and out of place,
  * the host gathers and barrier ({@link MpiRank} {@code ops}: {@link Scenarios} checked element by
  * element on random data, one verdict per rank); then the device override, MPI's error string, MPI
- * initialised by the application, a throwing rank, a SIGKILLed rank, ranks absent from a host-side
- * rendezvous or from create (named at the deadline) and an interrupted rendezvous. Skipped, with the
- * reason, where a launcher is not installed.
+ * initialised by the application, a throwing rank (also one whose ncclCommAbort hangs), a SIGKILLed
+ * rank, ranks absent from a host-side rendezvous or from create (named at the deadline) and an
+ * interrupted rendezvous. Skipped, with the reason, where a launcher is not installed.
  */
 @Timeout(value = 300, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
 class MpiWorldsTest extends MpiWorldsChecks {
