@@ -1006,6 +1006,11 @@ public final class Communicator implements AutoCloseable {
      * with {@code reason}. Idempotent; callable from any thread. Communicators
      * {@linkplain #split split} from this one that are still open are aborted too.
      *
+     * <p>NCCL's own abort can hang; it is waited for up to {@link CommunicatorOptions#closeTimeout()}
+     * (at least 5 s). Past that the communicator is <i>abandoned</i>: this returns, the reason says
+     * so from then on, and NCCL's communicator is leaked on purpose, never destroyed. An interrupt
+     * ends the wait at once (the interrupt status is kept; NCCL's abort goes on, on its own thread).
+     *
      * @param reason why; reported by every exception that follows
      */
     public void abort(String reason) {
@@ -1035,7 +1040,11 @@ public final class Communicator implements AutoCloseable {
         } catch (RuntimeException e) {
             LOG.warn("rank {}: the host side failed while aborting", rank, e);
         }
-        comm.abort();
+        String abandoned = comm.abort(); // bounded: see NcclComm's bounded abort
+        if (abandoned != null) {
+            explained = explained + "; then " + abandoned;
+            abortReason = explained; // what the calls that find it aborted from now on report
+        }
         try {
             failures.aborted(explained);
         } catch (RuntimeException e) {

@@ -14,7 +14,9 @@ import java.util.function.Consumer;
  * @param initTimeout        how long init waits for the other ranks before aborting (default 120 s;
  *                           1 ns to 365 days)
  * @param closeTimeout       how long {@code close()} waits for pending work and ncclCommFinalize
- *                           before it aborts instead (default 30 s; same range)
+ *                           before it aborts instead (default 30 s; same range); also how long an
+ *                           abort waits for ncclCommAbort (at least 5 s) before it abandons the
+ *                           communicator (see {@link Communicator#abort})
  * @param watchdogTimeout    a transaction not complete after this long aborts the communicator
  *                           (default 10 min, as PyTorch's; 1 ms to 365 days); {@link Duration#ZERO}
  *                           turns the watchdog off (see {@link #withoutWatchdog()})

@@ -48,6 +48,12 @@ import org.slf4j.LoggerFactory;
  * can get in. Abort takes it too, but gives up after a grace period: in {@code BLOCKING_SPLIT} mode
  * a thread can be held inside a blocking NCCL call (waiting for a dead peer), and only
  * {@code ncclCommAbort}, which first raises NCCL's abort flag, lets it return.
+ *
+ * <p><b>Bounded abort.</b> {@code ncclCommAbort} itself can hang (it waits for NCCL's kernels,
+ * proxy thread and connections to wind down). It runs on a daemon thread ({@link BoundedAbort}),
+ * and its waiters give up after {@link #abortBound}: the communicator is then <i>abandoned</i>.
+ * Its handles are gone from this object (nothing calls NCCL on them again, nothing destroys them)
+ * and the native memory that thread may still read is never freed while it has not returned.
  */
 final class NcclComm {
     private static final Logger LOG = LoggerFactory.getLogger(NcclComm.class);
@@ -57,6 +63,13 @@ final class NcclComm {
     private static final long ABORT_LOCK_GRACE_MILLIS = 1000;
     /** The pause between two polls of NCCL's asynchronous state in init, split and finalize. */
     private static final long POLL_NANOS = 200_000;
+    /**
+     * The least time an abort is waited for, whatever {@link CommunicatorOptions#closeTimeout()}
+     * says (1 ns there means "do not wait for the finalize"): a healthy ncclCommAbort frees NCCL's
+     * buffers and joins its proxy thread, which takes up to a second or so, and abandoning it would
+     * leak a working communicator's GPU memory.
+     */
+    private static final Duration MIN_ABORT_BOUND = Duration.ofSeconds(5);
 
     private final int rank;
     private final int worldSize;
@@ -65,17 +78,27 @@ final class NcclComm {
     /** The ncclConfig_t tuning of every communicator this one creates (init, its blocking child, splits). */
     private final CommunicatorOptions tuning;
     private final ReentrantLock lock;
-    /** Native memory that must outlive asynchronous NCCL jobs (the split's output slot); closed last. */
+    /**
+     * Native memory that must outlive asynchronous NCCL jobs (the split's output slot) and the abort
+     * (which reads the slot); closed last, by {@link #closeArena}, and never under an abort that has
+     * not returned.
+     */
     private final Arena arena = Arena.ofShared();
+    /** Serializes the arena's close (the caller's and the abort thread's, see {@link #closeArena}). */
+    private final Object arenaClose = new Object();
     private final MemorySegment asyncErrorSlot;
     private final MemorySegment childSlot;
     /**
-     * Held around each finalize, destroy and abort of the handles (with the fields that name them):
-     * an abort from another thread while the lock's holder closes (abort under the holder) then
-     * never hands NCCL a communicator the close is finalizing or destroying, nor destroys one the
-     * close is using; whichever comes second finds the fields cleared. Never held across a wait.
+     * Held around each finalize and destroy of the handles and while an abort takes them (with the
+     * fields that name them): an abort from another thread while the lock's holder closes (abort
+     * under the holder) then never hands NCCL a communicator the close is finalizing or destroying,
+     * nor destroys one the close is using; whichever comes second finds the fields cleared. The
+     * abort's ncclCommAbort calls run after, on handles nobody else can reach any more: never held
+     * across a wait, nor across an abort that may not return.
      */
     private final Object handleUse = new Object();
+    /** The abort of the handles, once they were taken for it (under handleUse); null before. */
+    private volatile BoundedAbort aborting;
 
     /** The non-blocking communicator (both modes); null once aborted or destroyed. */
     private volatile MemorySegment parent;
@@ -126,7 +149,7 @@ final class NcclComm {
             return comm;
         } catch (RuntimeException e) {
             comm.abortHandles();
-            comm.arena.close();
+            comm.closeArena();
             throw e;
         }
     }
@@ -216,10 +239,13 @@ final class NcclComm {
             return result;
         } finally {
             if (!done) {
-                if (!settled) {
-                    abortHandles(); // ends the split job (NCCL joins it), so result's slot is final
+                if (!settled && !abortHandles()) {
+                    // NCCL joins the split job in the abort, which has not returned: result's slot
+                    // may still be written, so result is discarded once (if ever) it does.
+                    aborting.afterReturn(result::discardSplit);
+                } else {
+                    result.discardSplit(); // the split job has ended: result's slot is final
                 }
-                result.discardSplit();
             }
         }
     }
@@ -310,7 +336,7 @@ final class NcclComm {
             parent = late;
         }
         abortHandles();
-        arena.close();
+        closeArena();
     }
 
     private void awaitInit(MemorySegment handle, String function, long deadline, Duration timeout,
@@ -705,7 +731,7 @@ final class NcclComm {
         if (result != SUCCESS) {
             LOG.warn("rank {}: ncclCommDestroy returned {} ({})", rank, result, Native.ncclErrorText(result));
         }
-        arena.close();
+        closeArenaNow();
         return null;
     }
 
@@ -716,9 +742,13 @@ final class NcclComm {
      * ncclCommAbort of the child, then of the parent: work in flight ends, peers waiting for this
      * rank see it, every later call fails. Idempotent; any thread. Waits up to a grace period for the
      * lock; a thread that still holds it then is inside a blocking NCCL call, which NCCL's abort flag
-     * (raised first by ncclCommAbort) ends, so the handles are aborted without the lock.
+     * (raised first by ncclCommAbort) ends, so the handles are aborted without the lock. The abort
+     * itself is waited for up to {@link #abortBound} (see {@link #abortHandles}).
+     *
+     * @return null when the abort returned or goes on after an interrupt of this thread; else why
+     *         it was abandoned, for the communicator's abort reason
      */
-    void abort() {
+    String abort() {
         // Free lock: taken at once, interrupt or not (an interrupted rank aborting its own
         // communicator). Held: wait the grace, unless this thread is interrupted (a watchdog being
         // stopped), then abort under the holder at once.
@@ -744,23 +774,68 @@ final class NcclComm {
                 lock.unlock();
             }
         }
+        BoundedAbort run = aborting;
+        return run != null && run.abandoned() ? abandonment(run) : null;
+    }
+
+    /**
+     * How long a thread waits for ncclCommAbort: {@link CommunicatorOptions#closeTimeout()}, the
+     * bound the user gave the end of the communicator's life (close aborts when it passes), but at
+     * least {@link #MIN_ABORT_BOUND}.
+     */
+    private Duration abortBound() {
+        Duration close = tuning.closeTimeout();
+        return close.compareTo(MIN_ABORT_BOUND) < 0 ? MIN_ABORT_BOUND : close;
+    }
+
+    /** Whether an abort of this communicator was abandoned (its ncclCommAbort did not return in time). */
+    boolean abandoned() {
+        BoundedAbort run = aborting;
+        return run != null && run.abandoned();
+    }
+
+    private String abandonment(BoundedAbort run) {
+        return "ncclCommAbort did not return within " + Deadlines.toMillis(run.bound())
+                + " ms: the communicator was abandoned, its native resources leaked on purpose";
+    }
+
+    /** The one ERROR line of an abandoned abort: what is left behind, and which thread stays blocked. */
+    private void logAbandoned(BoundedAbort run) {
+        Thread inside = callThread;
+        LOG.error("rank {}: {} (NCCL's communicator, the thread {} blocked in ncclCommAbort, and this communicator's"
+                        + " native memory: never freed while that thread may return); threads waiting on the"
+                        + " communicator are released with CommunicatorAbortedException{}", rank, abandonment(run),
+                run.thread().getName(), inside == null ? "" : "; thread " + inside.getName() + " is still inside an"
+                        + " NCCL call of it, which cannot be released: it stays blocked there");
     }
 
     /**
      * Takes the lock for close within {@code timeout}; if a thread still holds it then (held inside
-     * a blocking NCCL call), runs {@code abort} (which ends that call) and tries once more. Returns
+     * a blocking NCCL call), runs {@code abort} (which ends that call) and tries once more; after an
+     * abandoned abort, each try lasts at most the abort's grace (see {@link #closeWait}). Returns
      * whether the caller now holds the lock; false: it gave up, and logged what is left behind.
      */
     boolean lockForClose(Duration timeout, Runnable abort) {
-        if (tryLock(timeout)) {
+        if (tryLock(closeWait(timeout))) {
             return true;
         }
         abort.run();
-        if (tryLock(timeout)) {
+        if (tryLock(closeWait(timeout))) {
             return true;
         }
-        LOG.error("rank {}: close gave up waiting for a thread inside NCCL; its stream and events are left", rank);
+        LOG.error("rank {}: close gave up waiting for a thread inside NCCL{}; its stream and events are left", rank,
+                abandoned() ? " (the abort that would release it was abandoned)" : "");
         return false;
+    }
+
+    /**
+     * How long close waits for the lock: {@code timeout}, but once an abort was abandoned at most
+     * the abort's grace (its thread lets go of the lock right after): a holder still inside NCCL
+     * then stays there, as that abort did not release it.
+     */
+    private Duration closeWait(Duration timeout) {
+        Duration grace = Duration.ofMillis(ABORT_LOCK_GRACE_MILLIS);
+        return abandoned() && timeout.compareTo(grace) > 0 ? grace : timeout;
     }
 
     private boolean tryLock(Duration timeout) {
@@ -791,10 +866,9 @@ final class NcclComm {
 
     /**
      * The child a split published into {@link #childSlot} after its communicator was taken for the
-     * abort (cleared here), or null. An abort under the holder runs without the lock, and the holder
-     * may be closing: its close frees the arena (the slot with it) at any moment, having finalized
-     * or aborted whatever the split published; a closed arena therefore means nothing is left, never
-     * a failed abort.
+     * abort (cleared here), or null. Runs on the abort's thread, before it returns: the arena (the
+     * slot with it) is not closed until then (see {@link #closeArena}); a closed arena would mean
+     * nothing is left, never a failed abort.
      */
     private MemorySegment lateChild() {
         try {
@@ -811,25 +885,57 @@ final class NcclComm {
         }
     }
 
-    /** Closes the native memory once the handles are gone (after an abort that had to skip it). Caller holds the lock. */
+    /**
+     * Closes the native memory once the handles are gone (after an abort that had to skip it).
+     * Caller holds the lock. An abort still running is waited for (as {@link BoundedAbort#await});
+     * its thread may still read the memory, so while it has not returned the close is left to that
+     * thread, when (if ever) it returns: an abandoned communicator's memory is leaked.
+     */
     void closeArena() {
-        if (isReleased() && arena.scope().isAlive()) {
-            arena.close();
+        BoundedAbort run = aborting;
+        if (run == null) {
+            closeArenaNow();
+            return;
+        }
+        run.await();
+        run.afterReturn(this::closeArenaNow);
+    }
+
+    private void closeArenaNow() {
+        synchronized (arenaClose) {
+            if (isReleased() && arena.scope().isAlive()) {
+                arena.close();
+            }
         }
     }
 
-    private void abortHandles() {
+    /**
+     * Takes the handles (fields cleared under handleUse, so that a thread that comes back from NCCL
+     * sees the communicator gone and close never touches them again), then aborts them on their
+     * own thread and waits up to {@link #abortBound}; a second caller waits for the same abort.
+     * Returns whether the abort has returned (or there was nothing to abort): false when it was
+     * abandoned at the deadline, or when this thread was interrupted (the abort goes on, the
+     * interrupt status is kept).
+     */
+    private boolean abortHandles() {
+        BoundedAbort run;
         synchronized (handleUse) {
-            abortHandlesInUse();
+            run = aborting;
+            MemorySegment blocking = child;
+            MemorySegment nonBlocking = parent;
+            if (run == null && (blocking != null || nonBlocking != null)) {
+                child = null;
+                parent = null;
+                run = BoundedAbort.start(rank, abortBound(), () -> abortTaken(blocking, nonBlocking),
+                        this::logAbandoned);
+                aborting = run;
+            }
         }
+        return run == null || run.await();
     }
 
-    private void abortHandlesInUse() {
-        // Clear the fields first: a thread that comes back from NCCL must see the communicator gone.
-        MemorySegment blocking = child;
-        MemorySegment nonBlocking = parent;
-        child = null;
-        parent = null;
+    /** The ncclCommAbort calls of the taken handles, on the abort's thread. */
+    private void abortTaken(MemorySegment blocking, MemorySegment nonBlocking) {
         if (blocking != null) {
             warnIfFailed(Nccl.ncclCommAbort(blocking), "ncclCommAbort of the blocking communicator");
         }

@@ -72,6 +72,7 @@ public final class MpiRank {
                 case "ucx-signals" -> ucxSignals(seed);
                 case "throw" -> throwMidTransaction();
                 case "throw-create" -> throwMidTransactionWithCreate();
+                case "throw-hang-abort" -> throwWithShortClose();
                 case "late-close" -> lateClose(seed);
                 case "killed", "watchdog" -> loopTransactions();
                 case "absent-barrier" -> absentRank(Communicator::barrier);
@@ -215,6 +216,19 @@ public final class MpiRank {
 
     private static void throwMidTransaction() {
         MpiCommunicators.run(MpiOptions.defaults(), MpiRank::failMidTransaction);
+    }
+
+    /** The close timeout of {@link #throwWithShortClose}: also how long its abort is waited for. */
+    static final Duration HANG_ABORT_CLOSE = Duration.ofSeconds(5);
+
+    /**
+     * As {@link #throwMidTransaction} with a close timeout of {@link #HANG_ABORT_CLOSE}, for a job
+     * whose failing rank's ncclCommAbort hangs (host emulation fault): the abort is abandoned at
+     * that bound and the rank's MPI_Abort still ends the job.
+     */
+    private static void throwWithShortClose() {
+        MpiCommunicators.run(MpiOptions.defaults().withCommunicator(CommunicatorOptions.defaults()
+                .withCloseTimeout(HANG_ABORT_CLOSE)), MpiRank::failMidTransaction);
     }
 
     /** Rank 1 (or 0 alone) throws between adding a transaction's commands and executing it; the others wait in it. */

@@ -20,9 +20,9 @@ import org.junit.jupiter.params.provider.MethodSource;
  * run every transaction command, convenience operation and data type, in place and out of place,
  * the host gathers and barrier ({@link MpiRank} {@code ops}: {@link Scenarios} checked element by
  * element on random data, one verdict per rank); then the device override, MPI's error string, MPI
- * initialised by the application, a throwing rank, a SIGKILLed rank, ranks absent from a host-side
- * rendezvous or from create (named at the deadline) and an interrupted rendezvous. Skipped, with the
- * reason, where a launcher is not installed.
+ * initialised by the application, a throwing rank (also one whose ncclCommAbort hangs), a SIGKILLed
+ * rank, ranks absent from a host-side rendezvous or from create (named at the deadline) and an
+ * interrupted rendezvous. Skipped, with the reason, where a launcher is not installed.
  */
 @Timeout(value = 300, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
 class MpiWorldsTest extends MpiWorldsChecks {
@@ -99,6 +99,33 @@ class MpiWorldsTest extends MpiWorldsChecks {
             String output = awaitFailureWithin(job, "(?m)^STARTED$", 10);
             assertTrue(output.contains("rank 1 closed its communicator after 0 transaction(s) while this rank executed 1"),
                     output);
+            assertTrue(output.contains("ending the MPI job (MPI_Abort"), output);
+            assertTrue(!output.contains("UNEXPECTED"), output);
+            job.assertNoRankLeft(Duration.ofSeconds(15));
+        }
+    }
+
+    /**
+     * The only rank of a job throws mid-transaction and its ncclCommAbort never returns (host
+     * emulation: {@code JNCCL_HOST_FAULT=hang-abort}): the abort is abandoned at the close timeout
+     * (5 s) and MPI_Abort, which the rank calls after its abort, still ends the job; the reason it
+     * logs names the abandonment. One rank: no peer can end the job for it.
+     */
+    @ParameterizedTest
+    @EnumSource(MpiJobs.Launcher.class)
+    void aRankWhoseAbortHangsStillEndsTheJob(MpiJobs.Launcher launcher) throws Exception {
+        MpiJobs jobs = new MpiJobs(launcher, "host", false, Map.of("JNCCL_HOST_FAULT", "hang-abort",
+                "JNCCL_HOST_FAULT_RANK", "0"));
+        try (MpiJobs.Job job = jobs.start("throw-hang-abort", 1)) {
+            job.awaitLine("(?m)^STARTED$", JOB_TIMEOUT);
+            // The abort's bound plus a margin; without the bound the job never ends.
+            int exit = job.awaitExit(MpiRank.HANG_ABORT_CLOSE.plusSeconds(25));
+            String output = job.output();
+            assertNotEquals(0, exit, job.name + ": exit code\n" + output);
+            assertTrue(output.contains("rank 0 fails on purpose mid-transaction"), output);
+            assertTrue(output.contains("ncclCommAbort of rank 0 hangs for ever"), output);
+            assertTrue(output.contains("ncclCommAbort did not return within " + MpiRank.HANG_ABORT_CLOSE.toMillis()
+                    + " ms: the communicator was abandoned"), output);
             assertTrue(output.contains("ending the MPI job (MPI_Abort"), output);
             assertTrue(!output.contains("UNEXPECTED"), output);
             job.assertNoRankLeft(Duration.ofSeconds(15));
