@@ -29,6 +29,7 @@ class MpiConsistencyCheckTest {
     @ParameterizedTest
     @EnumSource(MpiJobs.Launcher.class)
     void aMismatchEndsTheJobBeforeNcclWithTheVerdict(MpiJobs.Launcher launcher) throws Exception {
+        Packs.assumeDevices(3); // one process per device (the emulation's devices, inherited by the job)
         MpiJobs jobs = new MpiJobs(launcher, "host", false, Map.of("JNCCL_DEBUG", "detail"));
         try (MpiJobs.Job job = jobs.start("mismatch", 3)) {
             job.awaitLine("(?m)^STARTED rank=", Duration.ofSeconds(120));
