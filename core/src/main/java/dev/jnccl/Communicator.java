@@ -138,6 +138,7 @@ public final class Communicator implements AutoCloseable {
         this.failures = parts.failures();
         this.transport = parts.transport();
         this.hostTimeoutNanos = HostSide.timeoutNanos(options);
+        ConsistencyCheck consistency = ConsistencyCheck.of(this, options, host, rank, worldSize, hostTimeoutNanos);
         this.parent = parent;
         this.nativeLock = lock;
         this.recorder = new FlightRecorder(options.flightRecorderSize());
@@ -159,7 +160,7 @@ public final class Communicator implements AutoCloseable {
         }
         this.commands = new CommandRunner(comm, stream, libraries, transport, rank, worldSize);
         this.pipeline = new ExecutePipeline(this, log, events, hostTimeoutNanos, nativeLock, stream, transport, commands,
-                recorder, replays, transactionReady, commsDone);
+                recorder, replays, transactionReady, commsDone, consistency);
         reportReady(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started), initEvent);
         watchdog = options.watchdogEnabled()
                 ? new Watchdog(rank, comm, stream, recorder, options.watchdogTimeout(), options.watchdogInterval(),
@@ -231,7 +232,10 @@ public final class Communicator implements AutoCloseable {
      * colors and keys the same way. Each is a transaction of this communicator (so none may be open
      * on the calling thread) and waits at most the watchdog's timeout. A rank that aborts cannot tell
      * the others: they end when NCCL fails their collective or, at the latest, when their own
-     * watchdog (or host-side timeout) fires.
+     * watchdog (or host-side timeout) fires. For the same reason the consistency checks
+     * ({@link CommunicatorOptions#withConsistencyChecks}, {@code jnccl.debug=detail}), which compare
+     * the ranks' commands over a host channel before each transaction, are skipped here, with a
+     * WARN line at creation.
      *
      * @param id        the unique id, made by one rank with {@link UniqueId#generate()} and given to all
      * @param rank      this rank, in {@code [0, worldSize)}

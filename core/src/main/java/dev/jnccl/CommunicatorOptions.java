@@ -36,10 +36,14 @@ import java.util.function.Consumer;
  * @param name               ncclConfig_t.commName: the communicator's name in NCCL's logs
  *                           ({@code NCCL_DEBUG=INFO}); {@code ""} (the default) for none; at most 256
  *                           characters, no NUL
+ * @param consistencyChecks  whether the ranks compare every transaction's commands before NCCL runs
+ *                           them (default off; the setting {@code jnccl.debug=detail} turns it on for
+ *                           every communicator): see {@link #withConsistencyChecks(boolean)}
  */
 public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, Duration watchdogTimeout,
                                   Duration watchdogInterval, int flightRecorderSize, CommunicatorMode mode,
-                                  int minCTAs, int maxCTAs, int cgaClusterSize, String name) {
+                                  int minCTAs, int maxCTAs, int cgaClusterSize, String name,
+                                  boolean consistencyChecks) {
 
     /** The value of {@link #minCTAs}, {@link #maxCTAs} and {@link #cgaClusterSize} that leaves NCCL's default. */
     public static final int NCCL_DEFAULT = -1;
@@ -96,6 +100,27 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
     }
 
     /**
+     * The options with the consistency checks off (unless {@code jnccl.debug=detail} turns them on).
+     *
+     * @param initTimeout        how long init waits for the other ranks
+     * @param closeTimeout       how long close waits for pending work and finalize
+     * @param watchdogTimeout    the watchdog's timeout ({@link Duration#ZERO}: no watchdog)
+     * @param watchdogInterval   how often the watchdog polls
+     * @param flightRecorderSize how many recent transactions the flight recorder keeps
+     * @param mode               how NCCL is driven
+     * @param minCTAs            the fewest CTAs per collective, or {@link #NCCL_DEFAULT}
+     * @param maxCTAs            the most CTAs per collective, or {@link #NCCL_DEFAULT}
+     * @param cgaClusterSize     the CGA cluster size, or {@link #NCCL_DEFAULT}
+     * @param name               the communicator's name in NCCL's logs ({@code ""} for none)
+     */
+    public CommunicatorOptions(Duration initTimeout, Duration closeTimeout, Duration watchdogTimeout,
+                               Duration watchdogInterval, int flightRecorderSize, CommunicatorMode mode, int minCTAs,
+                               int maxCTAs, int cgaClusterSize, String name) {
+        this(initTimeout, closeTimeout, watchdogTimeout, watchdogInterval, flightRecorderSize, mode, minCTAs, maxCTAs,
+                cgaClusterSize, name, false);
+    }
+
+    /**
      * Checks every value; see the component descriptions.
      *
      * @throws NullPointerException     naming the option that is null
@@ -138,12 +163,13 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
      * The defaults.
      *
      * @return 120 s init, 30 s close, the watchdog on with a 10 minute timeout (PyTorch's default),
-     *         100 ms poll interval, 64 recorded transactions, {@link CommunicatorMode#BLOCKING_SPLIT}
+     *         100 ms poll interval, 64 recorded transactions, {@link CommunicatorMode#BLOCKING_SPLIT},
+     *         NCCL's tuning, no name, no consistency checks
      */
     public static CommunicatorOptions defaults() {
         return new CommunicatorOptions(Duration.ofSeconds(120), Duration.ofSeconds(30), Duration.ofMinutes(10),
                 Duration.ofMillis(100), 64, CommunicatorMode.BLOCKING_SPLIT, NCCL_DEFAULT, NCCL_DEFAULT, NCCL_DEFAULT,
-                "");
+                "", false);
     }
 
     /**
@@ -161,13 +187,15 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
         int maxCTAs = maxCTAs();
         int cgaClusterSize = cgaClusterSize();
         String name = name();
+        boolean consistencyChecks = consistencyChecks();
     }
 
     private CommunicatorOptions with(Consumer<Copy> change) {
         Copy copy = new Copy();
         change.accept(copy);
         return new CommunicatorOptions(copy.initTimeout, copy.closeTimeout, copy.watchdogTimeout, copy.watchdogInterval,
-                copy.flightRecorderSize, copy.mode, copy.minCTAs, copy.maxCTAs, copy.cgaClusterSize, copy.name);
+                copy.flightRecorderSize, copy.mode, copy.minCTAs, copy.maxCTAs, copy.cgaClusterSize, copy.name,
+                copy.consistencyChecks);
     }
 
     /**
@@ -282,6 +310,34 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
      */
     public CommunicatorOptions withName(String name) {
         return with(c -> c.name = name);
+    }
+
+    /**
+     * These options with the consistency checks on or off (PyTorch's
+     * {@code TORCH_DISTRIBUTED_DEBUG=DETAIL} for jnccl): when on, before each transaction, convenience
+     * operation and graph replay the ranks exchange a fingerprint of its commands over the launcher's
+     * host channel, bounded by the watchdog's timeout as other host-side waits are, and compare them:
+     * collectives in command order by kind, count, element type, reduction (a scaled sum's factor
+     * too) and root; each rank's sends to a peer, in order, against that peer's receives from it by
+     * count and type. A difference, which real NCCL would run silently (wrong results, or a hang),
+     * aborts every rank before NCCL runs anything of it, with the same verdict on every rank naming
+     * the ranks that differ, the field and both values. A transaction captured into a CUDA graph is
+     * checked when it is captured, and each replay through {@link Communicator#launch} again (by the
+     * commands it replays; {@code CudaGraph.launch} replays unchecked, as it replays untracked).
+     *
+     * <p>It costs one host all-gather per transaction (a synchronization of all ranks: ranks no
+     * longer run ahead of each other). The setting {@code jnccl.debug=detail} (system property,
+     * else the environment variable {@code JNCCL_DEBUG}) turns it on for every communicator without
+     * changing code; it must be on for every rank alike. It needs a host channel between the ranks:
+     * {@link Communicator#initRank} (and Spark barrier mode), whose host-side calls run over the
+     * communicator's own NCCL, skip it with a WARN line at creation; a communicator of world size 1
+     * has nothing to compare.
+     *
+     * @param enabled whether to check
+     * @return a copy with {@code consistencyChecks} replaced
+     */
+    public CommunicatorOptions withConsistencyChecks(boolean enabled) {
+        return with(c -> c.consistencyChecks = enabled);
     }
 
     /** {@return whether the watchdog runs} */

@@ -14,7 +14,8 @@ import org.slf4j.LoggerFactory;
 
 /**
  * The path of one transaction (and of one graph replay) of a communicator, as a short sequence of
- * stages: pace (the launcher keeps a rank from running far ahead, outside the lock), lock, capture
+ * stages: pace (the launcher keeps a rank from running far ahead, outside the lock), the
+ * consistency check when it is on (the ranks compare the commands, outside the lock), lock, capture
  * (whether the comms stream joins a CUDA graph capture), transport (before), NCCL (the command
  * runner), transport (after) and the signal, recorder (the flight recorder, or the graph's captured
  * list), events (DEBUG line, JFR). Each stage is one method below; {@link #execute} reads as the
@@ -37,10 +38,12 @@ final class ExecutePipeline {
     /** Recorded on a replay's stream for the comms stream to wait for, and back. */
     private final CudaEvent replayReady;
     private final CudaEvent replayDone;
+    /** The consistency check, or null when it is off: then its cost is this one null test per transaction. */
+    private final ConsistencyCheck consistency;
 
     ExecutePipeline(Communicator face, TransactionLog log, RankEvents events, long hostTimeoutNanos, ReentrantLock lock,
                     CudaStream stream, Transport transport, CommandRunner runner, FlightRecorder recorder,
-                    GraphReplays replays, CudaEvent replayReady, CudaEvent replayDone) {
+                    GraphReplays replays, CudaEvent replayReady, CudaEvent replayDone, ConsistencyCheck consistency) {
         this.face = face;
         this.log = log;
         this.events = events;
@@ -53,6 +56,7 @@ final class ExecutePipeline {
         this.replays = replays;
         this.replayReady = replayReady;
         this.replayDone = replayDone;
+        this.consistency = consistency;
     }
 
     /**
@@ -61,7 +65,9 @@ final class ExecutePipeline {
      * abort from another thread, a failing pack or the watchdog, must not wait for this one
      * meanwhile; skipped inside a capture, where a transaction puts nothing in the launch queue the
      * pace bounds, it runs only in the graph's replays, each paced once, and every rank capturing
-     * the same step skips the same count), lock, capture, transport and NCCL, recorder, events.
+     * the same step skips the same count), the consistency check when on (also inside a capture: a
+     * captured transaction is checked once, when it is captured), lock, capture, transport and NCCL,
+     * recorder, events.
      */
     void execute(CudaEvent signal) {
         long number = log.openNumber();
@@ -71,14 +77,7 @@ final class ExecutePipeline {
         if (event != null) {
             event.begin();
         }
-        try {
-            face.requireUsable("execute");
-            if (Captures.currentCaptureId() == 0) {
-                events.pace(hostTimeoutNanos);
-            }
-        } catch (RuntimeException e) {
-            throw refusedBeforeEnqueue(number, e);
-        }
+        paceAndCheck(number);
         List<Command> executed = log.commands().view();
         long graph;
         boolean reported = LOG.isDebugEnabled() || (event != null && event.shouldCommit());
@@ -99,6 +98,25 @@ final class ExecutePipeline {
         }
         if (reported) {
             report(number, executed, graph, false, event);
+        }
+    }
+
+    /**
+     * Stages pace and consistency check, outside the lock (see {@link #execute}); a refusal ends the
+     * transaction unexecuted.
+     */
+    private void paceAndCheck(long number) {
+        try {
+            face.requireUsable("execute");
+            if (Captures.currentCaptureId() == 0) {
+                events.pace(hostTimeoutNanos);
+            }
+            if (consistency != null) {
+                consistency.verify("transaction #" + number + (Captures.currentCaptureId() == 0 ? ""
+                        : " (in a CUDA graph capture)"), log.commands().view(), "execute");
+            }
+        } catch (RuntimeException e) {
+            throw refusedBeforeEnqueue(number, e);
         }
     }
 
@@ -189,7 +207,8 @@ final class ExecutePipeline {
     }
 
     /**
-     * A replay of {@code graph} as one transaction, the same stages: pace, lock, the comms stream
+     * A replay of {@code graph} as one transaction, the same stages: pace, the consistency check when
+     * on (by the commands the graph replays: graph ids differ between ranks), lock, the comms stream
      * waits for {@code userStream}'s work so far, launches the graph (in order with the other
      * transactions, as NCCL needs on every rank) and {@code userStream} waits for it, recorder
      * ("replay of graph #id", probed like any other), events.
@@ -201,6 +220,9 @@ final class ExecutePipeline {
         }
         try {
             events.pace(hostTimeoutNanos);
+            if (consistency != null) {
+                consistency.verify("replay of graph #" + graph.id(), captured, "launch");
+            }
         } catch (CommunicatorAbortedException e) {
             face.abort(e.getMessage()); // as execute does
             throw e;

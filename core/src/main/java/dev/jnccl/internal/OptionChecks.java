@@ -1,6 +1,9 @@
 package dev.jnccl.internal;
 
 import java.time.Duration;
+import java.util.List;
+import java.util.Locale;
+import java.util.function.UnaryOperator;
 
 /**
  * The one place where jnccl's options ({@code CommunicatorOptions}, {@code ThreadsOptions},
@@ -56,6 +59,41 @@ public final class OptionChecks {
             throw outOfRange(owner, option, value, min + " to " + max);
         }
         return value;
+    }
+
+    /**
+     * The value of a process-wide setting: the system property {@code property}, or, when that is
+     * unset or blank, the environment variable {@code variable}; trimmed and lower-cased, so that
+     * any case is taken.
+     *
+     * @param property the system property, which wins
+     * @param variable the environment variable
+     * @param allowed  the values taken, lower case
+     * @return the value, or null when neither is set (or both are blank)
+     * @throws IllegalArgumentException naming the property or variable, the value and the values taken
+     */
+    public static String setting(String property, String variable, List<String> allowed) {
+        return setting(property, variable, allowed, System::getProperty, System::getenv);
+    }
+
+    /** {@link #setting(String, String, List)} with the lookups given (tests pass their own). */
+    public static String setting(String property, String variable, List<String> allowed,
+                                 UnaryOperator<String> properties, UnaryOperator<String> environment) {
+        String value = properties.apply(property);
+        String source = property + " (system property)";
+        if (value == null || value.isBlank()) {
+            value = environment.apply(variable);
+            source = variable + " (environment variable)";
+        }
+        if (value == null || value.isBlank()) {
+            return null;
+        }
+        String normal = value.trim().toLowerCase(Locale.ROOT);
+        if (!allowed.contains(normal)) {
+            throw new IllegalArgumentException(source + " is \"" + value + "\": expected "
+                    + String.join(" or ", allowed) + " (any case), or unset");
+        }
+        return normal;
     }
 
     /** {@return the failure of a null value: {@code "owner: missing"}} */

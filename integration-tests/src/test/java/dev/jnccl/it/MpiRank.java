@@ -10,6 +10,7 @@ import dev.jnccl.Communicator;
 import dev.jnccl.CommunicatorOptions;
 import dev.jnccl.DType;
 import dev.jnccl.DeviceTensor;
+import dev.jnccl.ReduceOp;
 import dev.jnccl.Transaction;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
@@ -53,6 +54,9 @@ import java.util.concurrent.TimeUnit;
  *       while the others stay away: the exception names them, carries the interrupt, keeps the
  *       interrupt status; the abandoned requests harm nothing (a later rendezvous works, the others
  *       still receive rank 0's abandoned message).</li>
+ *   <li>{@code mismatch}: rank 1 all-reduces 4095 elements, the others 4096 (random data); the job
+ *       runs with the consistency check on ({@code JNCCL_DEBUG=detail}), which must end it before
+ *       NCCL runs the all-reduce.</li>
  * </ul>
  */
 public final class MpiRank {
@@ -79,6 +83,7 @@ public final class MpiRank {
                 case "absent-allgather" -> absentRank(comm -> comm.allGatherBytesHost(new byte[] {(byte) comm.rank()}));
                 case "late-create" -> lateCreate();
                 case "interrupted-arrival" -> interruptedArrival();
+                case "mismatch" -> mismatch(seed);
                 default -> throw new IllegalArgumentException("unknown scenario " + scenario);
             }
         } catch (Throwable e) {
@@ -211,6 +216,21 @@ public final class MpiRank {
             assertTrue(sum > 0, "threads seen");
             comm.barrier();
             verdict(comm, "ucx-signals=jvm");
+        });
+    }
+
+    private static void mismatch(long seed) {
+        MpiCommunicators.run(MpiOptions.defaults(), comm -> {
+            try (RankContext c = new RankContext(comm, seed)) {
+                int count = comm.rank() == 1 ? 4095 : 4096;
+                DeviceTensor t = c.upload(Data.fp32(c.seed(comm.rank(), "mismatch"), count));
+                System.out.println("STARTED rank=" + comm.rank());
+                System.out.flush();
+                comm.allReduce(t, ReduceOp.SUM, c.compute());
+                comm.synchronize();
+            }
+            System.out.println("UNEXPECTED rank=" + comm.rank() + ": the mismatched all-reduce returned");
+            System.out.flush();
         });
     }
 

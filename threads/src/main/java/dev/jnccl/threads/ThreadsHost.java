@@ -130,7 +130,11 @@ final class ThreadsHost implements HostSide, RankEvents, Failures {
     @Override
     public String explainAbort(String reason) {
         String cause = pack.cancellation();
-        return cause == null || reason.contains(cause) ? reason : cause + "; then: " + reason;
+        if (cause == null || reason.contains(cause)) {
+            return reason;
+        }
+        // A reason the pack's failure already says (every rank's consistency-check verdict) once.
+        return cause.contains(reason) ? cause : cause + "; then: " + reason;
     }
 
     @Override

@@ -172,6 +172,8 @@ class ThreadsHostTest {
                 host.explainAbort("watchdog: allReduce took too long"));
         // A reason that already names the pack's failure is not repeated.
         assertEquals("released: " + cause, host.explainAbort("released: " + cause));
+        // Nor one the pack's failure already says (every rank aborts with the same verdict).
+        assertEquals(cause, host.explainAbort("boom"));
     }
 
     @Test
