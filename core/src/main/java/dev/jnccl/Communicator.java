@@ -25,10 +25,8 @@ import java.lang.invoke.MethodHandles;
 import java.lang.invoke.MethodType;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
-import java.util.HashSet;
 import java.util.List;
 import java.util.Objects;
-import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.Optional;
@@ -96,8 +94,8 @@ public final class Communicator implements AutoCloseable {
     private final Children children = new Children(lifecycle);
     private final Checks checks;
     private final CommandRunner commands;
-    /** Registrations not yet closed; the communicator's close drops them. Under the native lock. */
-    private final Set<Registration> registrations = new HashSet<>();
+    /** The memory registered with this communicator. */
+    private final Registrations registrations;
     /** What the transactions captured into CUDA graphs hold, for replays and close. */
     private final GraphReplays replays = new GraphReplays();
     /** The stages of a transaction and a replay. */
@@ -111,7 +109,8 @@ public final class Communicator implements AutoCloseable {
     /** A rank of a new communicator: see {@link Modes#communicator}. */
     private Communicator(UniqueId id, int rank, int worldSize, int device, CommunicatorOptions options,
                          RankParts parts) {
-        this(rank, worldSize, device, options, parts, null, new ReentrantLock(),
+        this(rank, worldSize, device, Objects.requireNonNull(options, "Communicator: options are null"),
+                Objects.requireNonNull(parts, "Communicator: parts are null"), null, new ReentrantLock(),
                 lock -> NcclComm.init(Objects.requireNonNull(id, "Communicator: unique id is null"), rank, worldSize,
                         device, options, options.initTimeout(), parts.failures()::cancellation, lock));
     }
@@ -124,8 +123,6 @@ public final class Communicator implements AutoCloseable {
 
     private Communicator(int rank, int worldSize, int device, CommunicatorOptions options, RankParts parts,
                          Communicator parent, ReentrantLock lock, Function<ReentrantLock, NcclComm> connect) {
-        Objects.requireNonNull(options, "Communicator: options are null");
-        Objects.requireNonNull(parts, "Communicator: parts are null");
         this.checks = new Checks(rank, worldSize, device);
         this.log = new TransactionLog(rank, this);
         this.libraries = checks.libraries();
@@ -138,6 +135,7 @@ public final class Communicator implements AutoCloseable {
         this.failures = parts.failures();
         this.transport = parts.transport();
         this.hostTimeoutNanos = HostSide.timeoutNanos(options);
+        // Before anything native: a bad jnccl.debug setting is refused here.
         ConsistencyCheck consistency = ConsistencyCheck.of(this, options, host, rank, worldSize, hostTimeoutNanos);
         this.parent = parent;
         this.nativeLock = lock;
@@ -159,13 +157,17 @@ public final class Communicator implements AutoCloseable {
             throw e;
         }
         this.commands = new CommandRunner(comm, stream, libraries, transport, rank, worldSize);
+        this.registrations = new Registrations(this, nativeLock, comm);
         this.pipeline = new ExecutePipeline(this, log, events, hostTimeoutNanos, nativeLock, stream, transport, commands,
                 recorder, replays, transactionReady, commsDone, consistency);
         reportReady(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started), initEvent);
-        watchdog = options.watchdogEnabled()
-                ? new Watchdog(rank, comm, stream, recorder, options.watchdogTimeout(), options.watchdogInterval(),
-                        () -> state == State.OPEN, this::abort, pendingNanos -> failures.poll(log.executed(), pendingNanos))
-                : null;
+        this.watchdog = options.watchdogEnabled() ? startWatchdog() : null;
+    }
+
+    /** The monitor thread: NCCL's asynchronous errors, transactions not complete in time, the launcher's poll. */
+    private Watchdog startWatchdog() {
+        return new Watchdog(rank, comm, stream, recorder, options.watchdogTimeout(), options.watchdogInterval(),
+                () -> state == State.OPEN, this::abort, pendingNanos -> failures.poll(log.executed(), pendingNanos));
     }
 
     /** The init line (NCCL version, rank, device, backend) and the JFR {@code jnccl.CommInit} event. */
@@ -1131,11 +1133,7 @@ public final class Communicator implements AutoCloseable {
     /** After the finalize or the abort: what the communicator held, each release guarded (close always ends). */
     private void releaseAll() {
         comm.closeArena();
-        // Deregistered by the finalize, or gone with an abort: the memory may be freed now.
-        for (Registration registration : List.copyOf(registrations)) {
-            registration.dropped();
-        }
-        registrations.clear();
+        registrations.dropAll();
         recorder.closeEvents();
         try {
             transport.close();
@@ -1239,38 +1237,7 @@ public final class Communicator implements AutoCloseable {
         if (memory.bytes() == 0) {
             throw new IllegalArgumentException("register: " + memory + " is empty: expected at least 1 byte");
         }
-        String holder = "the communicator of rank " + rank + " of " + worldSize + " (device " + device + ")";
-        nativeLock.lock();
-        try {
-            requireUsable("register");
-            if (!Pins.pin(memory, holder, memory::isClosed)) {
-                throw new IllegalStateException("register: " + memory + " is closed");
-            }
-            long handle;
-            try {
-                handle = comm.register(memory.address(), memory.bytes());
-            } catch (RuntimeException e) {
-                Pins.unpin(memory, holder);
-                throw e;
-            }
-            Registration registration = new Registration(memory, handle, holder, this::deregister);
-            registrations.add(registration);
-            return registration;
-        } finally {
-            nativeLock.unlock();
-        }
-    }
-
-    /** A registration's close: ncclCommDeregister while this communicator is open, nothing after. */
-    private void deregister(Registration registration) {
-        nativeLock.lock();
-        try {
-            if (registrations.remove(registration) && state == State.OPEN) {
-                comm.deregister(registration.handle());
-            }
-        } finally {
-            nativeLock.unlock();
-        }
+        return registrations.register(memory);
     }
 
     /** {@return the NCCL side of this communicator (tests ask the emulation about its handle)} */
