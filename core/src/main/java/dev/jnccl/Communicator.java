@@ -12,6 +12,7 @@ import dev.jnccl.internal.Pins;
 import dev.jnccl.internal.Resources;
 import dev.jnccl.spi.Command;
 import dev.jnccl.spi.Command.Kind;
+import dev.jnccl.spi.Diagnoses;
 import dev.jnccl.spi.Failures;
 import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.Membership;
@@ -64,6 +65,8 @@ public final class Communicator implements AutoCloseable {
 
     static {
         Modes.install(Communicator::create);
+        Diagnoses.install(communicator -> communicator.forensics.summary(),
+                (communicator, trigger) -> communicator.forensics.diagnose(trigger));
     }
 
     private final int rank;
@@ -102,9 +105,13 @@ public final class Communicator implements AutoCloseable {
     private final GraphReplays replays = new GraphReplays();
     /** The stages of a transaction and a replay. */
     private final ExecutePipeline pipeline;
+    /** What the calling thread does, this rank's summary and the diagnosis of an abort. */
+    private final Forensics forensics;
 
     private volatile State state = State.OPEN;
     private volatile String abortReason;
+    /** The diagnosis the abort was made with, or null. */
+    private volatile Diagnosis diagnosis;
     /** The transactions: numbers, the open one, outcomes, how many were executed. */
     private final TransactionLog log;
 
@@ -141,7 +148,7 @@ public final class Communicator implements AutoCloseable {
         this.parent = parent;
         this.nativeLock = lock;
         this.recorder = new FlightRecorder(options.flightRecorderSize());
-
+        this.forensics = new Forensics(this, log, recorder, failures, options);
         Events.CommInit initEvent = new Events.CommInit();
         initEvent.begin();
         long started = System.nanoTime();
@@ -163,7 +170,8 @@ public final class Communicator implements AutoCloseable {
         reportReady(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started), initEvent);
         watchdog = options.watchdogEnabled()
                 ? new Watchdog(rank, comm, stream, recorder, options.watchdogTimeout(), options.watchdogInterval(),
-                        () -> state == State.OPEN, this::abort, pendingNanos -> failures.poll(log.executed(), pendingNanos))
+                        () -> state == State.OPEN, this::abortDiagnosed,
+                        pendingNanos -> failures.poll(log.executed(), pendingNanos))
                 : null;
     }
 
@@ -438,7 +446,12 @@ public final class Communicator implements AutoCloseable {
         if (graph.isClosed()) {
             throw new IllegalStateException("launch: " + graph + " is closed");
         }
-        pipeline.replay(graph, stream, captured);
+        int before = forensics.enter(Forensics.LAUNCH);
+        try {
+            pipeline.replay(graph, stream, captured);
+        } finally {
+            forensics.exit(before);
+        }
     }
 
     // ---------------------------------------------------------------- convenience operations
@@ -753,14 +766,22 @@ public final class Communicator implements AutoCloseable {
      */
     public void synchronize() {
         refuseInsideCapture("synchronize");
-        nativeLock.lock();
+        int before = forensics.enter(Forensics.SYNCHRONIZE);
         try {
-            requireUsable("synchronize");
-            stream.record(commsDone);
+            long through;
+            nativeLock.lock();
+            try {
+                requireUsable("synchronize");
+                stream.record(commsDone);
+                through = recorder.recorded();
+            } finally {
+                nativeLock.unlock();
+            }
+            awaitEvent(commsDone);
+            recorder.completedThrough(through); // exact, where the watchdog's probes may lag
         } finally {
-            nativeLock.unlock();
+            forensics.exit(before);
         }
-        await(commsDone);
     }
 
     /**
@@ -774,6 +795,16 @@ public final class Communicator implements AutoCloseable {
     public void await(CudaEvent event) {
         Objects.requireNonNull(event, "await: event is null");
         refuseInsideCapture("await");
+        int before = forensics.enter(Forensics.AWAIT);
+        try {
+            awaitEvent(event);
+        } finally {
+            forensics.exit(before);
+        }
+    }
+
+    /** {@link #await}'s wait, checked. */
+    private void awaitEvent(CudaEvent event) {
         long spins = 0;
         while (true) {
             nativeLock.lock();
@@ -839,7 +870,7 @@ public final class Communicator implements AutoCloseable {
      */
     public void barrier() {
         requireUsable("barrier");
-        onHost(() -> {
+        onHost(Forensics.BARRIER, () -> {
             host.barrier(hostTimeoutNanos);
             return null;
         });
@@ -857,7 +888,7 @@ public final class Communicator implements AutoCloseable {
         Objects.requireNonNull(local, "gatherBytesHost: local is null");
         checks.checkRoot("gatherBytesHost", root);
         requireUsable("gatherBytesHost");
-        return onHost(() -> host.gather(local, root, hostTimeoutNanos));
+        return onHost(Forensics.GATHER, () -> host.gather(local, root, hostTimeoutNanos));
     }
 
     /**
@@ -870,7 +901,7 @@ public final class Communicator implements AutoCloseable {
     public List<byte[]> allGatherBytesHost(byte[] local) {
         Objects.requireNonNull(local, "allGatherBytesHost: local is null");
         requireUsable("allGatherBytesHost");
-        return onHost(() -> host.allGather(local, hostTimeoutNanos));
+        return onHost(Forensics.ALL_GATHER, () -> host.allGather(local, hostTimeoutNanos));
     }
 
     /**
@@ -878,12 +909,15 @@ public final class Communicator implements AutoCloseable {
      * another rank failed, the launcher may not have aborted this communicator itself (MPI mode), so
      * it is aborted here: the other ranks must not wait for this one any more.
      */
-    private <T> T onHost(Supplier<T> call) {
+    private <T> T onHost(int what, Supplier<T> call) {
+        int before = forensics.enter(what);
         try {
             return call.get();
         } catch (CommunicatorAbortedException e) {
-            abort(e.getMessage());
+            abort(e.getMessage(), e.diagnosis().orElse(null));
             throw e;
+        } finally {
+            forensics.exit(before);
         }
     }
 
@@ -936,8 +970,8 @@ public final class Communicator implements AutoCloseable {
         } finally {
             nativeLock.unlock();
         }
-        List<Integer> members = Children.members(onHost(() -> host.allGather(Children.colorAndKey(color, key),
-                Deadlines.toNanos(options.initTimeout()))), color);
+        List<Integer> members = Children.members(onHost(Forensics.SPLIT, () -> host.allGather(
+                Children.colorAndKey(color, key), Deadlines.toNanos(options.initTimeout()))), color);
         int childRank = members.indexOf(rank);
         events.beforeSplit(color, key);
         NcclComm childComm = splitNccl(color, key, childRank, members.size());
@@ -1009,17 +1043,43 @@ public final class Communicator implements AutoCloseable {
      * @param reason why; reported by every exception that follows
      */
     public void abort(String reason) {
+        abort(reason, null);
+    }
+
+    /**
+     * The watchdog's abort: diagnosed first (see {@link Diagnosis}), so that the verdict leads the
+     * reason on every rank; not for a thread interrupted inside NCCL, whose own interrupt is the cause.
+     */
+    private void abortDiagnosed(String reason) {
+        Diagnosis made = null;
+        if (!reason.startsWith("watchdog: " + Watchdog.INTERRUPTED_IN_NCCL)) {
+            try {
+                made = forensics.diagnose(reason);
+            } catch (RuntimeException e) {
+                LOG.warn("rank {}: the diagnosis of the abort failed; aborting without it", rank, e);
+            }
+        }
+        abort(reason, made);
+    }
+
+    /**
+     * {@link #abort(String)} with the diagnosis that leads the reason: the one given, else the one the
+     * launcher knows (a peer's), else none.
+     */
+    private void abort(String reason, Diagnosis given) {
         Objects.requireNonNull(reason, "abort: reason is null");
-        String explained = failures.explainAbort(reason);
+        Diagnosis known = given != null ? given : failures.diagnosis();
+        String explained = Diagnoses.lead(known, failures.explainAbort(reason));
         synchronized (lifecycle) {
             if (state != State.OPEN) {
                 return;
             }
             abortReason = explained;
+            diagnosis = known;
             state = State.ABORTED;
         }
         for (Communicator child : children.live()) {
-            child.abort("the communicator it was split from (rank " + rank + ") was aborted: " + explained);
+            child.abort("the communicator it was split from (rank " + rank + ") was aborted: " + explained, known);
         }
         LOG.error("rank {} (device {}): aborting communicator: {}\n  flight recorder, {}", rank, device, explained,
                 recorder.dump());
@@ -1063,9 +1123,11 @@ public final class Communicator implements AutoCloseable {
         for (Communicator child : children.live()) {
             child.close(); // bounded and idempotent like this one
         }
+        int before = forensics.enter(Forensics.CLOSE);
         try {
             closeSelf();
         } finally {
+            forensics.exit(before);
             if (parent != null) {
                 parent.children.remove(this);
             }
@@ -1161,8 +1223,9 @@ public final class Communicator implements AutoCloseable {
         State current = state;
         if (current == State.ABORTED) {
             failures.beforeAbortedException(abortReason);
-            return new CommunicatorAbortedException(operation + ": communicator of rank " + rank + " was aborted: "
-                    + abortReason);
+            Diagnosis known = diagnosis;
+            return new CommunicatorAbortedException(Diagnoses.lead(known, operation + ": communicator of rank " + rank
+                    + " was aborted: " + abortReason), null, known);
         }
         return new IllegalStateException(operation + ": communicator of rank " + rank + " is closed");
     }
@@ -1178,8 +1241,9 @@ public final class Communicator implements AutoCloseable {
             interrupted.addSuppressed(failure);
             cause = interrupted;
         }
-        return new CommunicatorAbortedException(operation + ": communicator of rank " + rank
-                + " was aborted while the call was in NCCL: " + abortReason, cause);
+        Diagnosis known = diagnosis;
+        return new CommunicatorAbortedException(Diagnoses.lead(known, operation + ": communicator of rank " + rank
+                + " was aborted while the call was in NCCL: " + abortReason), cause, known);
     }
 
     /**
@@ -1258,6 +1322,11 @@ public final class Communicator implements AutoCloseable {
         } finally {
             nativeLock.unlock();
         }
+    }
+
+    /** {@return what the calling thread does, for the execute pipeline's stages} */
+    final Forensics forensics() {
+        return forensics;
     }
 
     /** {@return the NCCL side of this communicator (tests ask the emulation about its handle)} */

@@ -126,6 +126,31 @@ final class Events {
         public Abort() {}
     }
 
+    /**
+     * The diagnosis of an abort (see {@link dev.jnccl.Diagnosis}), recorded by the rank that made it:
+     * the JFR event {@code jnccl.Diagnosis}.
+     */
+    @Name("jnccl.Diagnosis")
+    @Label("Diagnosis")
+    @Category({"jnccl"})
+    @Description("The verdict the ranks' summaries gave on a hang or a failure, recorded by the rank that diagnosed it")
+    @StackTrace(false)
+    public static final class Diagnosed extends Event {
+        /** The rank that diagnosed. */
+        @Label("Rank") public int rank;
+        /** The verdict: one line naming the culprit. */
+        @Label("Verdict") public String verdict;
+        /** Whether every rank answered. */
+        @Label("Complete") public boolean complete;
+        /** What made the rank diagnose (the watchdog's reason, a host-side deadline). */
+        @Label("Trigger") public String trigger;
+        /** Every summary, as logged. */
+        @Label("Summaries") public String summaries;
+
+        /** Creates the event. */
+        public Diagnosed() {}
+    }
+
     /** A command's name in the {@code operations} field: its transaction method, capitalized ("AllReduce"). */
     private static String operation(Command command) {
         String method = command.kind().method();

@@ -37,6 +37,8 @@ final class ExecutePipeline {
     /** Recorded on a replay's stream for the comms stream to wait for, and back. */
     private final CudaEvent replayReady;
     private final CudaEvent replayDone;
+    /** Where the calling thread is (pace, then the enqueue), for a summary of this rank. */
+    private final Forensics forensics;
 
     ExecutePipeline(Communicator face, TransactionLog log, RankEvents events, long hostTimeoutNanos, ReentrantLock lock,
                     CudaStream stream, Transport transport, CommandRunner runner, FlightRecorder recorder,
@@ -53,6 +55,7 @@ final class ExecutePipeline {
         this.replays = replays;
         this.replayReady = replayReady;
         this.replayDone = replayDone;
+        this.forensics = face.forensics();
     }
 
     /**
@@ -64,6 +67,16 @@ final class ExecutePipeline {
      * the same step skips the same count), lock, capture, transport and NCCL, recorder, events.
      */
     void execute(CudaEvent signal) {
+        int before = forensics.enter(Forensics.PACE);
+        try {
+            paceAndEnqueue(signal);
+        } finally {
+            forensics.exit(before);
+        }
+    }
+
+    /** {@link #execute}'s stages, the calling thread's activity kept up to date (pace, then the enqueue). */
+    private void paceAndEnqueue(CudaEvent signal) {
         long number = log.openNumber();
         CudaEvent ready = log.openReady();
         // No event object while JFR does not record it: the hot path allocates nothing.
@@ -79,6 +92,7 @@ final class ExecutePipeline {
         } catch (RuntimeException e) {
             throw refusedBeforeEnqueue(number, e);
         }
+        forensics.now(Forensics.EXECUTE);
         List<Command> executed = log.commands().view();
         long graph;
         boolean reported = LOG.isDebugEnabled() || (event != null && event.shouldCommit());
