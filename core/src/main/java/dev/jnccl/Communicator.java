@@ -6,12 +6,12 @@ import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaGraph;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
-import dev.jnccl.internal.Backoff;
 import dev.jnccl.internal.Deadlines;
 import dev.jnccl.internal.Pins;
 import dev.jnccl.internal.Resources;
 import dev.jnccl.spi.Command;
 import dev.jnccl.spi.Command.Kind;
+import dev.jnccl.spi.Diagnoses;
 import dev.jnccl.spi.Failures;
 import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.Membership;
@@ -62,6 +62,8 @@ public final class Communicator implements AutoCloseable {
 
     static {
         Modes.install(Communicator::create);
+        Diagnoses.install(communicator -> communicator.forensics.summary(),
+                (communicator, trigger) -> communicator.forensics.diagnose(trigger));
     }
 
     private final int rank;
@@ -100,9 +102,15 @@ public final class Communicator implements AutoCloseable {
     private final GraphReplays replays = new GraphReplays();
     /** The stages of a transaction and a replay. */
     private final ExecutePipeline pipeline;
+    /** The waits on this communicator's communication. */
+    private final Waits waits;
+    /** What the calling thread does, this rank's summary and the diagnosis of an abort. */
+    private final Forensics forensics;
 
     private volatile State state = State.OPEN;
     private volatile String abortReason;
+    /** The diagnosis the abort was made with, or null. */
+    private volatile Diagnosis diagnosis;
     /** The transactions: numbers, the open one, outcomes, how many were executed. */
     private final TransactionLog log;
 
@@ -140,9 +148,8 @@ public final class Communicator implements AutoCloseable {
         this.parent = parent;
         this.nativeLock = lock;
         this.recorder = new FlightRecorder(options.flightRecorderSize());
-
-        Events.CommInit initEvent = new Events.CommInit();
-        initEvent.begin();
+        this.forensics = new Forensics(this, log, recorder, failures, options);
+        Events.CommInit initEvent = Events.CommInit.begun();
         long started = System.nanoTime();
         Cuda.setDevice(device);
         List<AutoCloseable> created = new ArrayList<>();
@@ -158,6 +165,7 @@ public final class Communicator implements AutoCloseable {
         }
         this.commands = new CommandRunner(comm, stream, libraries, transport, rank, worldSize);
         this.registrations = new Registrations(this, nativeLock, comm);
+        this.waits = new Waits(this, nativeLock, comm, stream, recorder, forensics, commsDone);
         this.pipeline = new ExecutePipeline(this, log, events, hostTimeoutNanos, nativeLock, stream, transport, commands,
                 recorder, replays, transactionReady, commsDone, consistency);
         reportReady(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started), initEvent);
@@ -167,7 +175,8 @@ public final class Communicator implements AutoCloseable {
     /** The monitor thread: NCCL's asynchronous errors, transactions not complete in time, the launcher's poll. */
     private Watchdog startWatchdog() {
         return new Watchdog(rank, comm, stream, recorder, options.watchdogTimeout(), options.watchdogInterval(),
-                () -> state == State.OPEN, this::abort, pendingNanos -> failures.poll(log.executed(), pendingNanos));
+                () -> state == State.OPEN, this::abortDiagnosed,
+                pendingNanos -> failures.poll(log.executed(), pendingNanos));
     }
 
     /** The init line (NCCL version, rank, device, backend) and the JFR {@code jnccl.CommInit} event. */
@@ -433,7 +442,7 @@ public final class Communicator implements AutoCloseable {
     public void launch(CudaGraph graph, CudaStream stream) {
         Objects.requireNonNull(graph, "launch: graph is null");
         checks.requireStream("launch", stream);
-        refuseInsideCapture("launch");
+        waits.refuseInsideCapture("launch");
         requireUsable("launch");
         List<Command> captured = replays.captured(graph.id());
         if (captured == null) {
@@ -444,7 +453,12 @@ public final class Communicator implements AutoCloseable {
         if (graph.isClosed()) {
             throw new IllegalStateException("launch: " + graph + " is closed");
         }
-        pipeline.replay(graph, stream, captured);
+        int before = forensics.enter(Forensics.LAUNCH);
+        try {
+            pipeline.replay(graph, stream, captured);
+        } finally {
+            forensics.exit(before);
+        }
     }
 
     // ---------------------------------------------------------------- convenience operations
@@ -740,14 +754,7 @@ public final class Communicator implements AutoCloseable {
      */
     public void waitOnComms(CudaStream stream) {
         checks.requireStream("waitOnComms", stream);
-        nativeLock.lock();
-        try {
-            requireUsable("waitOnComms");
-            this.stream.record(commsDone);
-            stream.waitFor(commsDone);
-        } finally {
-            nativeLock.unlock();
-        }
+        waits.waitOnComms(stream);
     }
 
     /**
@@ -758,15 +765,7 @@ public final class Communicator implements AutoCloseable {
      *         effect: the communication goes on, the communicator stays usable)
      */
     public void synchronize() {
-        refuseInsideCapture("synchronize");
-        nativeLock.lock();
-        try {
-            requireUsable("synchronize");
-            stream.record(commsDone);
-        } finally {
-            nativeLock.unlock();
-        }
-        await(commsDone);
+        waits.synchronize();
     }
 
     /**
@@ -779,54 +778,7 @@ public final class Communicator implements AutoCloseable {
      */
     public void await(CudaEvent event) {
         Objects.requireNonNull(event, "await: event is null");
-        refuseInsideCapture("await");
-        long spins = 0;
-        while (true) {
-            nativeLock.lock();
-            try {
-                requireUsable("await");
-                boolean complete = event.isComplete();
-                // A failed collective can still let the event complete (or never): NCCL reports it
-                // only through the asynchronous error, so look at it before saying "done" and
-                // every so often while waiting.
-                if (complete || (spins & 1023) == 1023) {
-                    String failure = comm.asyncFailure();
-                    if (failure != null) {
-                        abortHoldingLock("await: " + failure);
-                        requireUsable("await");
-                    }
-                }
-                if (complete) {
-                    // An abort from another thread (the pack, a peer's failure) does not wait for this
-                    // lock: it may have ended the work, and released the handles the failure check
-                    // reads, after the first look at the state. It marks the state first, so a second
-                    // look tells work that completed from work the abort ended.
-                    requireUsable("await");
-                    return;
-                }
-            } finally {
-                nativeLock.unlock();
-            }
-            if (Backoff.pauseOrInterrupted(spins++)) {
-                requireUsable("await"); // an abort that came with the interrupt (a failing pack) says more
-                throw new JncclInterruptedException("await: rank " + rank + " was interrupted while waiting for "
-                        + event + "; the communication enqueued before was not cancelled",
-                        new InterruptedException("await interrupted"));
-            }
-        }
-    }
-
-    /**
-     * Refuses a wait made inside {@link CudaGraph#capture}: the captured communication runs only
-     * when the graph is launched, and CUDA would invalidate the capture.
-     */
-    private void refuseInsideCapture(String operation) {
-        Optional<CudaStream> capture = CudaGraph.currentCapture();
-        if (capture.isPresent()) {
-            throw new IllegalStateException(operation + ": rank " + rank + " was asked to wait inside a CUDA graph"
-                    + " capture on " + capture.get() + " (CudaGraph.capture): the captured communication runs only"
-                    + " when the graph is launched; wait after the capture, or after launching the graph");
-        }
+        waits.await(event);
     }
 
     // ---------------------------------------------------------------- host side
@@ -845,7 +797,7 @@ public final class Communicator implements AutoCloseable {
      */
     public void barrier() {
         requireUsable("barrier");
-        onHost(() -> {
+        onHost(Forensics.BARRIER, () -> {
             host.barrier(hostTimeoutNanos);
             return null;
         });
@@ -863,7 +815,7 @@ public final class Communicator implements AutoCloseable {
         Objects.requireNonNull(local, "gatherBytesHost: local is null");
         checks.checkRoot("gatherBytesHost", root);
         requireUsable("gatherBytesHost");
-        return onHost(() -> host.gather(local, root, hostTimeoutNanos));
+        return onHost(Forensics.GATHER, () -> host.gather(local, root, hostTimeoutNanos));
     }
 
     /**
@@ -876,7 +828,7 @@ public final class Communicator implements AutoCloseable {
     public List<byte[]> allGatherBytesHost(byte[] local) {
         Objects.requireNonNull(local, "allGatherBytesHost: local is null");
         requireUsable("allGatherBytesHost");
-        return onHost(() -> host.allGather(local, hostTimeoutNanos));
+        return onHost(Forensics.ALL_GATHER, () -> host.allGather(local, hostTimeoutNanos));
     }
 
     /**
@@ -884,12 +836,15 @@ public final class Communicator implements AutoCloseable {
      * another rank failed, the launcher may not have aborted this communicator itself (MPI mode), so
      * it is aborted here: the other ranks must not wait for this one any more.
      */
-    private <T> T onHost(Supplier<T> call) {
+    private <T> T onHost(int what, Supplier<T> call) {
+        int before = forensics.enter(what);
         try {
             return call.get();
         } catch (CommunicatorAbortedException e) {
-            abort(e.getMessage());
+            abort(e.getMessage(), e.diagnosis().orElse(null));
             throw e;
+        } finally {
+            forensics.exit(before);
         }
     }
 
@@ -942,8 +897,8 @@ public final class Communicator implements AutoCloseable {
         } finally {
             nativeLock.unlock();
         }
-        List<Integer> members = Children.members(onHost(() -> host.allGather(Children.colorAndKey(color, key),
-                Deadlines.toNanos(options.initTimeout()))), color);
+        List<Integer> members = Children.members(onHost(Forensics.SPLIT, () -> host.allGather(
+                Children.colorAndKey(color, key), Deadlines.toNanos(options.initTimeout()))), color);
         int childRank = members.indexOf(rank);
         events.beforeSplit(color, key);
         NcclComm childComm = splitNccl(color, key, childRank, members.size());
@@ -1020,17 +975,43 @@ public final class Communicator implements AutoCloseable {
      * @param reason why; reported by every exception that follows
      */
     public void abort(String reason) {
+        abort(reason, null);
+    }
+
+    /**
+     * The watchdog's abort: diagnosed first (see {@link Diagnosis}), so that the verdict leads the
+     * reason on every rank; not for a thread interrupted inside NCCL, whose own interrupt is the cause.
+     */
+    private void abortDiagnosed(String reason) {
+        Diagnosis made = null;
+        if (!reason.startsWith("watchdog: " + Watchdog.INTERRUPTED_IN_NCCL)) {
+            try {
+                made = forensics.diagnose(reason);
+            } catch (RuntimeException e) {
+                LOG.warn("rank {}: the diagnosis of the abort failed; aborting without it", rank, e);
+            }
+        }
+        abort(reason, made);
+    }
+
+    /**
+     * {@link #abort(String)} with the diagnosis that leads the reason: the one given, else the one the
+     * launcher knows (a peer's), else none.
+     */
+    private void abort(String reason, Diagnosis given) {
         Objects.requireNonNull(reason, "abort: reason is null");
-        String explained = failures.explainAbort(reason);
+        Diagnosis known = given != null ? given : failures.diagnosis();
+        String explained = Diagnoses.lead(known, failures.explainAbort(reason));
         synchronized (lifecycle) {
             if (state != State.OPEN) {
                 return;
             }
             abortReason = explained;
+            diagnosis = known;
             state = State.ABORTED;
         }
         for (Communicator child : children.live()) {
-            child.abort("the communicator it was split from (rank " + rank + ") was aborted: " + explained);
+            child.abort("the communicator it was split from (rank " + rank + ") was aborted: " + explained, known);
         }
         LOG.error("rank {} (device {}): aborting communicator: {}\n  flight recorder, {}", rank, device, explained,
                 recorder.dump());
@@ -1073,14 +1054,16 @@ public final class Communicator implements AutoCloseable {
                 return;
             }
         }
-        refuseInsideCapture("close"); // the close waits for the comms stream: CUDA forbids it in a capture
+        waits.refuseInsideCapture("close"); // the close waits for the comms stream: CUDA forbids it in a capture
         replays.refuseOpenGraphs(rank, worldSize);
         for (Communicator child : children.live()) {
             child.close(); // bounded and idempotent like this one
         }
+        int before = forensics.enter(Forensics.CLOSE);
         try {
             closeSelf();
         } finally {
+            forensics.exit(before);
             if (parent != null) {
                 parent.children.remove(this);
             }
@@ -1149,7 +1132,7 @@ public final class Communicator implements AutoCloseable {
     }
 
     /** {@link #abort} from a thread that holds the native lock: released for the abort, then taken again. */
-    private void abortHoldingLock(String reason) {
+    void abortHoldingLock(String reason) {
         nativeLock.unlock();
         try {
             abort(reason);
@@ -1172,8 +1155,9 @@ public final class Communicator implements AutoCloseable {
         State current = state;
         if (current == State.ABORTED) {
             failures.beforeAbortedException(abortReason);
-            return new CommunicatorAbortedException(operation + ": communicator of rank " + rank + " was aborted: "
-                    + abortReason);
+            Diagnosis known = diagnosis;
+            return new CommunicatorAbortedException(Diagnoses.lead(known, operation + ": communicator of rank " + rank
+                    + " was aborted: " + abortReason), null, known);
         }
         return new IllegalStateException(operation + ": communicator of rank " + rank + " is closed");
     }
@@ -1189,8 +1173,9 @@ public final class Communicator implements AutoCloseable {
             interrupted.addSuppressed(failure);
             cause = interrupted;
         }
-        return new CommunicatorAbortedException(operation + ": communicator of rank " + rank
-                + " was aborted while the call was in NCCL: " + abortReason, cause);
+        Diagnosis known = diagnosis;
+        return new CommunicatorAbortedException(Diagnoses.lead(known, operation + ": communicator of rank " + rank
+                + " was aborted while the call was in NCCL: " + abortReason), cause, known);
     }
 
     /**
@@ -1238,6 +1223,11 @@ public final class Communicator implements AutoCloseable {
             throw new IllegalArgumentException("register: " + memory + " is empty: expected at least 1 byte");
         }
         return registrations.register(memory);
+    }
+
+    /** {@return what the calling thread does, for the execute pipeline's stages} */
+    final Forensics forensics() {
+        return forensics;
     }
 
     /** {@return the NCCL side of this communicator (tests ask the emulation about its handle)} */

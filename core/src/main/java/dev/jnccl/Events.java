@@ -37,6 +37,13 @@ final class Events {
         /** The NCCL version. */
         @Label("NCCL Version") public String ncclVersion;
 
+        /** {@return a new event, its duration begun} */
+        static CommInit begun() {
+            CommInit event = new CommInit();
+            event.begin();
+            return event;
+        }
+
         /** Fills in and commits the event when JFR records it (nothing otherwise). */
         public void commit(int rank, int worldSize, int device, String backend, String ncclVersion) {
             if (shouldCommit()) {
@@ -124,6 +131,31 @@ final class Events {
 
         /** Creates the event. */
         public Abort() {}
+    }
+
+    /**
+     * The diagnosis of an abort (see {@link dev.jnccl.Diagnosis}), recorded by the rank that made it:
+     * the JFR event {@code jnccl.Diagnosis}.
+     */
+    @Name("jnccl.Diagnosis")
+    @Label("Diagnosis")
+    @Category({"jnccl"})
+    @Description("The verdict the ranks' summaries gave on a hang or a failure, recorded by the rank that diagnosed it")
+    @StackTrace(false)
+    public static final class Diagnosed extends Event {
+        /** The rank that diagnosed. */
+        @Label("Rank") public int rank;
+        /** The verdict: one line naming the culprit. */
+        @Label("Verdict") public String verdict;
+        /** Whether every rank answered. */
+        @Label("Complete") public boolean complete;
+        /** What made the rank diagnose (the watchdog's reason, a host-side deadline). */
+        @Label("Trigger") public String trigger;
+        /** Every summary, as logged. */
+        @Label("Summaries") public String summaries;
+
+        /** Creates the event. */
+        public Diagnosed() {}
     }
 
     /** A command's name in the {@code operations} field: its transaction method, capitalized ("AllReduce"). */

@@ -40,6 +40,8 @@ final class ExecutePipeline {
     private final CudaEvent replayDone;
     /** The consistency check, or null when it is off: then its cost is this one null test per transaction. */
     private final ConsistencyCheck consistency;
+    /** Where the calling thread is (pace, then the enqueue), for a summary of this rank. */
+    private final Forensics forensics;
 
     ExecutePipeline(Communicator face, TransactionLog log, RankEvents events, long hostTimeoutNanos, ReentrantLock lock,
                     CudaStream stream, Transport transport, CommandRunner runner, FlightRecorder recorder,
@@ -57,6 +59,7 @@ final class ExecutePipeline {
         this.replayReady = replayReady;
         this.replayDone = replayDone;
         this.consistency = consistency;
+        this.forensics = face.forensics();
     }
 
     /**
@@ -70,6 +73,16 @@ final class ExecutePipeline {
      * recorder, events.
      */
     void execute(CudaEvent signal) {
+        int before = forensics.enter(Forensics.PACE);
+        try {
+            paceAndEnqueue(signal);
+        } finally {
+            forensics.exit(before);
+        }
+    }
+
+    /** {@link #execute}'s stages, the calling thread's activity kept up to date (pace, then the enqueue). */
+    private void paceAndEnqueue(CudaEvent signal) {
         long number = log.openNumber();
         CudaEvent ready = log.openReady();
         // No event object while JFR does not record it: the hot path allocates nothing.
@@ -78,6 +91,7 @@ final class ExecutePipeline {
             event.begin();
         }
         paceAndCheck(number);
+        forensics.now(Forensics.EXECUTE);
         List<Command> executed = log.commands().view();
         long graph;
         boolean reported = LOG.isDebugEnabled() || (event != null && event.shouldCommit());

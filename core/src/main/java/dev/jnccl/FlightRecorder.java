@@ -5,6 +5,7 @@ import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
 import java.time.Duration;
 import java.util.ArrayDeque;
+import java.util.ArrayList;
 import java.util.List;
 
 /**
@@ -30,6 +31,11 @@ final class FlightRecorder {
      */
     static final class Entry {
         long sequence;
+        /**
+         * How many transactions (and replays) were recorded up to this one: its number as the ranks
+         * count alike (see {@link RankSummary}); for a captured one, the count before it.
+         */
+        long ordinal;
         Command[] commands = new Command[4];
         int count;
         long executedNanos;
@@ -126,8 +132,8 @@ final class FlightRecorder {
         }
     }
 
-    /** A probe: an event recorded on the comms stream after transaction {@code covers}. */
-    private record Probe(CudaEvent event, long covers, long recordedNanos) {}
+    /** A probe: an event recorded on the comms stream after transaction {@code covers} (ordinal {@code coversOrdinal}). */
+    private record Probe(CudaEvent event, long covers, long coversOrdinal, long recordedNanos) {}
 
     /**
      * What the watchdog learns of the oldest pending transaction: a copy, since the slot it came
@@ -158,6 +164,10 @@ final class FlightRecorder {
     private long probedThrough;
     /** The newest transaction known complete. */
     private long completedThrough;
+    /** How many transactions were recorded (see {@link Entry#ordinal}). */
+    private long recorded;
+    /** The ordinal of the newest transaction known complete. */
+    private long completedOrdinal;
 
     /**
      * A recorder of the last {@code capacity} transactions.
@@ -177,7 +187,7 @@ final class FlightRecorder {
      * @param commands the executed commands
      */
     synchronized void add(long sequence, List<Command> commands) {
-        addEntry(sequence, commands, 0, 0);
+        addEntry(sequence, commands, 0, 0).ordinal = ++recorded;
     }
 
     /**
@@ -189,7 +199,7 @@ final class FlightRecorder {
      * @param graph    the graph's id
      */
     synchronized void addCaptured(long sequence, List<Command> commands, long graph) {
-        addEntry(sequence, commands, graph, 0);
+        addEntry(sequence, commands, graph, 0).ordinal = recorded;
     }
 
     /**
@@ -201,10 +211,10 @@ final class FlightRecorder {
      * @param graph    the graph's id
      */
     synchronized void addReplay(long sequence, List<Command> commands, long graph) {
-        addEntry(sequence, commands, 0, graph);
+        addEntry(sequence, commands, 0, graph).ordinal = ++recorded;
     }
 
-    private void addEntry(long sequence, List<Command> commands, long capturedInto, long replayOf) {
+    private Entry addEntry(long sequence, List<Command> commands, long capturedInto, long replayOf) {
         int index;
         if (size == capacity) {
             index = first;
@@ -219,6 +229,7 @@ final class FlightRecorder {
             slots[index] = entry;
         }
         entry.set(sequence, commands, System.nanoTime(), capturedInto, replayOf);
+        return entry;
     }
 
     /** {@return the {@code k}-th entry, oldest first} */
@@ -233,33 +244,46 @@ final class FlightRecorder {
 
     /**
      * Records a probe on {@code stream} when transactions were added since the last one. The caller
-     * holds the comms lock (so that nothing is enqueued between the newest entry and the probe).
+     * holds the comms lock (so that nothing is enqueued between the newest entry and the probe). The
+     * record itself happens outside this recorder's monitor: CUDA may block it behind a full launch
+     * queue, and a summary of this rank ({@link #pending}, read by a diagnosing peer) must not wait.
      *
      * @param stream the comms stream
      */
-    synchronized void probe(CudaStream stream) {
-        tracked = true;
-        Entry newest = newest();
-        if (newest == null || newest.sequence <= probedThrough) {
-            return;
+    void probe(CudaStream stream) {
+        CudaEvent event;
+        long covers;
+        long coversOrdinal;
+        synchronized (this) {
+            tracked = true;
+            Entry newest = newest();
+            if (newest == null || newest.sequence <= probedThrough) {
+                return;
+            }
+            if (stream.isCapturing()) {
+                // A probe recorded into a CUDA graph capture completes only in a launch of the graph, and
+                // CUDA forbids querying it meanwhile: the next probe after the capture covers these entries.
+                return;
+            }
+            event = freeEvents.pollFirst();
+            covers = newest.sequence;
+            coversOrdinal = newest.ordinal;
         }
-        if (stream.isCapturing()) {
-            // A probe recorded into a CUDA graph capture completes only in a launch of the graph, and
-            // CUDA forbids querying it meanwhile: the next probe after the capture covers these entries.
-            return;
-        }
-        CudaEvent event = freeEvents.pollFirst();
         if (event == null) {
             event = CudaEvent.create();
         }
         try {
             stream.record(event);
         } catch (RuntimeException e) {
-            freeEvents.addLast(event);
+            synchronized (this) {
+                freeEvents.addLast(event);
+            }
             throw e;
         }
-        probes.addLast(new Probe(event, newest.sequence, System.nanoTime()));
-        probedThrough = newest.sequence;
+        synchronized (this) {
+            probes.addLast(new Probe(event, covers, coversOrdinal, System.nanoTime()));
+            probedThrough = covers;
+        }
     }
 
     /**
@@ -273,6 +297,7 @@ final class FlightRecorder {
         while (!probes.isEmpty() && probes.peekFirst().event().isComplete()) {
             Probe done = probes.removeFirst();
             completedThrough = done.covers();
+            completedOrdinal = Math.max(completedOrdinal, done.coversOrdinal());
             freeEvents.addLast(done.event());
         }
         for (int k = 0; k < size; k++) {
@@ -307,6 +332,58 @@ final class FlightRecorder {
             }
         }
         return -1;
+    }
+
+    /**
+     * Marks every transaction recorded so far complete: the comms stream has run them all (a
+     * synchronize of the communicator returned). Cheaper than a probe, and exact.
+     *
+     * @param ordinal the count of transactions recorded when the stream's wait was recorded
+     */
+    synchronized void completedThrough(long ordinal) {
+        completedOrdinal = Math.max(completedOrdinal, ordinal);
+        long now = System.nanoTime();
+        // Newest first, down to the first entry known complete: the ones before it are known already.
+        for (int k = size - 1; k >= 0; k--) {
+            Entry entry = entry(k);
+            if (entry.ordinal <= ordinal && !entry.isCaptured()) {
+                if (entry.completedNanos != 0) {
+                    break;
+                }
+                entry.completedNanos = now;
+            }
+        }
+    }
+
+    /** {@return how many transactions are known complete (see {@link Entry#ordinal})} */
+    synchronized long completed() {
+        return completedOrdinal;
+    }
+
+    /** {@return how many transactions were recorded} */
+    synchronized long recorded() {
+        return recorded;
+    }
+
+    /**
+     * The oldest transactions recorded and not known complete, for a {@link RankSummary}.
+     *
+     * @param max how many at most
+     * @return them, oldest first, numbered by ordinal
+     */
+    synchronized List<RankSummary.Pending> pending(int max) {
+        List<RankSummary.Pending> pending = new ArrayList<>();
+        for (int k = 0; k < size && pending.size() < max; k++) {
+            Entry entry = entry(k);
+            if (!entry.isCaptured() && entry.ordinal > completedOrdinal) {
+                List<String> commands = new ArrayList<>(entry.count);
+                for (int i = 0; i < entry.count; i++) {
+                    commands.add(entry.commands[i].describe());
+                }
+                pending.add(new RankSummary.Pending(entry.ordinal, commands));
+            }
+        }
+        return pending;
     }
 
     /** {@return a multi-line dump of the recorded transactions, oldest first} */

@@ -1,6 +1,9 @@
 package dev.jnccl.spi;
 
 import dev.jnccl.Communicator;
+import dev.jnccl.Diagnosis;
+import dev.jnccl.RankSummary;
+import java.util.List;
 
 /**
  * How a failure of one rank reaches the others: what the launcher knows about failed peers (asked
@@ -8,6 +11,13 @@ import dev.jnccl.Communicator;
  * Every method does nothing by default, for a launcher with no side channel between the ranks
  * (those ranks learn of a failure only as NCCL reports it, or from their own watchdog). Threads
  * mode fails the whole pack and releases its ranks; MPI mode ends the job.
+ *
+ * <p>A hang is diagnosed before the abort (see {@link Diagnosis}): the rank whose watchdog fires, or
+ * whose host-side wait passes its deadline, asks {@link #diagnosis} whether a peer already diagnosed
+ * the failure, else gathers every rank's summary through {@link #summaries} (a channel that does not
+ * need NCCL) and hands its diagnosis to {@link #diagnosed}; ranks aborted afterwards attach
+ * {@link #diagnosis} to their own abort. By default a launcher has no such channel: the diagnosis is
+ * this rank's view only, and each rank diagnoses alone.
  *
  * <p>An abort calls, on the aborting thread: {@link #explainAbort}, then (once per communicator)
  * {@link #aborting}, NCCL's abort, {@link #aborted}. A call that later finds the communicator
@@ -83,4 +93,43 @@ public interface Failures {
      * @param reason the recorded reason
      */
     default void beforeAbortedException(String reason) {}
+
+    /**
+     * Every rank's summary for the diagnosis of an abort, gathered over a channel that does not need
+     * NCCL (the NCCL communicator may be stuck), within {@code timeoutNanos}: a rank that does not
+     * answer in time is given as absent ({@link Diagnoses#absent}), never waited for beyond it. The
+     * default has no channel and answers this rank's own summary only (the verdict then says it is
+     * this rank's view only). Called on the diagnosing thread (the watchdog's, or a rank's own after a
+     * host-side deadline), with no lock of the communicator held.
+     *
+     * @param own          this rank's summary
+     * @param timeoutNanos how long the exchange may take
+     * @return one summary per rank in rank order, or {@code List.of(own)}
+     */
+    default List<RankSummary> summaries(RankSummary own, long timeoutNanos) {
+        return List.of(own);
+    }
+
+    /**
+     * Called with the diagnosis this rank made, before it aborts: a launcher hands it to the ranks it
+     * reaches, which attach it to their own aborts ({@link #diagnosis}). When a diagnosis of the same
+     * failure came first (two ranks' watchdogs fired together), that one stands: return it, and this
+     * rank adopts it instead of logging its own.
+     *
+     * @param diagnosis this rank's diagnosis
+     * @return the diagnosis that stands
+     */
+    default Diagnosis diagnosed(Diagnosis diagnosis) {
+        return diagnosis;
+    }
+
+    /**
+     * The diagnosis of the failure that aborts this rank, made by a peer (or this rank) and known to
+     * the launcher, or null: attached to this rank's abort, whose reason it then leads.
+     *
+     * @return the diagnosis, or null
+     */
+    default Diagnosis diagnosis() {
+        return null;
+    }
 }

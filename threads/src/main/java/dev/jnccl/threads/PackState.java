@@ -2,9 +2,12 @@ package dev.jnccl.threads;
 
 import dev.jnccl.Communicator;
 import dev.jnccl.CommunicatorAbortedException;
+import dev.jnccl.Diagnosis;
+import dev.jnccl.RankSummary;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.internal.Backoff;
 import dev.jnccl.internal.Deadlines;
+import dev.jnccl.spi.Diagnoses;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -19,7 +22,8 @@ import org.slf4j.LoggerFactory;
 /**
  * What the ranks of one pack share: a barrier that breaks when any rank fails, slots for host
  * gathers and for the per-transaction exchange of threads mode, the launch-queue throttle's
- * counters, and the first failure.
+ * counters, the first failure and its diagnosis (the channel of threads mode's diagnoses: every
+ * rank's summary is read from its communicator, see {@link #summaries}).
  *
  * <p>A failing pack and the memcpy transports: a rank's comms stream copies from its peers'
  * buffers (pulls), so a peer that is released by the failure and frees its buffers at once could be
@@ -37,9 +41,10 @@ final class PackState {
      *
      * @param rank  the failed rank in this pack, or -1 when the failure came from the parent pack
      * @param error what it threw
-     * @param who   how reasons name the failed rank ("rank 2", "rank 5 of the parent pack")
+     * @param who       how reasons name the failed rank ("rank 2", "rank 5 of the parent pack")
+     * @param diagnosis the diagnosis of the failure (see {@link #diagnosed}), or null
      */
-    record Failure(int rank, Throwable error, String who) {}
+    record Failure(int rank, Throwable error, String who, Diagnosis diagnosis) {}
 
     /** The host-side call of a rank whose work has returned (see {@link #finish}). */
     static final String FINISH = "finish";
@@ -58,6 +63,11 @@ final class PackState {
     private final CudaEvent[] readsDone;
     private final Object lock = new Object();
     private final AtomicReference<Failure> failure = new AtomicReference<>();
+    /**
+     * The diagnosis of the pack's failure: made by the rank whose watchdog fired or whose host-side
+     * wait passed its deadline, before its abort fails the pack; the first one stands.
+     */
+    private final AtomicReference<Diagnosis> diagnosis = new AtomicReference<>();
     private final Communicator[] communicators;
     private final Object[] slots;
     private final long[] started;
@@ -150,7 +160,7 @@ final class PackState {
     }
 
     private void failFromParent(Failure failed) {
-        failed(new Failure(-1, failed.error(), failed.who()));
+        failed(new Failure(-1, failed.error(), failed.who(), failed.diagnosis()));
     }
     void register(int rank, Communicator communicator) {
         synchronized (lock) {
@@ -172,12 +182,15 @@ final class PackState {
         return failed == null ? null : reason(failed);
     }
 
-    /** "rank 2 failed: ..."; a failure that is no rank's (the pack closed or its join interrupted) is its message. */
+    /**
+     * "rank 2 failed: ..."; a failure that is no rank's (the pack closed or its join interrupted) is its
+     * message; the verdict of a diagnosed failure first.
+     */
     static String reason(Failure failed) {
         if (failed.who() == null) {
-            return String.valueOf(failed.error().getMessage());
+            return Diagnoses.lead(failed.diagnosis(), String.valueOf(failed.error().getMessage()));
         }
-        return failed.who() + " failed: " + failed.error();
+        return Diagnoses.lead(failed.diagnosis(), failed.who() + " failed: " + failed.error());
     }
 
     /**
@@ -186,7 +199,7 @@ final class PackState {
      */
     boolean fail(int rank, Throwable error) {
         // In a split's pack, reasons name the rank as the whole pack knows it too.
-        return failed(new Failure(rank, error, who(rank)));
+        return failed(new Failure(rank, error, who(rank), diagnosis.get()));
     }
 
     private boolean failed(Failure failed) {
@@ -204,7 +217,8 @@ final class PackState {
 
         // The packs related by splits fail too (each only once: the first failure wins in each).
         if (parent != null && rank >= 0) {
-            parent.failed(new Failure(parentRanks[rank], failed.error(), failed.who()));
+            parent.diagnosed(failed.diagnosis());
+            parent.failed(new Failure(parentRanks[rank], failed.error(), failed.who(), failed.diagnosis()));
         }
         for (PackState child : splits) {
             child.failFromParent(failed);
@@ -353,8 +367,8 @@ final class PackState {
 
     private CommunicatorAbortedException released(String operation, int rank) {
         Failure failed = failure.get();
-        return new CommunicatorAbortedException(operation + " on rank " + rank + " released: " + reason(failed),
-                failed.error());
+        return new CommunicatorAbortedException(Diagnoses.lead(failed.diagnosis(), operation + " on rank " + rank
+                + " released: " + reason(failed)), failed.error(), failed.diagnosis());
     }
 
     /**
@@ -379,10 +393,91 @@ final class PackState {
         if (failure == null) {
             return;
         }
+        if (failure instanceof PastDeadline past) {
+            failure = diagnosedDeadline(rank, past.getMessage());
+        }
         // fail() aborts communicators, which take their owners' locks: never call it holding ours.
         fail(rank, failure);
         awaitReadsDrained(rank);
         throw failure;
+    }
+
+    /**
+     * What a wait of this pack's returns when it passed its deadline, before the rank's failure is
+     * made of it (see {@link #diagnosedDeadline}): the message only, no stack.
+     */
+    private static final class PastDeadline extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+
+        PastDeadline(String message) {
+            super(message, null, false, false);
+        }
+    }
+
+    /**
+     * Rank {@code rank}'s wait passed its deadline: a hang, which its communicator diagnoses before it
+     * is aborted, as its watchdog would (the summaries come from this pack, see {@link #summaries}).
+     * Returns the failure, its message led by the verdict. Holds no lock of the pack.
+     */
+    private CommunicatorAbortedException diagnosedDeadline(int rank, String message) {
+        Communicator own;
+        synchronized (lock) {
+            own = communicators[rank];
+        }
+        Diagnosis made = null;
+        if (own != null) {
+            try {
+                made = Diagnoses.diagnose(own, message);
+            } catch (RuntimeException e) {
+                LOG.warn("rank {}: the diagnosis of a host-side deadline failed", rank, e);
+            }
+        }
+        return new CommunicatorAbortedException(Diagnoses.lead(made, message), null, made);
+    }
+
+    /**
+     * Every rank's summary, in rank order, read from its communicator: snapshots, no rank is waited
+     * for. A rank whose work returned is closing, one with no communicator gave none.
+     */
+    List<RankSummary> summaries() {
+        Communicator[] all;
+        long[] after;
+        boolean[] returned;
+        synchronized (lock) {
+            all = communicators.clone();
+            after = closedAfter.clone();
+            returned = workReturned.clone();
+        }
+        List<RankSummary> summaries = new ArrayList<>(size);
+        for (int r = 0; r < size; r++) {
+            if (all[r] == null) {
+                summaries.add(Diagnoses.absent(r, size, "it has no communicator (its init has not finished, or failed)"));
+                continue;
+            }
+            RankSummary summary;
+            try {
+                summary = Diagnoses.summary(all[r]);
+            } catch (RuntimeException e) {
+                summaries.add(Diagnoses.absent(r, size, "its summary failed: " + e));
+                continue;
+            }
+            summaries.add(after[r] < 0 ? summary : Diagnoses.leaving(summary, returned[r] ? "its work returned" : ""));
+        }
+        return summaries;
+    }
+
+    /** {@return the diagnosis of the pack's failure, or null} */
+    Diagnosis diagnosis() {
+        Failure failed = failure.get();
+        return failed != null && failed.diagnosis() != null ? failed.diagnosis() : diagnosis.get();
+    }
+
+    /** Keeps {@code made} (null: nothing) unless a diagnosis came first; {@return the diagnosis that stands} */
+    Diagnosis diagnosed(Diagnosis made) {
+        if (made != null) {
+            diagnosis.compareAndSet(null, made);
+        }
+        return diagnosis();
     }
 
     /**
@@ -417,7 +512,7 @@ final class PackState {
                 }
                 long waited = System.nanoTime() - start;
                 if (waited >= timeoutNanos) {
-                    return new CommunicatorAbortedException(operation + " on " + who(rank) + ": " + absent()
+                    return new PastDeadline(operation + " on " + who(rank) + ": " + absent()
                             + " did not arrive within " + TimeUnit.NANOSECONDS.toMillis(timeoutNanos) + " ms");
                 }
                 try {
@@ -524,7 +619,7 @@ final class PackState {
                 }
                 long waited = System.nanoTime() - start;
                 if (waited >= timeoutNanos) {
-                    return new CommunicatorAbortedException("transaction #" + sequence + " of " + who(rank)
+                    return new PastDeadline("transaction #" + sequence + " of " + who(rank)
                             + " waited " + TimeUnit.NANOSECONDS.toMillis(waited) + " ms for rank " + behind
                             + " (at transaction #" + slowest + ") to come within ThreadsOptions.maxLead " + maxLead);
                 }

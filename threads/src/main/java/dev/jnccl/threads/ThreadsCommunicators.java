@@ -27,7 +27,10 @@ import org.slf4j.LoggerFactory;
  * communicators of the pack are aborted, and {@link ThreadsPack#join()} rethrows the first failure.
  * So does a rank whose work returns while a peer waits for it: in a host-side call at once, and in
  * collectives it executed fewer of at the peer's next watchdog poll (with the watchdog on), the
- * exception naming that rank and both counts.
+ * exception naming that rank and both counts. When a watchdog or a host-side deadline ends a hang,
+ * the rank that noticed reads every rank's summary from the pack first, and the verdict that names
+ * the culprit is the first line of every rank's exception and of {@link ThreadsPack#join()}'s (see
+ * {@link dev.jnccl.Diagnosis}).
  */
 public final class ThreadsCommunicators {
     private static final Logger LOG = LoggerFactory.getLogger(ThreadsCommunicators.class);

@@ -2,6 +2,9 @@ package dev.jnccl.threads;
 
 import dev.jnccl.Communicator;
 import dev.jnccl.CommunicatorAbortedException;
+import dev.jnccl.Diagnosis;
+import dev.jnccl.RankSummary;
+import dev.jnccl.spi.Diagnoses;
 import dev.jnccl.spi.Failures;
 import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.Membership;
@@ -137,9 +140,29 @@ final class ThreadsHost implements HostSide, RankEvents, Failures {
         return cause.contains(reason) ? cause : cause + "; then: " + reason;
     }
 
+    /**
+     * The pack's shared state is the channel: every rank's communicator gives its summary at once (a
+     * snapshot; a stuck rank is not waited for), so the timeout is never needed.
+     */
+    @Override
+    public List<RankSummary> summaries(RankSummary own, long timeoutNanos) {
+        return pack.summaries();
+    }
+
+    /** The pack keeps the first diagnosis: every rank's abort is led by it (see {@link PackState#reason}). */
+    @Override
+    public Diagnosis diagnosed(Diagnosis diagnosis) {
+        return pack.diagnosed(diagnosis);
+    }
+
+    @Override
+    public Diagnosis diagnosis() {
+        return pack.diagnosis();
+    }
+
     @Override
     public void aborting(String reason) {
-        pack.fail(rank, new CommunicatorAbortedException("communicator of rank " + rank + " aborted: " + reason));
+        pack.fail(rank, failure(reason));
         if (Thread.currentThread() == owner) {
             // This rank failed in its own call (a CUDA or NCCL error): its exception is about to reach user code.
             pack.awaitReadsDrained(rank);
@@ -149,8 +172,15 @@ final class ThreadsHost implements HostSide, RankEvents, Failures {
     @Override
     public void beforeAbortedException(String reason) {
         // The abort may be this communicator's own (watchdog): make it the pack's failure before draining.
-        pack.fail(rank, new CommunicatorAbortedException("communicator of rank " + rank + " aborted: " + reason));
+        pack.fail(rank, failure(reason));
         pack.awaitReadsDrained(rank);
+    }
+
+    /** This rank's failure, as the pack reports it (join() rethrows the first): the verdict first, when there is one. */
+    private CommunicatorAbortedException failure(String reason) {
+        Diagnosis diagnosis = pack.diagnosis();
+        return new CommunicatorAbortedException(Diagnoses.lead(diagnosis, "communicator of rank " + rank + " aborted: "
+                + reason), null, diagnosis);
     }
 
     @Override

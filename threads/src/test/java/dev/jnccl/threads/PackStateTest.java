@@ -5,10 +5,12 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.jnccl.CommunicatorAbortedException;
+import dev.jnccl.Diagnosis;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -368,4 +370,32 @@ class PackStateTest {
         // A split made after the failure starts failed.
         assertEquals(pack.cancellation(), pack.child(1, 0, List.of(0, 2)).cancellation());
     }
+
+    /**
+     * The pack keeps the first diagnosis of its failure: a later one is not kept, and every reason and
+     * release of the failure starts with its verdict (once), also in a pack split from it.
+     */
+    @Test
+    void theFirstDiagnosisStandsAndLeadsEveryReasonOfThePacksFailure() {
+        PackState pack = new PackState(3, DRAIN);
+        Diagnosis first = new Diagnosis("rank 2 never reached transaction #5 (it is in user code)", List.of(), false);
+        Diagnosis later = new Diagnosis("rank 1 never reached transaction #5 (it is in user code)", List.of(), false);
+        assertNull(pack.diagnosis());
+        assertSame(first, pack.diagnosed(first));
+        assertSame(first, pack.diagnosed(later));
+        assertSame(first, pack.diagnosed(null));
+        pack.fail(0, new CommunicatorAbortedException("communicator of rank 0 aborted: " + first.verdict()
+                + "\nwatchdog: transaction #5 not complete"));
+        assertEquals(first.verdict() + "\nrank 0 failed: dev.jnccl.CommunicatorAbortedException: communicator of rank 0"
+                + " aborted: watchdog: transaction #5 not complete", pack.cancellation());
+        CommunicatorAbortedException released = assertThrows(CommunicatorAbortedException.class,
+                () -> pack.barrier("barrier", 1, LONG_NANOS));
+        assertEquals(first.verdict() + "\nbarrier on rank 1 released: rank 0 failed: dev.jnccl.CommunicatorAbortedException:"
+                + " communicator of rank 0 aborted: watchdog: transaction #5 not complete", released.getMessage());
+        assertSame(first, released.diagnosis().orElseThrow());
+        PackState split = pack.child(1, 0, List.of(0, 2));
+        assertSame(first, split.diagnosis());
+        assertTrue(split.cancellation().startsWith(first.verdict() + "\nrank 0 failed: "), split.cancellation());
+    }
 }
+
