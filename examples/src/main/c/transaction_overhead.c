@@ -85,7 +85,7 @@
  *       transaction_overhead.c -L<dir of libjnccl_host.so> -l:libjnccl_host.so -Wl,-rpath,<that dir>
  *
  * Usage: transaction_overhead [-n ITERS] [-r REPS] [-w WARMUP] [-t MAX_SECONDS_PER_REP]
- *                             [-c COUNT] [-m MODE[,MODE...]: both|all|blocking|nonblocking|split] [-d DEVICE]
+ *                             [-c COUNT] [-m MODE[,MODE...]: both|all|blocking|nonblocking|split|split-noshare|split-bparent] [-d DEVICE]
  *                             [--cases LIST] [--graph-transactions K,...]
  *                             [--world W --rank R --id-file FILE | --threads W]
  * (--cases: default transaction,all_reduce,all_reduce_ordered; the other cases and the graph cases
@@ -157,8 +157,11 @@
     }                                                                                       \
   } while (0)
 
-enum { COMM_NONBLOCKING = 0, COMM_BLOCKING = 1, COMM_SPLIT = 2 };
-static const char *COMM_NAMES[] = {"nonblocking", "blocking", "split"};
+/* split-noshare and split-bparent take jnccl's split apart: the same child without shared resources
+ * (splitShare = 0), and the same child of a blocking parent; which of the two costs the split child
+ * its extra host time against a plain blocking communicator. */
+enum { COMM_NONBLOCKING = 0, COMM_BLOCKING = 1, COMM_SPLIT = 2, COMM_SPLIT_NOSHARE = 3, COMM_SPLIT_BPARENT = 4, COMM_KINDS = 5 };
+static const char *COMM_NAMES[] = {"nonblocking", "blocking", "split", "split-noshare", "split-bparent"};
 
 /* --threads: what the rank threads of this process share. */
 typedef struct {
@@ -184,7 +187,7 @@ typedef struct {
   size_t count;
   double maxSeconds;
   const char *cases;
-  int modes[3], nmodes;
+  int modes[COMM_KINDS], nmodes;
   int graphSteps[16], ngraphSteps; /* --graph-transactions: K of each graph case's RESULT line */
 } plan_t;
 
@@ -488,14 +491,15 @@ static void setup(bench_t *b, rank_t *self, int device, size_t count, int kind) 
   char path[4200];
   ncclUniqueId id = next_unique_id(self, path, sizeof path);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = kind == COMM_BLOCKING;
+  int split = kind == COMM_SPLIT || kind == COMM_SPLIT_NOSHARE || kind == COMM_SPLIT_BPARENT;
+  config.blocking = kind == COMM_BLOCKING || kind == COMM_SPLIT_BPARENT;
   ended(b, ncclCommInitRankConfig(&b->comm, self->world, id, self->rank, &config), "ncclCommInitRankConfig");
-  if (kind == COMM_SPLIT) {
+  if (split) {
     b->parent = b->comm;
     b->comm = NULL;
     ncclConfig_t child = NCCL_CONFIG_INITIALIZER;
     child.blocking = 1;
-    child.splitShare = 1;
+    child.splitShare = kind != COMM_SPLIT_NOSHARE;
     double start = now_seconds();
     ncclResult_t r = ncclCommSplit(b->parent, 0, self->rank, &b->comm, &child);
     if (r != ncclSuccess && r != ncclInProgress) {
@@ -513,7 +517,8 @@ static void setup(bench_t *b, rank_t *self, int device, size_t count, int kind) 
       CPU_RELAX();
     }
     await_handle(b->comm, "ncclCommSplit (child)");
-    printf("# rank %d: split into a blocking child took %.3f ms\n", self->rank, (now_seconds() - start) * 1e3);
+    printf("# rank %d: split (%s) into a blocking child took %.3f ms\n", self->rank, COMM_NAMES[kind],
+           (now_seconds() - start) * 1e3);
   }
   if (path[0] != '\0' && self->rank == 0) unlink(path); /* every rank has joined: the id was read */
 }
@@ -610,7 +615,7 @@ static void measure(rank_t *self, const char *name, op_fn op, const plan_t *plan
 static void usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s [-n ITERS] [-r REPS] [-w WARMUP] [-t MAX_SECONDS_PER_REP] [-c COUNT]"
-          " [-m MODE[,MODE...]: both|all|blocking|nonblocking|split] [-d DEVICE]"
+          " [-m MODE[,MODE...]: both|all|blocking|nonblocking|split|split-noshare|split-bparent] [-d DEVICE]"
           " [--cases transaction,all_reduce,all_reduce_ordered,reduce_scatter_ordered,broadcast_ordered,"
           "all_to_all_ordered,reduce_mean_ordered,reduce_max_ordered,reduce_norm_squared_ordered,"
           "graph_step_eager,graph_replay]"
@@ -784,19 +789,24 @@ int main(int argc, char **argv) {
     fprintf(stderr, "-c %zu is not divisible by the world size %d\n", plan.count, self.world);
     usage(argv[0]);
   }
-  /* -m: a comma list of nonblocking, blocking, split, both (nonblocking,blocking), all (the three). */
+  /* -m: a comma list of the COMM_NAMES, both (nonblocking,blocking), all (those two and split). */
   {
     char modes[64];
     if (strlen(mode) >= sizeof modes) usage(argv[0]);
     strcpy(modes, mode);
     for (char *save = NULL, *name = strtok_r(modes, ",", &save); name != NULL; name = strtok_r(NULL, ",", &save)) {
       int all = strcmp(name, "all") == 0, both = strcmp(name, "both") == 0;
-      if (all || both || strcmp(name, "nonblocking") == 0) add_mode(&plan, COMM_NONBLOCKING);
-      if (all || both || strcmp(name, "blocking") == 0) add_mode(&plan, COMM_BLOCKING);
-      if (all || strcmp(name, "split") == 0) add_mode(&plan, COMM_SPLIT);
-      if (!all && !both && strcmp(name, "nonblocking") != 0 && strcmp(name, "blocking") != 0 && strcmp(name, "split") != 0) {
-        usage(argv[0]);
+      if (all || both) add_mode(&plan, COMM_NONBLOCKING);
+      if (all || both) add_mode(&plan, COMM_BLOCKING);
+      int known = all || both;
+      for (int k = 0; k < COMM_KINDS; k++) {
+        if (strcmp(name, COMM_NAMES[k]) == 0) {
+          add_mode(&plan, k);
+          known = 1;
+        }
       }
+      if (all) add_mode(&plan, COMM_SPLIT);
+      if (!known) usage(argv[0]);
     }
     if (plan.nmodes == 0) usage(argv[0]);
   }
