@@ -85,7 +85,8 @@ class SparkCommunicatorsTest {
         SparkException e = assertThrows(SparkException.class, () -> SparkCommunicators.run(spark, 2,
                 SparkOptions.defaults().withDevice(0), Communicator::device));
         String message = String.valueOf(e.getMessage());
-        assertTrue(message.contains("ranks [0, 1] of executor driver share device 0")
+        assertTrue(message.contains("ranks [0, 1] (executors [driver, driver]) on host ")
+                && message.contains(" share device 0") && message.contains("spark.task.resource.gpu.amount=1")
                 && message.contains("NCCL_MULTI_RANK_GPU_ENABLE"), message);
     }
 
@@ -122,6 +123,23 @@ class SparkCommunicatorsTest {
         }
         assertNoJncclThreads();
         assertTrue(waitForFds(fdsBefore), "open file descriptors: " + fdsBefore + " before, " + openFds() + " after");
+    }
+
+    @Test
+    void theDriversExceptionNamesTheRankThatFailedWithItsOwnException() {
+        // Every attempt: rank 1 throws, its peers wait in a barrier until jnccl aborts them. Spark may
+        // report a peer's abort first; the exception must still lead with rank 1's own failure.
+        String planned = "the test's planned failure of rank 1, seed " + System.nanoTime();
+        SparkException e = assertThrows(SparkException.class, () -> SparkCommunicators.run(spark, 3,
+                SparkOptions.defaults(), comm -> {
+                    if (comm.rank() == 1) {
+                        throw new IllegalArgumentException(planned);
+                    }
+                    comm.barrier();
+                    return comm.rank();
+                }));
+        String message = String.valueOf(e.getMessage());
+        assertTrue(message.startsWith("rank 1 failed: java.lang.IllegalArgumentException: " + planned), message);
     }
 
     @Test
@@ -163,10 +181,19 @@ class SparkCommunicatorsTest {
     void placementsAndSharedDevices() {
         SparkCommunicators.Placement p = new SparkCommunicators.Placement(3, "aWQ=", "exec,1");
         assertEquals(p, SparkCommunicators.Placement.decode(p.encode()));
-        assertEquals("", SparkCommunicators.sharedDevices(List.of(p, new SparkCommunicators.Placement(3, "", "other"))));
-        assertEquals("ranks [0, 2] of executor e share device 1", SparkCommunicators.sharedDevices(List.of(
-                new SparkCommunicators.Placement(1, "", "e"), new SparkCommunicators.Placement(0, "", "e"),
-                new SparkCommunicators.Placement(1, "", "e"))));
+        assertEquals("", SparkCommunicators.sharedDevices(List.of(p, new SparkCommunicators.Placement(3, "", "other")),
+                List.of("h1", "h2")));
+        // Two executors of one machine on one device: NCCL refuses it as it refuses two threads.
+        assertEquals("ranks [0, 2] (executors [e, f]) on host h share device 1", SparkCommunicators.sharedDevices(
+                List.of(new SparkCommunicators.Placement(1, "", "e"), new SparkCommunicators.Placement(0, "", "e"),
+                        new SparkCommunicators.Placement(1, "", "f"), new SparkCommunicators.Placement(1, "", "g")),
+                List.of("h", "h", "h", "other")));
+        org.apache.spark.BarrierTaskInfo[] tasks = java.util.stream.Stream.of("a:1", "b:1", "a:2", "a:1", "b:2")
+                .map(org.apache.spark.BarrierTaskInfo::new).toArray(org.apache.spark.BarrierTaskInfo[]::new);
+        assertEquals(List.of("a", "b", "a", "a", "b"), SparkCommunicators.hosts(tasks));
+        assertEquals(List.of(0, 0, 1, 2, 1), java.util.stream.IntStream.range(0, tasks.length)
+                .mapToObj(rank -> SparkCommunicators.hostIndex(tasks, rank)).toList(),
+                "a task's index counts the tasks of every executor of its machine");
         IllegalArgumentException bad = assertThrows(IllegalArgumentException.class,
                 () -> SparkCommunicators.parseDevice("-2", "the system property jnccl.device"));
         assertTrue(bad.getMessage().contains("-2") && bad.getMessage().contains("jnccl.device"), bad.getMessage());
