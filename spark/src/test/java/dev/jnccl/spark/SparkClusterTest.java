@@ -58,8 +58,9 @@ class SparkClusterTest {
                 .set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false")
                 .set("spark.executor.memory", "768m")
                 .set("spark.executor.extraClassPath", System.getProperty("java.class.path"))
-                // The executors' backend (the emulation: no GPU here), and the flags the test JVM has too.
-                .set("spark.executor.extraJavaOptions", "-Djnccl.backend=host --sun-misc-unsafe-memory-access=allow"
+                // The executors' backend (the emulation: no GPU here); Spark 4.2 itself passes them
+                // --enable-native-access=ALL-UNNAMED and --sun-misc-unsafe-memory-access=allow.
+                .set("spark.executor.extraJavaOptions", "-Djnccl.backend=host"
                         + " -Dslf4j.provider=org.apache.logging.slf4j.SLF4JServiceProvider")
                 // Barrier stages retry up to this many attempts (spark.task.maxFailures does not apply).
                 .set("spark.stage.maxConsecutiveAttempts", "2");
