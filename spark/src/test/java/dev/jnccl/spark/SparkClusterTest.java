@@ -156,7 +156,9 @@ class SparkClusterTest {
                     return comm.rank();
                 }));
         String message = String.valueOf(e.getMessage());
-        System.out.println("cluster: the driver's exception: " + message.lines().findFirst().orElse(""));
+        System.out.println("cluster: the driver's exception: " + message.lines().findFirst().orElse("")
+                + (e.getCause() instanceof SparkException spark ? "; Spark reported first: "
+                + String.valueOf(spark.getMessage()).lines().findFirst().orElse("") : "; Spark reported it first"));
         assertTrue(message.startsWith("rank 2 failed: java.lang.IllegalStateException: " + planned), message);
     }
 
