@@ -1,5 +1,6 @@
 package dev.jnccl.spark;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -209,6 +210,57 @@ class SparkClusterTest {
             throw e;
         }
         return 1;
+    }
+
+    @Test
+    void aBarrierStageWithJncclBesideTheSameStageWithSparkAlone() {
+        // Figures for docs/spark.md, printed (no timed assertion): a stage that creates, uses once and
+        // closes the communicators, beside one whose tasks meet once through Spark's allGather.
+        for (int round = 0; round < 2; round++) {
+            long t0 = System.nanoTime();
+            List<long[]> jnccl = SparkCommunicators.run(spark, TASKS, SparkOptions.defaults(), comm -> {
+                comm.barrier();
+                return comm.allGatherLongsHost(comm.rank() * 3L + 1);
+            });
+            long t1 = System.nanoTime();
+            List<String> alone = sparkAloneStage(TASKS);
+            long t2 = System.nanoTime();
+            for (int rank = 0; rank < TASKS; rank++) {
+                assertArrayEquals(new long[] {1, 4, 7, 10}, jnccl.get(rank), "rank " + rank + "'s gather");
+                assertEquals("0,1,2,3", alone.get(rank), "task " + rank + "'s Spark allGather");
+            }
+            System.out.printf("cluster: barrier stage of %d tasks end to end: with jnccl (create, barrier, host"
+                    + " gather, close) %d ms, Spark alone (one allGather) %d ms%n", TASKS,
+                    TimeUnit.NANOSECONDS.toMillis(t1 - t0), TimeUnit.NANOSECONDS.toMillis(t2 - t1));
+        }
+    }
+
+    /** A barrier stage of {@code tasks} tasks whose tasks meet once through Spark's allGather, results in task order. */
+    private static List<String> sparkAloneStage(int tasks) {
+        @SuppressWarnings("unchecked")
+        scala.reflect.ClassTag<String> string = (scala.reflect.ClassTag<String>) (scala.reflect.ClassTag<?>)
+                scala.reflect.ClassTag$.MODULE$.apply(String.class);
+        Object gathered = spark.parallelize(java.util.stream.IntStream.range(0, tasks).boxed().toList(), tasks).rdd()
+                .barrier().mapPartitions(new SparkAloneTask(), false, string)
+                .coalesce(1, true, scala.Option.empty(), null).collect();
+        String[] results = new String[tasks];
+        for (String result : (String[]) gathered) {
+            results[Integer.parseInt(result.substring(0, result.indexOf(':')))] = result.substring(result.indexOf(':') + 1);
+        }
+        return List.of(results);
+    }
+
+    /** One task of {@link #sparkAloneStage}: "partition:every partition's id joined", from one allGather. */
+    private static final class SparkAloneTask extends scala.runtime.AbstractFunction1<scala.collection.Iterator<Integer>,
+            scala.collection.Iterator<String>> implements java.io.Serializable {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        public scala.collection.Iterator<String> apply(scala.collection.Iterator<Integer> partition) {
+            BarrierTaskContext context = BarrierTaskContext.get();
+            String all = String.join(",", context.allGather(Integer.toString(context.partitionId())));
+            return scala.jdk.javaapi.CollectionConverters.asScala(List.of(context.partitionId() + ":" + all).iterator());
+        }
     }
 
     /** Records the wall-clock time of {@code event} (the executors and the driver share this machine's clock). */
