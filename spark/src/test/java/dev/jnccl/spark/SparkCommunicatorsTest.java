@@ -34,8 +34,8 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 /**
- * Spark barrier mode in local mode inside the test JVM ({@code local[4,2]}: four task slots, one
- * retry), on whatever backend the build picks (the host emulation without a GPU): every command and
+ * Spark barrier mode in local mode inside the test JVM ({@code local[4]}: four task slots; a failed
+ * barrier stage is tried twice, {@code spark.stage.maxConsecutiveAttempts=2}), on whatever backend the build picks (the host emulation without a GPU): every command and
  * convenience operation element by element, the NCCL host side, a split, a failed first attempt
  * and a cancelled job.
  */
@@ -49,7 +49,8 @@ class SparkCommunicatorsTest {
 
     @BeforeAll
     static void startSpark() {
-        spark = LocalSpark.start("local[4,2]", "jnccl-spark-test");
+        // Barrier stages retry by stage attempts (spark.task.maxFailures, local[N,F]'s F, does not apply).
+        spark = LocalSpark.start("local[4]", "jnccl-spark-test", "spark.stage.maxConsecutiveAttempts=2");
     }
 
     @AfterAll
