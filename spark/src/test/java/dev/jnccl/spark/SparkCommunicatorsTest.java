@@ -45,6 +45,7 @@ class SparkCommunicatorsTest {
     /** The test JVM is the executor in local mode: what the tasks leave here, the test reads. */
     static final Map<String, Long> TIMES = new ConcurrentHashMap<>();
     static final Map<String, Communicator> COMMUNICATORS = new ConcurrentHashMap<>();
+    static final Map<Integer, String> ABORTS = new ConcurrentHashMap<>();
     static volatile CountDownLatch inCollective;
 
     @BeforeAll
@@ -141,6 +142,39 @@ class SparkCommunicatorsTest {
                 }));
         String message = String.valueOf(e.getMessage());
         assertTrue(message.startsWith("rank 1 failed: java.lang.IllegalArgumentException: " + planned), message);
+    }
+
+    @Test
+    void aHangIsEndedByTheWatchdogWithThisRanksViewOnly() {
+        // Spark's allGather cannot gather the ranks' summaries (every task must make the same barrier
+        // calls in order, and a stuck one never does): each rank's diagnosis is its own view.
+        ABORTS.clear();
+        SparkOptions options = SparkOptions.defaults().withCommunicator(o -> o.withWatchdog(
+                java.time.Duration.ofSeconds(2)).withWatchdogInterval(java.time.Duration.ofMillis(200)));
+        List<Integer> results = SparkCommunicators.run(spark, 2, options, comm -> {
+            if (BarrierTaskContext.get().stageAttemptNumber() == 0) {
+                hangOnRank0(comm);
+            }
+            return comm.rank();
+        });
+        assertEquals(List.of(0, 1), results, "the retry");
+        String reason = String.valueOf(ABORTS.get(1));
+        assertTrue(reason.contains("rank 1's view only (no channel to the other ranks)"), reason);
+    }
+
+    /** Rank 0 never joins; rank 1's all-reduce waits until its watchdog aborts it (recorded in ABORTS). */
+    private static void hangOnRank0(Communicator comm) throws InterruptedException {
+        if (comm.rank() == 0) {
+            Thread.sleep(60_000); // Spark kills it when rank 1's task fails
+            return;
+        }
+        try (CudaStream stream = CudaStream.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 16)) {
+            comm.allReduce(memory.tensor(DType.FP32), ReduceOp.SUM, stream);
+            comm.synchronize();
+        } catch (RuntimeException e) {
+            ABORTS.put(comm.rank(), String.valueOf(e.getMessage()));
+            throw e;
+        }
     }
 
     @Test
