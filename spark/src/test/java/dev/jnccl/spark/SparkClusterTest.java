@@ -41,7 +41,7 @@ import org.junit.jupiter.api.Timeout;
  * 127.0.0.1; every executor process has ended and no segment is left in {@code /dev/shm} when the
  * class is done.
  */
-@Timeout(value = 6, unit = TimeUnit.MINUTES)
+@Timeout(value = 3, unit = TimeUnit.MINUTES)
 class SparkClusterTest {
     private static final int TASKS = 4;
     private static JavaSparkContext spark;
