@@ -27,6 +27,7 @@ import org.apache.spark.SparkException;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -67,6 +68,11 @@ class SparkClusterTest {
                 .set("spark.stage.maxConsecutiveAttempts", "2");
         spark = new JavaSparkContext(conf);
         awaitExecutors(2, Duration.ofSeconds(120));
+    }
+
+    @BeforeEach
+    void bothExecutorsUp() throws InterruptedException {
+        awaitExecutors(2, Duration.ofSeconds(120)); // a scenario may have lost one (Spark replaces it)
     }
 
     @AfterAll
@@ -135,6 +141,44 @@ class SparkClusterTest {
         if (comm.rank() == 1) {
             record(dir, "thrown");
             throw new IllegalStateException("the test's planned failure of rank 1 in the first attempt");
+        }
+        try {
+            comm.barrier();
+        } catch (RuntimeException e) {
+            record(dir, "aborted " + comm.rank());
+            throw e;
+        }
+    }
+
+    @Test
+    void anExecutorThatDiesMidStageIsReplacedAndTheRetrySucceeds() throws Exception {
+        String dir = Files.createTempDirectory(records, "halt-").toString();
+        List<Integer> results = SparkCommunicators.run(spark, TASKS, SparkOptions.defaults(), comm -> {
+            if (BarrierTaskContext.get().stageAttemptNumber() == 0) {
+                haltRank1sExecutor(comm, dir);
+            }
+            return (int) comm.allGatherLongsHost(comm.rank() + 100)[(comm.rank() + 1) % TASKS];
+        });
+        assertEquals(List.of(101, 102, 103, 100), results, "the retry on the replacement executor");
+        String halted = Files.readString(Path.of(dir, "pid 1"));
+        long halting = awaitRecord(dir, "halting");
+        for (int rank : new int[] {0, 2, 3}) {
+            if (!Files.readString(Path.of(dir, "pid " + rank)).equals(halted)) { // a survivor
+                long ended = awaitRecord(dir, "aborted " + rank);
+                System.out.println("cluster: rank " + rank + " ended " + (ended - halting) + " ms after its peer's"
+                        + " executor halted");
+                assertTrue(ended - halting < 10_000, "rank " + rank + " ended " + (ended - halting) + " ms after");
+            }
+        }
+    }
+
+    /** Rank 1 halts its executor's JVM while the others wait for it in a barrier (each records its pid). */
+    private static void haltRank1sExecutor(dev.jnccl.Communicator comm, String dir) throws InterruptedException {
+        writeRecord(dir, "pid " + comm.rank(), Long.toString(ProcessHandle.current().pid()));
+        if (comm.rank() == 1) {
+            Thread.sleep(300); // the others are in the barrier by now
+            record(dir, "halting");
+            Runtime.getRuntime().halt(137);
         }
         try {
             comm.barrier();
@@ -265,8 +309,12 @@ class SparkClusterTest {
 
     /** Records the wall-clock time of {@code event} (the executors and the driver share this machine's clock). */
     private static void record(String dir, String event) {
+        writeRecord(dir, event, Long.toString(System.currentTimeMillis()));
+    }
+
+    private static void writeRecord(String dir, String name, String value) {
         try {
-            Files.writeString(Path.of(dir, event), Long.toString(System.currentTimeMillis()));
+            Files.writeString(Path.of(dir, name), value);
         } catch (IOException e) {
             throw new UncheckedIOException(e);
         }
