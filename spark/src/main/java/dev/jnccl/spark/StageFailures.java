@@ -3,11 +3,13 @@ package dev.jnccl.spark;
 import dev.jnccl.CommunicatorAbortedException;
 import java.util.HashMap;
 import java.util.HashSet;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import org.apache.spark.ExceptionFailure;
 import org.apache.spark.SparkContext;
+import org.apache.spark.TaskEndReason;
 import org.apache.spark.scheduler.SparkListener;
 import org.apache.spark.scheduler.SparkListenerStageSubmitted;
 import org.apache.spark.scheduler.SparkListenerTaskEnd;
@@ -57,27 +59,37 @@ final class StageFailures extends SparkListener {
     }
 
     @Override
-    public synchronized void onStageSubmitted(SparkListenerStageSubmitted submitted) {
-        for (RDDInfo rdd : CollectionConverters.asJava(submitted.stageInfo().rddInfos())) {
-            if (rdd.id() == rddId) {
-                stages.add(submitted.stageInfo().stageId());
-            }
-        }
+    public void onStageSubmitted(SparkListenerStageSubmitted submitted) {
+        List<Integer> rdds = CollectionConverters.asJava(submitted.stageInfo().rddInfos()).stream().map(RDDInfo::id)
+                .toList();
+        stageSubmitted(submitted.stageInfo().stageId(), rdds);
     }
 
     @Override
-    public synchronized void onTaskEnd(SparkListenerTaskEnd end) {
-        if (!stages.contains(end.stageId())) {
+    public void onTaskEnd(SparkListenerTaskEnd end) {
+        taskEnded(end.stageId(), end.stageAttemptId(), end.taskInfo().partitionId(), end.taskInfo().successful(),
+                end.reason());
+    }
+
+    /** A stage was submitted that computes the RDDs {@code rddIds}: watched when one is ours. */
+    synchronized void stageSubmitted(int stageId, List<Integer> rddIds) {
+        if (rddIds.contains(rddId)) {
+            stages.add(stageId);
+        }
+    }
+
+    /** The task of partition {@code rank} of a stage attempt ended, successfully or for {@code reason}. */
+    synchronized void taskEnded(int stageId, int stageAttempt, int rank, boolean successful, TaskEndReason reason) {
+        if (!stages.contains(stageId)) {
             return;
         }
-        String attempt = end.stageId() + "." + end.stageAttemptId();
-        int rank = end.taskInfo().partitionId();
+        String attempt = stageId + "." + stageAttempt;
         ended.computeIfAbsent(attempt, k -> new HashSet<>()).add(rank);
-        if (end.taskInfo().successful()) {
+        if (successful) {
             return;
         }
         lastFailed = attempt;
-        if (end.reason() instanceof ExceptionFailure failure && isOwn(failure) && !culprits.containsKey(attempt)) {
+        if (reason instanceof ExceptionFailure failure && isOwn(failure) && !culprits.containsKey(attempt)) {
             culprits.put(attempt, "rank " + rank + " failed: " + failure.className()
                     + (failure.description() == null ? "" : ": " + failure.description()));
         }
