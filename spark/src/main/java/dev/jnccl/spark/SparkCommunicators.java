@@ -103,21 +103,8 @@ public final class SparkCommunicators {
         BarrierTaskInfo[] tasks = context.getTaskInfos();
         int world = tasks.length;
         int device = device(context, options, hostIndex(tasks, rank));
-        String executor = SparkEnv.get() == null ? "?" : SparkEnv.get().executorId();
-        // The one Spark rendezvous: rank 0's unique id, and where every task runs.
-        String id = rank == 0 ? Base64.getEncoder().encodeToString(UniqueId.generate().bytes()) : "";
-        List<Placement> placements = new ArrayList<>(world);
-        for (String message : context.allGather(new Placement(device, id, executor).encode())) {
-            placements.add(Placement.decode(message));
-        }
-        String shared = sharedDevices(placements, hosts(tasks));
-        if (!shared.isEmpty() && !devicesShareable()) {
-            throw new IllegalStateException("create: " + shared + " and NCCL " + JncclRuntime.query().nccl()
-                    + " refuses several ranks of one machine on one GPU. Give each task its own GPU (on a cluster:"
-                    + " spark.executor.resource.gpu.amount and spark.task.resource.gpu.amount=1, not a fraction,"
-                    + " with a GPU discovery script; locally: no more tasks than GPUs), or load NCCL 2.30+ with"
-                    + " NCCL_MULTI_RANK_GPU_ENABLE=1");
-        }
+        List<Placement> placements = placements(context, device, rank);
+        String shared = checkDevices(placements, tasks);
         UniqueId uniqueId = UniqueId.fromBytes(Base64.getDecoder().decode(placements.get(0).id()));
         String attempt = "stage " + context.stageId() + " attempt " + context.stageAttemptNumber() + ", partition "
                 + rank;
@@ -133,6 +120,33 @@ public final class SparkCommunicators {
         }
         watch(context, communicator, attempt);
         return communicator;
+    }
+
+    /** The one Spark rendezvous: rank 0's unique id, and every task's device and executor, in rank order. */
+    private static List<Placement> placements(BarrierTaskContext context, int device, int rank) {
+        String executor = SparkEnv.get() == null ? "?" : SparkEnv.get().executorId();
+        String id = rank == 0 ? Base64.getEncoder().encodeToString(UniqueId.generate().bytes()) : "";
+        List<Placement> placements = new ArrayList<>();
+        for (String message : context.allGather(new Placement(device, id, executor).encode())) {
+            placements.add(Placement.decode(message));
+        }
+        return placements;
+    }
+
+    /**
+     * Refuses ranks of one machine on one device unless the loaded NCCL allows it (NCCL itself would
+     * refuse them later, with less to go on); returns the shared devices (empty: none).
+     */
+    private static String checkDevices(List<Placement> placements, BarrierTaskInfo[] tasks) {
+        String shared = sharedDevices(placements, hosts(tasks));
+        if (!shared.isEmpty() && !devicesShareable()) {
+            throw new IllegalStateException("create: " + shared + " and NCCL " + JncclRuntime.query().nccl()
+                    + " refuses several ranks of one machine on one GPU. Give each task its own GPU (on a cluster:"
+                    + " spark.executor.resource.gpu.amount and spark.task.resource.gpu.amount=1, not a fraction,"
+                    + " with a GPU discovery script; locally: no more tasks than GPUs), or load NCCL 2.30+ with"
+                    + " NCCL_MULTI_RANK_GPU_ENABLE=1");
+        }
+        return shared;
     }
 
     /** Aborts the communicator when Spark kills or fails its task, and closes it when the task completes. */
