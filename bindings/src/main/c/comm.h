@@ -90,7 +90,7 @@
 /* ================================================================ constants */
 
 #define COMM_MAGIC 0x6a6e63636c636f6dull
-#define SEG_VERSION 3
+#define SEG_VERSION 4
 #define HDRQ 64                 /* message sizes queued per channel */
 #define WAIT_SLICE_MS 5         /* every wait re-checks abort/failure this often */
 #define PID_CHECK_NS 100000000ull /* how often waits check that peer processes live */
@@ -119,6 +119,7 @@ typedef struct {
 typedef struct {
   int32_t present, pid, device, status; /* status: RS_* */
   int32_t err, blame;                   /* error code; the peer it concerns (-1: none) */
+  uint64_t host;                        /* the rank's machine as NCCL sees it (jn_host_hash) */
   char text[224];
   uint64_t fill_seq, read_seq;          /* collective rounds written / consumed */
   coll_desc coll;                       /* the collective of our latest first round */

@@ -230,12 +230,14 @@ static void rendezvous(struct ncclComm *c) {
     snprintf(h->fail_text, sizeof h->fail_text, "ncclCommInitRank: rank %d was initialised twice", c->rank);
   }
   if (!me->present) {
-    /* NCCL 2.30+ lets several ranks of one process share a GPU when NCCL_MULTI_RANK_GPU_ENABLE=1;
-     * older ones (and 2.30 without it) refuse. The emulation follows the variable. */
+    /* NCCL refuses two ranks of one machine (its host hash) on one GPU, threads of one process or
+     * processes alike; 2.30+ allows it when NCCL_MULTI_RANK_GPU_ENABLE=1. The emulation follows
+     * both: every rank meeting here is on this machine, unless NCCL_HOSTID names another. */
     const char *multi = getenv("NCCL_MULTI_RANK_GPU_ENABLE");
     int shared_ok = multi != NULL && atoi(multi) == 1;
+    uint64_t host = jn_host_hash();
     for (int r = 0; r < n && !h->failed && !shared_ok; r++) {
-      if (c->ranks[r].present && c->ranks[r].pid == getpid() && c->ranks[r].device == c->device) {
+      if (c->ranks[r].present && c->ranks[r].host == host && c->ranks[r].device == c->device) {
         h->failed = 1;
         h->fail_code = ncclInvalidUsage;
         snprintf(h->fail_text, sizeof h->fail_text,
@@ -244,6 +246,7 @@ static void rendezvous(struct ncclComm *c) {
     }
     me->present = 1;
     me->pid = getpid();
+    me->host = host;
     me->device = c->device;
     me->status = RS_OK;
     me->blame = -1;

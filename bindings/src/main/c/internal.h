@@ -206,6 +206,9 @@ struct jn_seg {
  * process to finish initialising. abort_flag (may be NULL) cuts the wait short.
  * On failure returns an NCCL error with a message in err.
  */
+/* The machine a rank is on, as NCCL's host hash sees it: NCCL_HOSTID when set (NCCL then takes
+ * processes of one machine for separate nodes), else the host name. */
+uint64_t jn_host_hash(void);
 ncclResult_t jn_seg_attach(const char *name, size_t create_size, void (*init)(void *base, void *arg), void *arg,
                            long timeout_ms, _Atomic int *abort_flag, jn_seg **out, char *err, size_t errlen);
 void jn_seg_detach(jn_seg *seg);

@@ -206,3 +206,16 @@ void jn_pcond_wait_ms(jn_pcond *cv, pthread_mutex_t *mu, long ms) {
   syscall(SYS_futex, (uint32_t *)&cv->seq, FUTEX_WAIT, seen, &rel, NULL, 0);
   jn_plock(mu);
 }
+
+uint64_t jn_host_hash(void) {
+  char name[256] = "";
+  const char *id = getenv("NCCL_HOSTID");
+  if (id != NULL && id[0] != '\0') {
+    snprintf(name, sizeof name, "id:%s", id);
+  } else if (gethostname(name, sizeof name - 1) != 0) {
+    name[0] = '\0';
+  }
+  uint64_t hash = 0xcbf29ce484222325ull; /* FNV-1a */
+  for (const char *p = name; *p != '\0'; p++) hash = (hash ^ (unsigned char)*p) * 0x100000001b3ull;
+  return hash;
+}

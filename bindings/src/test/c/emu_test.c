@@ -120,6 +120,7 @@ int main(int argc, char **argv) {
   } while (0)
   RUN(test_config_load);
   RUN(test_two_processes);
+  RUN(test_two_processes_one_device);
   RUN(test_two_processes_mismatch);
   if (cudaGetDeviceCount(&g_ndev) != cudaSuccess) fatal();
   RUN(test_config_creation);

@@ -155,6 +155,7 @@ void test_two_processes_mismatch(void);
 void test_init_and_split(void);
 void test_nccl_args(void);
 void test_two_processes(void);
+void test_two_processes_one_device(void);
 
 /* ------------------------------------------------ faults, abort, delays (emu_test_fault.c) */
 

@@ -451,6 +451,52 @@ void test_nccl_args(void) {
 
 /* ============================================== two processes (fork) */
 
+/* Two processes of one machine on one device, as NCCL: refused ("Duplicate GPU detected") on both
+ * ranks, unless NCCL_HOSTID makes them separate nodes or NCCL_MULTI_RANK_GPU_ENABLE=1 allows it. */
+static int fork_rank_one_device(ncclUniqueId id, int rank, ncclResult_t want) {
+  int bad = 0;
+  CK(cudaSetDevice(0));
+  ncclComm_t c = NULL;
+  ncclResult_t rc = ncclCommInitRank(&c, 2, id, rank);
+  if (rc != want) {
+    fprintf(stderr, "one device, rank %d: ncclCommInitRank -> %d, want %d (%s)\n", rank, rc, want,
+            ncclGetLastError(NULL));
+    bad = 1;
+  }
+  if (want == ncclInvalidUsage && strstr(ncclGetLastError(NULL), "Duplicate GPU detected") == NULL) {
+    fprintf(stderr, "one device, rank %d: text %s\n", rank, ncclGetLastError(NULL));
+    bad = 1;
+  }
+  if (c != NULL) NK(ncclCommDestroy(c));
+  return bad;
+}
+
+/* Both ranks on device 0, the child with the environment variable name=value (NULL: none). */
+static void one_device(const char *name, const char *value, ncclResult_t want, const char *what) {
+  ncclUniqueId id;
+  NK(ncclGetUniqueId(&id));
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (name != NULL) setenv(name, value, 1);
+    _exit(fork_rank_one_device(id, 1, want) ? 3 : 0);
+  }
+  int bad = fork_rank_one_device(id, 0, want), status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT(!bad, "%s: parent rank", what);
+  EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: child status %#x", what, status);
+  EXPECT(!shm_exists(&id), "%s: /dev/shm entry left behind", what);
+}
+
+void test_two_processes_one_device(void) {
+  one_device(NULL, NULL, ncclInvalidUsage, "two processes on device 0");
+  one_device("NCCL_HOSTID", "jnccl-emu-test-other-node", ncclSuccess, "two processes on device 0, own NCCL_HOSTID");
+  setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 1); /* both processes need it, as with NCCL */
+  one_device(NULL, NULL, ncclSuccess, "two processes on device 0, NCCL_MULTI_RANK_GPU_ENABLE=1");
+  unsetenv("NCCL_MULTI_RANK_GPU_ENABLE");
+  printf("  two processes on one device ok\n");
+}
+
 static int fork_rank(ncclUniqueId id, int rank) {
   int bad = 0;
   CK(cudaSetDevice(rank));

@@ -24,6 +24,7 @@ import org.apache.spark.BarrierTaskContext;
 import org.apache.spark.BarrierTaskInfo;
 import org.apache.spark.SparkContext;
 import org.apache.spark.SparkEnv;
+import org.apache.spark.SparkException;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.resource.ResourceInformation;
@@ -53,9 +54,10 @@ import scala.runtime.AbstractFunction1;
  * <p><b>Device.</b> The task's GPU from Spark's "gpu" resource when Spark assigned one
  * ({@code spark.task.resource.gpu.amount} with a discovery script); else {@link SparkOptions#withDevice},
  * else the system property {@code jnccl.device}, else the task's index among the stage's tasks on
- * its executor modulo the visible devices. Two tasks of one executor on one device are refused
- * before NCCL starts unless the loaded NCCL allows several ranks of a process on a GPU (the host
- * emulation; NCCL 2.30+ with {@code NCCL_MULTI_RANK_GPU_ENABLE=1}).
+ * its machine (of every executor there) modulo the visible devices. Two tasks of one machine on one
+ * device, of one executor or of two, are refused before NCCL starts, naming the ranks, their
+ * executors and the device, unless the loaded NCCL allows several ranks on a GPU (NCCL 2.30+ or the
+ * host emulation, with {@code NCCL_MULTI_RANK_GPU_ENABLE=1}).
  *
  * <p><b>Failure.</b> When a task fails, Spark kills the other tasks of the stage and retries the
  * whole stage. Each communicator made here aborts as soon as its task is killed or fails (task
@@ -90,7 +92,7 @@ public final class SparkCommunicators {
      * @param options the device override and the communicator's options
      * @return this rank's communicator, closed by the caller (and at the latest when the task completes)
      * @throws IllegalArgumentException when the device (from Spark, the options or {@code jnccl.device}) is not valid
-     * @throws IllegalStateException    when tasks of one executor would share a device the loaded NCCL cannot share
+     * @throws IllegalStateException    when tasks of one machine would share a device the loaded NCCL cannot share
      * @throws dev.jnccl.CommunicatorAbortedException when the other tasks did not join in time or the task was killed
      */
     public static Communicator create(BarrierTaskContext context, SparkOptions options) {
@@ -100,21 +102,9 @@ public final class SparkCommunicators {
         int rank = context.partitionId();
         BarrierTaskInfo[] tasks = context.getTaskInfos();
         int world = tasks.length;
-        int device = device(context, options, localIndex(tasks, rank));
-        String executor = SparkEnv.get() == null ? "?" : SparkEnv.get().executorId();
-        // The one Spark rendezvous: rank 0's unique id, and where every task runs.
-        String id = rank == 0 ? Base64.getEncoder().encodeToString(UniqueId.generate().bytes()) : "";
-        List<Placement> placements = new ArrayList<>(world);
-        for (String message : context.allGather(new Placement(device, id, executor).encode())) {
-            placements.add(Placement.decode(message));
-        }
-        String shared = sharedDevices(placements);
-        if (!shared.isEmpty() && !devicesShareable()) {
-            throw new IllegalStateException("create: " + shared + " and NCCL " + JncclRuntime.query().nccl()
-                    + " refuses several ranks of one process on one GPU. Give each task its own GPU (on a cluster:"
-                    + " spark.task.resource.gpu.amount=1 with a GPU discovery script; locally: no more tasks per"
-                    + " executor than GPUs), or load NCCL 2.30+ with NCCL_MULTI_RANK_GPU_ENABLE=1");
-        }
+        int device = device(context, options, hostIndex(tasks, rank));
+        List<Placement> placements = placements(context, device, rank);
+        String shared = checkDevices(placements, tasks);
         UniqueId uniqueId = UniqueId.fromBytes(Base64.getDecoder().decode(placements.get(0).id()));
         String attempt = "stage " + context.stageId() + " attempt " + context.stageAttemptNumber() + ", partition "
                 + rank;
@@ -130,6 +120,33 @@ public final class SparkCommunicators {
         }
         watch(context, communicator, attempt);
         return communicator;
+    }
+
+    /** The one Spark rendezvous: rank 0's unique id, and every task's device and executor, in rank order. */
+    private static List<Placement> placements(BarrierTaskContext context, int device, int rank) {
+        String executor = SparkEnv.get() == null ? "?" : SparkEnv.get().executorId();
+        String id = rank == 0 ? Base64.getEncoder().encodeToString(UniqueId.generate().bytes()) : "";
+        List<Placement> placements = new ArrayList<>();
+        for (String message : context.allGather(new Placement(device, id, executor).encode())) {
+            placements.add(Placement.decode(message));
+        }
+        return placements;
+    }
+
+    /**
+     * Refuses ranks of one machine on one device unless the loaded NCCL allows it (NCCL itself would
+     * refuse them later, with less to go on); returns the shared devices (empty: none).
+     */
+    private static String checkDevices(List<Placement> placements, BarrierTaskInfo[] tasks) {
+        String shared = sharedDevices(placements, hosts(tasks));
+        if (!shared.isEmpty() && !devicesShareable()) {
+            throw new IllegalStateException("create: " + shared + " and NCCL " + JncclRuntime.query().nccl()
+                    + " refuses several ranks of one machine on one GPU. Give each task its own GPU (on a cluster:"
+                    + " spark.executor.resource.gpu.amount and spark.task.resource.gpu.amount=1, not a fraction,"
+                    + " with a GPU discovery script; locally: no more tasks than GPUs), or load NCCL 2.30+ with"
+                    + " NCCL_MULTI_RANK_GPU_ENABLE=1");
+        }
+        return shared;
     }
 
     /** Aborts the communicator when Spark kills or fails its task, and closes it when the task completes. */
@@ -158,7 +175,10 @@ public final class SparkCommunicators {
      * Runs {@code work} on {@code tasks} barrier tasks, each with its rank's communicator (closed
      * afterwards), and returns their results in rank order. The driver's thread waits for the job;
      * a task that throws fails the stage, which Spark retries as a whole (up to
-     * {@code spark.task.maxFailures}); the last failure is thrown as Spark's {@code SparkException}.
+     * {@code spark.stage.maxConsecutiveAttempts} attempts; {@code spark.task.maxFailures} does not
+     * apply to barrier stages); the last failure is thrown as Spark's {@code SparkException}, whose
+     * message starts with {@code rank r failed: } and that rank's own exception when a rank failed
+     * with one (not the abort it caused on its peers, which Spark may have reported first).
      * Cancel it with {@code setJobGroup(group, description, true)} and {@code cancelJobGroup(group)}.
      *
      * @param spark   the Spark context (its cluster needs {@code tasks} free task slots at once)
@@ -182,7 +202,7 @@ public final class SparkCommunicators {
                 .mapPartitions(new BarrierTask<>(options, work), false, anyRef);
         // Through a shuffle: Spark retries a failed barrier stage only when it is a shuffle map stage
         // (a barrier result stage fails the job at once).
-        Object[] results = (Object[]) ranks.coalesce(1, true, Option.empty(), null).collect();
+        Object[] results = collect(spark.sc(), ranks, tasks);
         Object[] ordered = new Object[tasks];
         for (Object result : results) {
             Object[] rankAndResult = (Object[]) result;
@@ -191,6 +211,37 @@ public final class SparkCommunicators {
         @SuppressWarnings("unchecked")
         List<R> list = (List<R>) Arrays.asList(ordered);
         return Collections.unmodifiableList(list);
+    }
+
+    /**
+     * The ranks' results; when the job fails, Spark's {@code SparkException} led by the rank that
+     * failed with its own exception, whichever task's failure Spark reported.
+     */
+    private static Object[] collect(SparkContext spark, RDD<Object> ranks, int tasks) {
+        StageFailures failures = StageFailures.register(spark, ranks.id(), tasks);
+        try {
+            return (Object[]) ranks.coalesce(1, true, Option.empty(), null).collect();
+        } catch (Exception e) { // Spark's SparkException is checked in Java but not declared by Scala
+            throw sneaky(rootCauseFirst(e, failures));
+        } finally {
+            failures.remove(spark);
+        }
+    }
+
+    /** {@code e}, or a {@code SparkException} whose message names the culprit rank first when one is known. */
+    private static Exception rootCauseFirst(Exception e, StageFailures failures) {
+        String culprit;
+        try {
+            culprit = failures.culprit(StageFailures.SETTLE_MILLIS);
+        } catch (InterruptedException interrupted) {
+            Thread.currentThread().interrupt();
+            e.addSuppressed(interrupted);
+            return e;
+        }
+        if (culprit == null || !(e instanceof SparkException) || String.valueOf(e.getMessage()).startsWith(culprit)) {
+            return e;
+        }
+        return new SparkException(culprit + "\n(Spark reported: " + e.getMessage() + ")", e);
     }
 
     /**
@@ -251,7 +302,7 @@ public final class SparkCommunicators {
     }
 
     /** The device of this task; logged with where it came from. */
-    static int device(BarrierTaskContext context, SparkOptions options, int localIndex) {
+    static int device(BarrierTaskContext context, SparkOptions options, int hostIndex) {
         ResourceInformation gpu = context.resourcesJMap().get("gpu");
         if (gpu != null && gpu.addresses().length > 0) {
             return logged(context, parseDevice(gpu.addresses()[0], "Spark's gpu resource "
@@ -270,8 +321,8 @@ public final class SparkCommunicators {
             throw new IllegalStateException("create: no CUDA device is visible to the executor (CUDA_VISIBLE_DEVICES="
                     + System.getenv("CUDA_VISIBLE_DEVICES") + ")");
         }
-        return logged(context, localIndex % visible, "task " + localIndex + " of its executor modulo " + visible
-                + " visible device(s)");
+        return logged(context, hostIndex % visible, "task " + hostIndex + " of the stage on its machine modulo "
+                + visible + " visible device(s)");
     }
 
     private static int logged(BarrierTaskContext context, int device, String source) {
@@ -293,18 +344,33 @@ public final class SparkCommunicators {
                 + " is not a CUDA device index in [0, " + Integer.MAX_VALUE + "]");
     }
 
-    /** The index of task {@code rank} among the stage's tasks of its executor (same address), in partition order. */
-    static int localIndex(BarrierTaskInfo[] tasks, int rank) {
+    /**
+     * The index of task {@code rank} among the stage's tasks on its machine (all its executors there),
+     * in partition order: tasks of two executors of one machine then take different devices.
+     */
+    static int hostIndex(BarrierTaskInfo[] tasks, int rank) {
+        List<String> hosts = hosts(tasks);
         int index = 0;
         for (int r = 0; r < rank; r++) {
-            if (tasks[r].address().equals(tasks[rank].address())) {
+            if (hosts.get(r).equals(hosts.get(rank))) {
                 index++;
             }
         }
         return index;
     }
 
-    /** Whether the loaded NCCL lets ranks of one process share a GPU. */
+    /** Each task's machine: the host of its executor's address ({@code host:port}). */
+    static List<String> hosts(BarrierTaskInfo[] tasks) {
+        List<String> hosts = new ArrayList<>(tasks.length);
+        for (BarrierTaskInfo task : tasks) {
+            String address = task.address();
+            int colon = address.lastIndexOf(':');
+            hosts.add(colon < 0 ? address : address.substring(0, colon));
+        }
+        return hosts;
+    }
+
+    /** Whether the loaded NCCL lets ranks of one machine share a GPU. */
     private static boolean devicesShareable() {
         JncclRuntime runtime = JncclRuntime.query();
         // The host emulation follows the variable as NCCL 2.30+ does.
@@ -313,20 +379,21 @@ public final class SparkCommunicators {
     }
 
     /**
-     * Every device that several tasks of one executor share, as {@code ranks [0, 1] of executor 3
-     * share device 0}, joined with {@code " and "}; empty when none is shared.
+     * Every device that several tasks of one machine share, as {@code ranks [0, 1] (executors [1, 2])
+     * on host h share device 0}, joined with {@code " and "}; empty when none is shared. NCCL refuses
+     * it whether the tasks are threads of one executor or run in different executors.
      */
-    static String sharedDevices(List<Placement> placements) {
+    static String sharedDevices(List<Placement> placements, List<String> hosts) {
         Map<String, List<Integer>> ranks = new TreeMap<>();
         for (int rank = 0; rank < placements.size(); rank++) {
-            Placement p = placements.get(rank);
-            ranks.computeIfAbsent("executor " + p.executor() + " share device " + p.device(), k -> new ArrayList<>())
-                    .add(rank);
+            ranks.computeIfAbsent("on host " + hosts.get(rank) + " share device " + placements.get(rank).device(),
+                    k -> new ArrayList<>()).add(rank);
         }
         List<String> shared = new ArrayList<>();
         ranks.forEach((where, members) -> {
             if (members.size() > 1) {
-                shared.add("ranks " + members + " of " + where);
+                List<String> executors = members.stream().map(r -> placements.get(r).executor()).toList();
+                shared.add("ranks " + members + " (executors " + executors + ") " + where);
             }
         });
         return String.join(" and ", shared);

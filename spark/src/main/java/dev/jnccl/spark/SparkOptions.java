@@ -43,7 +43,7 @@ public final class SparkOptions implements Serializable {
 
     /**
      * No device override (Spark's "gpu" resource, else the system property {@code jnccl.device}, else
-     * the task's index on its executor modulo the visible devices) and the default communicator options.
+     * the task's index among the stage's tasks on its machine modulo the visible devices) and the default communicator options.
      *
      * @return the defaults
      */

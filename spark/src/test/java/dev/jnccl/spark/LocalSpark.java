@@ -17,13 +17,17 @@ final class LocalSpark {
     /**
      * A Spark context in this JVM.
      *
-     * @param master {@code local[N]} (N task slots) or {@code local[N,F]} (and F tries per task)
-     * @param name   the application's name
+     * @param master   {@code local[N]} (N task slots)
+     * @param name     the application's name
+     * @param settings further Spark settings, as {@code key=value}
      */
-    static JavaSparkContext start(String master, String name) {
+    static JavaSparkContext start(String master, String name, String... settings) {
         SparkConf conf = new SparkConf().setMaster(master).setAppName(name)
                 .set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
                 .set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false");
+        for (String setting : settings) {
+            conf.set(setting.substring(0, setting.indexOf('=')), setting.substring(setting.indexOf('=') + 1));
+        }
         return new JavaSparkContext(conf);
     }
 

@@ -34,8 +34,8 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 /**
- * Spark barrier mode in local mode inside the test JVM ({@code local[4,2]}: four task slots, one
- * retry), on whatever backend the build picks (the host emulation without a GPU): every command and
+ * Spark barrier mode in local mode inside the test JVM ({@code local[4]}: four task slots; a failed
+ * barrier stage is tried twice, {@code spark.stage.maxConsecutiveAttempts=2}), on whatever backend the build picks (the host emulation without a GPU): every command and
  * convenience operation element by element, the NCCL host side, a split, a failed first attempt
  * and a cancelled job.
  */
@@ -45,11 +45,13 @@ class SparkCommunicatorsTest {
     /** The test JVM is the executor in local mode: what the tasks leave here, the test reads. */
     static final Map<String, Long> TIMES = new ConcurrentHashMap<>();
     static final Map<String, Communicator> COMMUNICATORS = new ConcurrentHashMap<>();
+    static final Map<Integer, String> ABORTS = new ConcurrentHashMap<>();
     static volatile CountDownLatch inCollective;
 
     @BeforeAll
     static void startSpark() {
-        spark = LocalSpark.start("local[4,2]", "jnccl-spark-test");
+        // Barrier stages retry by stage attempts (spark.task.maxFailures, local[N,F]'s F, does not apply).
+        spark = LocalSpark.start("local[4]", "jnccl-spark-test", "spark.stage.maxConsecutiveAttempts=2");
     }
 
     @AfterAll
@@ -85,7 +87,8 @@ class SparkCommunicatorsTest {
         SparkException e = assertThrows(SparkException.class, () -> SparkCommunicators.run(spark, 2,
                 SparkOptions.defaults().withDevice(0), Communicator::device));
         String message = String.valueOf(e.getMessage());
-        assertTrue(message.contains("ranks [0, 1] of executor driver share device 0")
+        assertTrue(message.contains("ranks [0, 1] (executors [driver, driver]) on host ")
+                && message.contains(" share device 0") && message.contains("spark.task.resource.gpu.amount=1")
                 && message.contains("NCCL_MULTI_RANK_GPU_ENABLE"), message);
     }
 
@@ -122,6 +125,56 @@ class SparkCommunicatorsTest {
         }
         assertNoJncclThreads();
         assertTrue(waitForFds(fdsBefore), "open file descriptors: " + fdsBefore + " before, " + openFds() + " after");
+    }
+
+    @Test
+    void theDriversExceptionNamesTheRankThatFailedWithItsOwnException() {
+        // Every attempt: rank 1 throws, its peers wait in a barrier until jnccl aborts them. Spark may
+        // report a peer's abort first; the exception must still lead with rank 1's own failure.
+        String planned = "the test's planned failure of rank 1, seed " + System.nanoTime();
+        SparkException e = assertThrows(SparkException.class, () -> SparkCommunicators.run(spark, 3,
+                SparkOptions.defaults(), comm -> {
+                    if (comm.rank() == 1) {
+                        throw new IllegalArgumentException(planned);
+                    }
+                    comm.barrier();
+                    return comm.rank();
+                }));
+        String message = String.valueOf(e.getMessage());
+        assertTrue(message.startsWith("rank 1 failed: java.lang.IllegalArgumentException: " + planned), message);
+    }
+
+    @Test
+    void aHangIsEndedByTheWatchdogWithThisRanksViewOnly() {
+        // Spark's allGather cannot gather the ranks' summaries (every task must make the same barrier
+        // calls in order, and a stuck one never does): each rank's diagnosis is its own view.
+        ABORTS.clear();
+        SparkOptions options = SparkOptions.defaults().withCommunicator(o -> o.withWatchdog(
+                java.time.Duration.ofSeconds(2)).withWatchdogInterval(java.time.Duration.ofMillis(200)));
+        List<Integer> results = SparkCommunicators.run(spark, 2, options, comm -> {
+            if (BarrierTaskContext.get().stageAttemptNumber() == 0) {
+                hangOnRank0(comm);
+            }
+            return comm.rank();
+        });
+        assertEquals(List.of(0, 1), results, "the retry");
+        String reason = String.valueOf(ABORTS.get(1));
+        assertTrue(reason.contains("rank 1's view only (no channel to the other ranks)"), reason);
+    }
+
+    /** Rank 0 never joins; rank 1's all-reduce waits until its watchdog aborts it (recorded in ABORTS). */
+    private static void hangOnRank0(Communicator comm) throws InterruptedException {
+        if (comm.rank() == 0) {
+            Thread.sleep(60_000); // Spark kills it when rank 1's task fails
+            return;
+        }
+        try (CudaStream stream = CudaStream.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 16)) {
+            comm.allReduce(memory.tensor(DType.FP32), ReduceOp.SUM, stream);
+            comm.synchronize();
+        } catch (RuntimeException e) {
+            ABORTS.put(comm.rank(), String.valueOf(e.getMessage()));
+            throw e;
+        }
     }
 
     @Test
@@ -163,10 +216,19 @@ class SparkCommunicatorsTest {
     void placementsAndSharedDevices() {
         SparkCommunicators.Placement p = new SparkCommunicators.Placement(3, "aWQ=", "exec,1");
         assertEquals(p, SparkCommunicators.Placement.decode(p.encode()));
-        assertEquals("", SparkCommunicators.sharedDevices(List.of(p, new SparkCommunicators.Placement(3, "", "other"))));
-        assertEquals("ranks [0, 2] of executor e share device 1", SparkCommunicators.sharedDevices(List.of(
-                new SparkCommunicators.Placement(1, "", "e"), new SparkCommunicators.Placement(0, "", "e"),
-                new SparkCommunicators.Placement(1, "", "e"))));
+        assertEquals("", SparkCommunicators.sharedDevices(List.of(p, new SparkCommunicators.Placement(3, "", "other")),
+                List.of("h1", "h2")));
+        // Two executors of one machine on one device: NCCL refuses it as it refuses two threads.
+        assertEquals("ranks [0, 2] (executors [e, f]) on host h share device 1", SparkCommunicators.sharedDevices(
+                List.of(new SparkCommunicators.Placement(1, "", "e"), new SparkCommunicators.Placement(0, "", "e"),
+                        new SparkCommunicators.Placement(1, "", "f"), new SparkCommunicators.Placement(1, "", "g")),
+                List.of("h", "h", "h", "other")));
+        org.apache.spark.BarrierTaskInfo[] tasks = java.util.stream.Stream.of("a:1", "b:1", "a:2", "a:1", "b:2")
+                .map(org.apache.spark.BarrierTaskInfo::new).toArray(org.apache.spark.BarrierTaskInfo[]::new);
+        assertEquals(List.of("a", "b", "a", "a", "b"), SparkCommunicators.hosts(tasks));
+        assertEquals(List.of(0, 0, 1, 2, 1), java.util.stream.IntStream.range(0, tasks.length)
+                .mapToObj(rank -> SparkCommunicators.hostIndex(tasks, rank)).toList(),
+                "a task's index counts the tasks of every executor of its machine");
         IllegalArgumentException bad = assertThrows(IllegalArgumentException.class,
                 () -> SparkCommunicators.parseDevice("-2", "the system property jnccl.device"));
         assertTrue(bad.getMessage().contains("-2") && bad.getMessage().contains("jnccl.device"), bad.getMessage());
