@@ -6,6 +6,7 @@ import dev.jnccl.UniqueId;
 import dev.jnccl.spi.Modes;
 import dev.jnccl.cuda.Cuda;
 import dev.jnccl.internal.Deadlines;
+import dev.jnccl.internal.VisibleDevices;
 import dev.jnccl.mpi.internal.JvmSignalHandlers;
 import dev.jnccl.mpi.internal.MpiLibrary;
 import java.nio.charset.StandardCharsets;
@@ -302,7 +303,7 @@ public final class MpiCommunicators {
     /** The device: option, property, environment, node-local rank; {@code source[0]} says which. */
     static int device(MpiOptions options, int localRank, int localSize, String[] source) {
         int visible = Cuda.deviceCount();
-        String visibleNote = "CUDA_VISIBLE_DEVICES=" + System.getenv("CUDA_VISIBLE_DEVICES");
+        String visibleNote = VisibleDevices.setting();
         Integer chosen = null;
         if (options.device().isPresent()) {
             chosen = options.device().getAsInt();

@@ -4,7 +4,9 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.jnccl.Backend;
 import dev.jnccl.CommunicatorOptions;
+import dev.jnccl.JncclRuntime;
 import dev.jnccl.cuda.Cuda;
 import java.util.OptionalInt;
 import org.junit.jupiter.api.Test;
@@ -58,7 +60,8 @@ class MpiCommunicatorsTest {
                 () -> MpiCommunicators.device(MpiOptions.defaults(), visible, visible + 1, new String[1]));
         String message = e.getMessage();
         assertTrue(message.contains("node-local rank " + visible + " (of " + (visible + 1) + " processes"), message);
-        assertTrue(message.contains(visible + " device(s) visible (CUDA_VISIBLE_DEVICES="), message);
+        String setting = JncclRuntime.query().backend() == Backend.HOST ? "JNCCL_HOST_DEVICES=" : "CUDA_VISIBLE_DEVICES=";
+        assertTrue(message.contains(visible + " device(s) visible (" + setting), message);
         assertTrue(message.contains("JNCCL_DEVICE"), message);
         IllegalArgumentException tooHigh = assertThrows(IllegalArgumentException.class,
                 () -> MpiCommunicators.device(MpiOptions.defaults().withDevice(visible), 0, 1, new String[1]));
