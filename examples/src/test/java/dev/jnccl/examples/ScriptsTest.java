@@ -46,6 +46,38 @@ class ScriptsTest {
     }
 
     @Test
+    void bundleAnswersHelpWithItsUsageAndBuildsNothing() throws Exception {
+        Run help = run(Map.of(), List.of(ROOT.resolve("scripts/bundle.sh").toString(), "--help"));
+        assertEquals(0, help.exit(), help.err());
+        assertTrue(help.out().startsWith("Builds OUT: a folder that runs jnccl's example"), help.out());
+        assertTrue(help.out().contains("scripts/bundle.sh [--dry-run] OUT"), help.out());
+        assertFalse(help.err().contains("building"), help.err());
+    }
+
+    @Test
+    void aBuildIsNeededOnlyWhenASourceIsNewerThanTheStampOrWhenForced() throws Exception {
+        // build_needed of scripts/lib/build.sh, in a layout of its own: a pom, a module's source, a stamp.
+        Files.createDirectories(caller.resolve("mod/src"));
+        Files.writeString(caller.resolve("pom.xml"), "<project/>");
+        Path source = Files.writeString(caller.resolve("mod/src/A.java"), "class A {}");
+        Path stamp = caller.resolve("mod/target/stamp");
+        String check = ". " + ROOT.resolve("scripts/lib/build.sh") + "; cd " + caller
+                + "; if build_needed mod/target/stamp; then echo BUILD; else echo UP_TO_DATE; fi";
+        assertEquals("BUILD", run(Map.of(), List.of("bash", "-c", check)).out().strip(), "no stamp yet");
+        Files.createDirectories(stamp.getParent());
+        Files.writeString(stamp, "");
+        java.nio.file.attribute.FileTime past = java.nio.file.attribute.FileTime.fromMillis(
+                System.currentTimeMillis() - 60_000 - random.nextInt(60_000));
+        Files.setLastModifiedTime(source, past);
+        Files.setLastModifiedTime(caller.resolve("pom.xml"), past);
+        assertEquals("UP_TO_DATE", run(Map.of(), List.of("bash", "-c", check)).out().strip());
+        assertEquals("BUILD", run(Map.of("FORCE_BUILD", "1"), List.of("bash", "-c", check)).out().strip());
+        Files.setLastModifiedTime(source, java.nio.file.attribute.FileTime.fromMillis(System.currentTimeMillis() + 1000));
+        assertEquals("BUILD", run(Map.of(), List.of("bash", "-c", check)).out().strip(), "a source changed");
+        assertEquals("UP_TO_DATE", run(Map.of("SKIP_BUILD", "1"), List.of("bash", "-c", check)).out().strip());
+    }
+
+    @Test
     void bundleRefusesAFolderItDidNotMakeAndKeepsEveryFile() throws Exception {
         Path mine = Files.createDirectories(caller.resolve("mine"));
         Map<Path, String> files = new HashMap<>();
