@@ -36,7 +36,7 @@ mkdir -m 700 "$GNUPGHOME"
 gpg --batch --quiet --passphrase '' --quick-gen-key "jnccl release dry run <dry-run@jnccl.invalid>" ed25519 sign 1d
 cd "$work/src"
 maven_build release-dry-run.sh "$work/stamp" -Prelease -DskipTests -Djnccl.skipSanitizers=true \
-  -DskipUpload=true -Dmaven.install.skip=true -Dgpg.passphrase= deploy
+  -DskipUpload=true -Dmaven.install.skip=true deploy
 cd - >/dev/null
 mkdir -p target/release-dry-run
 cp "$work/src/target/central-publishing/central-bundle.zip" target/release-dry-run/

@@ -8,6 +8,8 @@ import dev.jnccl.Backend;
 import dev.jnccl.CommunicatorOptions;
 import dev.jnccl.JncclRuntime;
 import dev.jnccl.cuda.Cuda;
+import dev.jnccl.mpi.internal.MpiLibrary;
+import java.util.Map;
 import java.util.OptionalInt;
 import org.junit.jupiter.api.Test;
 
@@ -51,6 +53,28 @@ class MpiCommunicatorsTest {
         } finally {
             System.clearProperty(MpiCommunicators.DEVICE_PROPERTY);
         }
+    }
+
+    @Test
+    void aLauncherOfAnotherMpiIsRefusedWithTheFix() {
+        int started = 2 + new java.util.Random().nextInt(15);
+        IllegalStateException mpich = assertThrows(IllegalStateException.class, () -> MpiCommunicators.checkLauncher(
+                MpiLibrary.Abi.OPEN_MPI, "/usr/lib/libmpi.so.40 (ldconfig)", 1, Map.of("PMI_SIZE", "" + started)::get));
+        assertEquals("create: MPI says this process is rank 0 of 1, but its launcher started " + started
+                + " processes (PMI_SIZE=" + started + ", set by an MPICH-style launcher (mpirun.mpich / Hydra, srun"
+                + " --mpi=pmi2)): the launcher is of another MPI than the library jnccl loaded, /usr/lib/libmpi.so.40"
+                + " (ldconfig) (Open MPI ABI). Start the job with that library's launcher (mpirun.openmpi), or load the"
+                + " library of this launcher with -Djnccl.mpi.library=/path/to/libmpi.so (environment JNCCL_MPI_LIBRARY)",
+                mpich.getMessage());
+        IllegalStateException openMpi = assertThrows(IllegalStateException.class, () -> MpiCommunicators.checkLauncher(
+                MpiLibrary.Abi.MPICH, "libmpich.so.12", 1, Map.of("OMPI_COMM_WORLD_SIZE", "" + started)::get));
+        assertTrue(openMpi.getMessage().contains("(OMPI_COMM_WORLD_SIZE=" + started + ", set by Open MPI's mpirun"),
+                openMpi.getMessage());
+        assertTrue(openMpi.getMessage().contains("launcher (mpirun.mpich)"), openMpi.getMessage());
+        // The launcher and the library agree, a job of one, or no launcher at all (a singleton): accepted.
+        MpiCommunicators.checkLauncher(MpiLibrary.Abi.MPICH, "lib", started, Map.of("PMI_SIZE", "" + started)::get);
+        MpiCommunicators.checkLauncher(MpiLibrary.Abi.OPEN_MPI, "lib", 1, Map.of("OMPI_COMM_WORLD_SIZE", "1")::get);
+        MpiCommunicators.checkLauncher(MpiLibrary.Abi.OPEN_MPI, "lib", 1, Map.<String, String>of()::get);
     }
 
     @Test
