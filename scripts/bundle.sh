@@ -83,7 +83,7 @@ done
 [ -f examples/target/jnccl-benchmarks.jar ] && cp examples/target/jnccl-benchmarks.jar "$stage/jmh/"
 # Copied by Maven (downloaded first if needed), wherever the local repository is (settings.xml,
 # -Dmaven.repo.local): never a path under ~/.m2 assumed here.
-./mvnw -B -q dependency:copy -Dartifact="org.junit.platform:junit-platform-console-standalone:$junit_console_version" \
+./mvnw -B -q -N dependency:copy -Dartifact="org.junit.platform:junit-platform-console-standalone:$junit_console_version" \
   -DoutputDirectory="$stage/tools" -Dmdep.stripVersion=true
 mv "$stage/tools/junit-platform-console-standalone.jar" "$stage/tools/junit-console.jar"
 # The javadoc of the published modules (made by the install above), browsable on the node.
@@ -96,7 +96,7 @@ done
 # JMH's -prof gc counts allocated bytes through it) and jdk.unsupported. jmh.core is the examples
 # module's automatic dependency, resolved here only so that jdeps can read the module.
 jmh_version=$(sed -n 's:.*<jmh.version>\(.*\)</jmh.version>.*:\1:p' pom.xml)
-./mvnw -B -q dependency:copy -Dartifact="org.openjdk.jmh:jmh-core:$jmh_version" -DoutputDirectory="$stage/jdeps" \
+./mvnw -B -q -N dependency:copy -Dartifact="org.openjdk.jmh:jmh-core:$jmh_version" -DoutputDirectory="$stage/jdeps" \
   -Dmdep.stripVersion=true
 jmh_core=$stage/jdeps/jmh-core.jar
 modules=$("$JAVA_HOME/bin/jdeps" --ignore-missing-deps --print-module-deps --multi-release 25 \
