@@ -78,6 +78,44 @@ class ScriptsTest {
     }
 
     @Test
+    void theReleaseCheckerFindsWhatCentralWouldRefuse() throws Exception {
+        // A bundle of two components: jnccl-core (POM elements inherited from jnccl-parent) without its
+        // javadoc jar, and the parent, which the check is told must not be published.
+        Path zip = caller.resolve("bundle.zip");
+        String core = "dev/jnccl/jnccl-core/0.1.0/jnccl-core-0.1.0";
+        String parent = "dev/jnccl/jnccl-parent/0.1.0/jnccl-parent-0.1.0";
+        String parentPom = Files.readString(ROOT.resolve("pom.xml")).replace("-SNAPSHOT", "");
+        String corePom = Files.readString(ROOT.resolve("core/pom.xml")).replace("-SNAPSHOT", "");
+        try (java.util.zip.ZipOutputStream out = new java.util.zip.ZipOutputStream(Files.newOutputStream(zip))) {
+            Map<String, String> files = new java.util.LinkedHashMap<>();
+            files.put(parent + ".pom", parentPom);
+            files.put(core + ".pom", corePom);
+            files.put(core + ".jar", "jar");
+            files.put(core + "-sources.jar", "sources");
+            for (Map.Entry<String, String> file : new ArrayList<>(files.entrySet())) {
+                for (String suffix : List.of(".md5", ".sha1", ".asc")) {
+                    files.put(file.getKey() + suffix, Integer.toHexString(random.nextInt()));
+                }
+            }
+            for (Map.Entry<String, String> file : files.entrySet()) {
+                out.putNextEntry(new java.util.zip.ZipEntry(file.getKey()));
+                out.write(file.getValue().getBytes(StandardCharsets.UTF_8));
+                out.closeEntry();
+            }
+        }
+        Run run = run(Map.of(), List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                ROOT.resolve("scripts/lib/CheckRelease.java").toString(), zip.toString(), "--signed",
+                "--expect", "jnccl-core,jnccl-bom", "--absent", "jnccl-parent"));
+        assertEquals(1, run.exit(), run.out() + run.err());
+        List<String> problems = run.lines().stream().filter(l -> l.startsWith("PROBLEM ")).toList();
+        assertEquals(List.of("PROBLEM jnccl-core: no jnccl-core-0.1.0-javadoc.jar",
+                "PROBLEM jnccl-core: no jnccl-core-0.1.0-javadoc.jar.md5",
+                "PROBLEM jnccl-core: no jnccl-core-0.1.0-javadoc.jar.sha1",
+                "PROBLEM jnccl-core: no jnccl-core-0.1.0-javadoc.jar.asc",
+                "PROBLEM jnccl-bom: missing from the bundle", "PROBLEM jnccl-parent: must not be published"), problems);
+    }
+
+    @Test
     void bundleRefusesAFolderItDidNotMakeAndKeepsEveryFile() throws Exception {
         Path mine = Files.createDirectories(caller.resolve("mine"));
         Map<Path, String> files = new HashMap<>();
