@@ -88,7 +88,7 @@ done
 mv "$stage/tools/junit-platform-console-standalone.jar" "$stage/tools/junit-console.jar"
 # The javadoc of the published modules (made by the install above), browsable on the node.
 for m in bindings core threads mpi spark examples; do
-  if [ -d "$m/target/apidocs" ]; then mkdir -p "$stage/docs/api" && cp -r "$m/target/apidocs" "$stage/docs/api/$m"; fi
+  if [ -d "$m/target/reports/apidocs" ]; then mkdir -p "$stage/docs/api" && cp -r "$m/target/reports/apidocs" "$stage/docs/api/$m"; fi
 done
 
 # The runtime: the modules jdeps finds in the jars, the tests and JUnit's launcher, plus jdk.jfr

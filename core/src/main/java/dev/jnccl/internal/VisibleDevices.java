@@ -1,7 +1,7 @@
 package dev.jnccl.internal;
 
-import dev.jnccl.Backend;
-import dev.jnccl.JncclRuntime;
+import dev.jnccl.bindings.BackendSetting;
+import dev.jnccl.bindings.NativeLibraries;
 
 /**
  * The setting that decides how many devices are visible, for the launchers' "not enough devices"
@@ -22,7 +22,8 @@ public final class VisibleDevices {
      * @return the setting and its value, for an error message
      */
     public static String setting() {
-        if (JncclRuntime.query().backend() == Backend.HOST) {
+        // The libraries are loaded by now (the launchers counted the devices): this only reads which.
+        if (NativeLibraries.load().backend() == BackendSetting.HOST) {
             return hostSetting(System.getenv("JNCCL_HOST_DEVICES"));
         }
         return "CUDA_VISIBLE_DEVICES=" + System.getenv("CUDA_VISIBLE_DEVICES");
