@@ -10,7 +10,7 @@
 #   scripts/bench.sh all_gather -b 1M -e 1G -f 2 -g 4 --transport nccl,memcpy --svg all_gather.svg
 # On a machine without a GPU it runs on the host emulation and its header says so. stdout is the
 # table; logs and (on a terminal) progress go to stderr. Finds a JDK 25+, builds what is needed;
-# relative FILEs are the caller's (it runs in the caller's folder). JNCCL_BACKEND, JAVA_OPTS, SKIP_BUILD=1,
+# relative FILEs are the caller's (it runs in the caller's folder). JNCCL_BACKEND, JAVA_OPTS, SKIP_BUILD=1, FORCE_BUILD=1,
 # DRY_RUN=1: see scripts/lib/example.sh. Without a JDK: bin/bench of
 # the bundle (scripts/bundle.sh).
 set -euo pipefail

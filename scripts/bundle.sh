@@ -5,10 +5,11 @@
 #   OUT/bin/run-example   the example (scripts/run-example.sh's arguments)
 #   OUT/bin/bench         the nccl-tests compatible benchmark (scripts/bench.sh's arguments)
 #   OUT/bin/gpu-tests     every `gpu`-tagged test plus the world-1 conformance tests, JUnit's console
-# and OUT/README.md. Copy OUT to the node (any path) and run OUT/bin/... there; it needs only glibc,
+# the javadoc (OUT/docs/api/<module>/index.html) and OUT/README.md. Copy OUT to the node (any path) and run OUT/bin/... there; it needs only glibc,
 # and the NVIDIA driver, CUDA runtime and NCCL that jnccl finds as usual (README, "Configuration").
 #
-#   scripts/bundle.sh [--dry-run] OUT      (SKIP_BUILD=1: reuse the last `./mvnw install`)
+#   scripts/bundle.sh [--dry-run] OUT      (builds only when a source changed; FORCE_BUILD=1 forces it,
+#                                           SKIP_BUILD=1 reuses the last `./mvnw install`)
 #
 # OUT is relative to the caller's folder. It must be new, an empty folder or a bundle this script
 # made before (marked by OUT/.jnccl-bundle), which is replaced; anything else is refused before
@@ -16,6 +17,7 @@
 # what it would do and stops. It builds first (./mvnw install, tests compiled, not run), then prints
 # the bundle's size.
 set -euo pipefail
+case ${1:-} in -h|--help) sed -n '2,/^[^#]/{/^#/!q;s/^# \{0,1\}//;p}' "$0"; exit 0 ;; esac
 dry_run=0
 if [ "${1:-}" = --dry-run ]; then dry_run=1; shift; fi
 [ $# -eq 1 ] && [ -n "$1" ] || { echo "usage: scripts/bundle.sh [--dry-run] OUT" >&2; exit 2; }
@@ -57,9 +59,10 @@ cd "$(dirname "$0")/.."
 require_jdk bundle.sh >&2
 junit_console_version=1.14.4 # JUnit Platform of the build's JUnit 5.14.4
 
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  echo "bundle.sh: building (./mvnw install, tests compiled, not run)" >&2
-  ./mvnw -B -q install -DskipTests -Djnccl.skipSanitizers=true
+. scripts/lib/build.sh
+# Only when a source changed since the last bundle build (FORCE_BUILD=1 forces, SKIP_BUILD=1 skips).
+if build_needed target/jnccl-bundle.stamp; then
+  maven_build bundle.sh target/jnccl-bundle.stamp install -DskipTests -Djnccl.skipSanitizers=true
 fi
 version=$(sed -n 's:^  <version>\(.*\)</version>$:\1:p' pom.xml | head -1) # the project's, not a plugin's
 
@@ -78,17 +81,24 @@ for m in bindings core threads mpi integration-tests; do
   if [ -d "$m/target/test-classes" ]; then cp -r "$m/target/test-classes" "$stage/tests/$m"; fi
 done
 [ -f examples/target/jnccl-benchmarks.jar ] && cp examples/target/jnccl-benchmarks.jar "$stage/jmh/"
-console=$HOME/.m2/repository/org/junit/platform/junit-platform-console-standalone/$junit_console_version/junit-platform-console-standalone-$junit_console_version.jar
-if [ ! -s "$console" ]; then
-  ./mvnw -B -q dependency:get -Dartifact="org.junit.platform:junit-platform-console-standalone:$junit_console_version"
-fi
-cp "$console" "$stage/tools/junit-console.jar"
+# Copied by Maven (downloaded first if needed), wherever the local repository is (settings.xml,
+# -Dmaven.repo.local): never a path under ~/.m2 assumed here.
+./mvnw -B -q -N dependency:copy -Dartifact="org.junit.platform:junit-platform-console-standalone:$junit_console_version" \
+  -DoutputDirectory="$stage/tools" -Dmdep.stripVersion=true
+mv "$stage/tools/junit-platform-console-standalone.jar" "$stage/tools/junit-console.jar"
+# The javadoc of the published modules (made by the install above), browsable on the node.
+for m in bindings core threads mpi spark examples; do
+  if [ -d "$m/target/reports/apidocs" ]; then mkdir -p "$stage/docs/api" && cp -r "$m/target/reports/apidocs" "$stage/docs/api/$m"; fi
+done
 
 # The runtime: the modules jdeps finds in the jars, the tests and JUnit's launcher, plus jdk.jfr
 # (jnccl's JFR events; -XX:StartFlightRecording), jdk.management (com.sun.management.ThreadMXBean:
 # JMH's -prof gc counts allocated bytes through it) and jdk.unsupported. jmh.core is the examples
 # module's automatic dependency, resolved here only so that jdeps can read the module.
-jmh_core=$(find "$HOME/.m2/repository/org/openjdk/jmh/jmh-core" -name 'jmh-core-*.jar' | head -1)
+jmh_version=$(sed -n 's:.*<jmh.version>\(.*\)</jmh.version>.*:\1:p' pom.xml)
+./mvnw -B -q -N dependency:copy -Dartifact="org.openjdk.jmh:jmh-core:$jmh_version" -DoutputDirectory="$stage/jdeps" \
+  -Dmdep.stripVersion=true
+jmh_core=$stage/jdeps/jmh-core.jar
 modules=$("$JAVA_HOME/bin/jdeps" --ignore-missing-deps --print-module-deps --multi-release 25 \
   --module-path "$jmh_core" "$stage"/lib/*.jar "$stage/tools/junit-console.jar" \
   | tr ',' '\n' | grep -E '^(java|jdk)\.' | tr '\n' ',')
@@ -99,6 +109,7 @@ modules=$(echo "$modules" | tr ',' '\n' | sort -u | paste -sd, -)
 echo "bundle.sh: jlink --add-modules $modules" >&2
 "$JAVA_HOME/bin/jlink" --add-modules "$modules" --strip-debug --no-man-pages --no-header-files \
   --compress=zip-9 --output "$stage/runtime"
+rm -rf "$stage/jdeps"
 
 # Launchers: POSIX sh, relative to their own folder, no JDK on PATH needed; bin/run-example and
 # bin/bench run tools/launch.sh, the same file scripts/run-example.sh and scripts/bench.sh run, so
@@ -145,7 +156,7 @@ Environment: \`JNCCL_BACKEND\` (auto, cuda, host), \`JAVA_OPTS\`. The commands r
 
 Contents: \`bin/\` launchers, \`tools/launch.sh\` and \`tools/mpi.sh\` what they run, \`runtime/\` the Java runtime, \`lib/\` jnccl and its dependencies
 (SLF4J, Logback), \`tests/\` test classes, \`tools/junit-console.jar\` JUnit's console launcher,
-\`jmh/jnccl-benchmarks.jar\` the JMH host-cost benchmarks (scripts/gpu/gpu-bench.sh), \`.jnccl-bundle\` the mark
+\`docs/api/<module>/index.html\` the javadoc, \`jmh/jnccl-benchmarks.jar\` the JMH host-cost benchmarks (scripts/gpu/gpu-bench.sh), \`.jnccl-bundle\` the mark
 that lets \`scripts/bundle.sh\` replace this folder.
 Built by \`scripts/bundle.sh\` from commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- 2>/dev/null || echo ' (+ local changes)') on $(date -u +%Y-%m-%d).
 EOF

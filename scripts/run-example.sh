@@ -6,7 +6,8 @@
 #   scripts/run-example.sh --launcher mpi|spark --ranks N [--elements N] [--iterations N]
 # (spark: one barrier stage of N tasks in Spark's local mode, local[N], in one JVM)
 # Prints OK and exits 0 when every element matched, 1 on a mismatch. JNCCL_BACKEND=cuda|host|auto
-# (default auto), JAVA_OPTS, SKIP_BUILD=1: see scripts/lib/example.sh.
+# (default auto), JAVA_OPTS, SKIP_BUILD=1, FORCE_BUILD=1: see scripts/lib/example.sh (it builds only
+# when a source changed; --help answers at once).
 set -euo pipefail
 caller_dir=$(pwd) # the program runs here: relative paths in its arguments are the caller's
 cd "$(dirname "$0")/.."

@@ -265,8 +265,9 @@ grep -o '# host-only [^ ]* measurement: [0-9.]* us/op' "$out/jmh.txt" \
         print "all_reduce         = ncclAllReduce alone (raw FFM: HostCostBenchmark.allReduceEnqueueRaw)"
         print "all_reduce_ordered = the calls of jnccl comm.allReduce(t, SUM, stream): event record + stream wait,"
         print "                     ncclAllReduce in a group, event record + stream wait (jnccl: allReduceEnqueue)"
-        print "comm: the communicator of C and raw FFM (ncclConfig_t.blocking). jnccl always uses a non-blocking one,"
-        print "  so its figures repeat on both rows and jnccl/C compares them with either."
+        print "comm: the communicator of C and raw FFM (ncclConfig_t.blocking). jnccl runs its own communicator mode"
+        print "  (default BLOCKING_SPLIT: created non-blocking, its work on a blocking child split from it), so"
+        print "  its figures repeat on both rows and jnccl/C compares them with either."
       }
     ' "$out/c.txt" "$out/host-only.csv" "$out/jmh.csv"
   fi

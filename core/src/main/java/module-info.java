@@ -12,5 +12,5 @@ module dev.jnccl.core {
     // The seam between Communicator and the launchers: only the launcher modules implement it.
     exports dev.jnccl.spi to dev.jnccl.threads, dev.jnccl.mpi, dev.jnccl.spark;
     // The bottom layer (no API types): deadlines, back-off and option checks for the launchers' own code.
-    exports dev.jnccl.internal to dev.jnccl.threads, dev.jnccl.mpi;
+    exports dev.jnccl.internal to dev.jnccl.threads, dev.jnccl.mpi, dev.jnccl.spark;
 }

@@ -96,7 +96,7 @@ public final class NativeAccess {
                 throw denied(e);
             }
             allowed = true;
-            LOG.warn(message(NativeAccess.class.getModule()));
+            Notices.warn(LOG, message(NativeAccess.class.getModule()));
         }
     }
 

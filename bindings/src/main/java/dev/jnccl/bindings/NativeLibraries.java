@@ -110,8 +110,8 @@ public final class NativeLibraries {
         try {
             cudart = resolve(CUDART);
         } catch (NativeLibraryException e) {
-            LOG.warn("{}=auto: no CUDA runtime found, so jnccl runs on the HOST EMULATION (no GPU). Set {}=cuda to"
-                    + " require a GPU. What was tried: {}", BackendSetting.PROPERTY, BackendSetting.PROPERTY, e.getMessage());
+            Notices.warn(LOG, BackendSetting.PROPERTY + "=auto: no CUDA runtime found, so jnccl runs on the HOST EMULATION"
+                    + " (no GPU). Set " + BackendSetting.PROPERTY + "=cuda to require a GPU. What was tried: " + e.getMessage());
             return loadHost();
         }
         String noDevice = noDeviceReason(cudart.handle());
@@ -119,8 +119,9 @@ public final class NativeLibraries {
             return loadCuda(cudart);
         }
         Dl.close(cudart.handle());
-        LOG.warn("{}=auto: no CUDA device visible ({}, CUDA runtime {}), so jnccl runs on the HOST EMULATION (no GPU)."
-                + " Set {}=cuda to require a GPU.", BackendSetting.PROPERTY, noDevice, cudart.path(), BackendSetting.PROPERTY);
+        Notices.warn(LOG, BackendSetting.PROPERTY + "=auto: no CUDA device visible (" + noDevice + ", CUDA runtime "
+                + cudart.path() + "), so jnccl runs on the HOST EMULATION (no GPU). Set " + BackendSetting.PROPERTY
+                + "=cuda to require a GPU.");
         return loadHost();
     }
 

@@ -147,16 +147,27 @@ public final class DeviceMemory extends CudaResource implements AutoCloseable {
     }
 
     /**
-     * This memory as a tensor of as many {@code dtype} elements as fit. The tensor (and its shards
+     * This memory as a tensor of {@code bytes() / dtype.size()} elements. The tensor (and its shards
      * and slices) keeps a reference to this memory: it knows its {@linkplain DeviceTensor#device()
      * device}, and jnccl refuses it once this memory is closed.
      *
+     * <p>The size must be a whole number of elements: rounding down would hide the trailing bytes
+     * from every collective without a word (12 bytes as FP64 would be one element). For a tensor over
+     * part of the memory, take a {@linkplain DeviceTensor#slice(long, long) slice} of a tensor of a
+     * smaller element type, or allocate with {@link #allocate(DType, long)}.
+     *
      * @param dtype the element type
      * @return a tensor view of the whole memory
+     * @throws IllegalArgumentException when {@link #bytes()} is not a multiple of {@code dtype.size()}
      */
     public DeviceTensor tensor(DType dtype) {
         Objects.requireNonNull(dtype, "tensor: dtype is null");
         handle.requireOpen("tensor", this);
+        if (bytes % dtype.size() != 0) {
+            throw new IllegalArgumentException("tensor: the memory's " + bytes + " bytes are not a whole number of "
+                    + dtype + " elements (" + dtype.size() + " bytes each): allocate a multiple of "
+                    + dtype.size() + " bytes, e.g. with allocate(" + dtype + ", count)");
+        }
         return new DeviceTensor(handle.segment().address(), dtype, bytes / dtype.size(), this);
     }
 

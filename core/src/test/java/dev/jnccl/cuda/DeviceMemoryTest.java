@@ -67,6 +67,19 @@ class DeviceMemoryTest {
     }
 
     @Test
+    void aTensorMustCoverTheMemoryWithWholeElements() {
+        Cuda.setDevice(0);
+        try (DeviceMemory twelve = DeviceMemory.allocate(12)) {
+            assertEquals("tensor: the memory's 12 bytes are not a whole number of FP64 elements (8 bytes each):"
+                    + " allocate a multiple of 8 bytes, e.g. with allocate(FP64, count)", assertThrows(
+                    IllegalArgumentException.class, () -> twelve.tensor(DType.FP64)).getMessage());
+            assertEquals(3, twelve.tensor(DType.FP32).count());
+            assertEquals(6, twelve.tensor(DType.FP16).count());
+            assertEquals(2, twelve.tensor(DType.FP32).slice(1, 2).count());
+        }
+    }
+
+    @Test
     void tensorsKnowTheirDeviceAndShardsKeepTheirMemory() {
         int device = Cuda.deviceCount() > 1 ? 1 : 0;
         Cuda.setDevice(device);

@@ -46,6 +46,76 @@ class ScriptsTest {
     }
 
     @Test
+    void bundleAnswersHelpWithItsUsageAndBuildsNothing() throws Exception {
+        Run help = run(Map.of(), List.of(ROOT.resolve("scripts/bundle.sh").toString(), "--help"));
+        assertEquals(0, help.exit(), help.err());
+        assertTrue(help.out().startsWith("Builds OUT: a folder that runs jnccl's example"), help.out());
+        assertTrue(help.out().contains("scripts/bundle.sh [--dry-run] OUT"), help.out());
+        assertFalse(help.err().contains("building"), help.err());
+    }
+
+    @Test
+    void aBuildIsNeededOnlyWhenASourceIsNewerThanTheStampOrWhenForced() throws Exception {
+        // build_needed of scripts/lib/build.sh, in a layout of its own: a pom, a module's source, a stamp.
+        Files.createDirectories(caller.resolve("mod/src"));
+        Files.writeString(caller.resolve("pom.xml"), "<project/>");
+        Path source = Files.writeString(caller.resolve("mod/src/A.java"), "class A {}");
+        Path stamp = caller.resolve("mod/target/stamp");
+        String check = ". " + ROOT.resolve("scripts/lib/build.sh") + "; cd " + caller
+                + "; if build_needed mod/target/stamp; then echo BUILD; else echo UP_TO_DATE; fi";
+        assertEquals("BUILD", run(Map.of(), List.of("bash", "-c", check)).out().strip(), "no stamp yet");
+        Files.createDirectories(stamp.getParent());
+        Files.writeString(stamp, "");
+        java.nio.file.attribute.FileTime past = java.nio.file.attribute.FileTime.fromMillis(
+                System.currentTimeMillis() - 60_000 - random.nextInt(60_000));
+        Files.setLastModifiedTime(source, past);
+        Files.setLastModifiedTime(caller.resolve("pom.xml"), past);
+        assertEquals("UP_TO_DATE", run(Map.of(), List.of("bash", "-c", check)).out().strip());
+        assertEquals("BUILD", run(Map.of("FORCE_BUILD", "1"), List.of("bash", "-c", check)).out().strip());
+        Files.setLastModifiedTime(source, java.nio.file.attribute.FileTime.fromMillis(System.currentTimeMillis() + 1000));
+        assertEquals("BUILD", run(Map.of(), List.of("bash", "-c", check)).out().strip(), "a source changed");
+        assertEquals("UP_TO_DATE", run(Map.of("SKIP_BUILD", "1"), List.of("bash", "-c", check)).out().strip());
+    }
+
+    @Test
+    void theReleaseCheckerFindsWhatCentralWouldRefuse() throws Exception {
+        // A bundle of two components: jnccl-core (POM elements inherited from jnccl-parent) without its
+        // javadoc jar, and the parent, which the check is told must not be published.
+        Path zip = caller.resolve("bundle.zip");
+        String core = "dev/jnccl/jnccl-core/0.1.0/jnccl-core-0.1.0";
+        String parent = "dev/jnccl/jnccl-parent/0.1.0/jnccl-parent-0.1.0";
+        String parentPom = Files.readString(ROOT.resolve("pom.xml")).replace("-SNAPSHOT", "");
+        String corePom = Files.readString(ROOT.resolve("core/pom.xml")).replace("-SNAPSHOT", "");
+        try (java.util.zip.ZipOutputStream out = new java.util.zip.ZipOutputStream(Files.newOutputStream(zip))) {
+            Map<String, String> files = new java.util.LinkedHashMap<>();
+            files.put(parent + ".pom", parentPom);
+            files.put(core + ".pom", corePom);
+            files.put(core + ".jar", "jar");
+            files.put(core + "-sources.jar", "sources");
+            for (Map.Entry<String, String> file : new ArrayList<>(files.entrySet())) {
+                for (String suffix : List.of(".md5", ".sha1", ".asc")) {
+                    files.put(file.getKey() + suffix, Integer.toHexString(random.nextInt()));
+                }
+            }
+            for (Map.Entry<String, String> file : files.entrySet()) {
+                out.putNextEntry(new java.util.zip.ZipEntry(file.getKey()));
+                out.write(file.getValue().getBytes(StandardCharsets.UTF_8));
+                out.closeEntry();
+            }
+        }
+        Run run = run(Map.of(), List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                ROOT.resolve("scripts/lib/CheckRelease.java").toString(), zip.toString(), "--signed",
+                "--expect", "jnccl-core,jnccl-bom", "--absent", "jnccl-parent"));
+        assertEquals(1, run.exit(), run.out() + run.err());
+        List<String> problems = run.lines().stream().filter(l -> l.startsWith("PROBLEM ")).toList();
+        assertEquals(List.of("PROBLEM jnccl-core: no jnccl-core-0.1.0-javadoc.jar",
+                "PROBLEM jnccl-core: no jnccl-core-0.1.0-javadoc.jar.md5",
+                "PROBLEM jnccl-core: no jnccl-core-0.1.0-javadoc.jar.sha1",
+                "PROBLEM jnccl-core: no jnccl-core-0.1.0-javadoc.jar.asc",
+                "PROBLEM jnccl-bom: missing from the bundle", "PROBLEM jnccl-parent: must not be published"), problems);
+    }
+
+    @Test
     void bundleRefusesAFolderItDidNotMakeAndKeepsEveryFile() throws Exception {
         Path mine = Files.createDirectories(caller.resolve("mine"));
         Map<Path, String> files = new HashMap<>();

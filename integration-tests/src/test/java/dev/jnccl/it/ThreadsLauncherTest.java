@@ -4,6 +4,8 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.jnccl.Backend;
+import dev.jnccl.JncclRuntime;
 import dev.jnccl.cuda.Cuda;
 import dev.jnccl.threads.ThreadsCommunicators;
 import dev.jnccl.threads.ThreadsOptions;
@@ -37,6 +39,9 @@ class ThreadsLauncherTest {
                 () -> ThreadsCommunicators.launch(visible + 1, ThreadsOptions.defaults(), comm -> { }));
         assertTrue(e.getMessage().startsWith("launch: " + (visible + 1) + " GPUs requested but only " + visible
                 + " visible"), e.getMessage());
+        // The emulation ignores CUDA_VISIBLE_DEVICES: the message names the variable that changes the count.
+        String setting = JncclRuntime.query().backend() == Backend.HOST ? "(JNCCL_HOST_DEVICES=" : "(CUDA_VISIBLE_DEVICES=";
+        assertTrue(e.getMessage().contains(setting), e.getMessage());
         assertEquals("launch: gpus -1 is negative (0 means all visible devices)", assertThrows(
                 IllegalArgumentException.class,
                 () -> ThreadsCommunicators.launch(-1, ThreadsOptions.defaults(), comm -> { })).getMessage());

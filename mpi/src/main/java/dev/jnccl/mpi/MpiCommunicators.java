@@ -6,6 +6,7 @@ import dev.jnccl.UniqueId;
 import dev.jnccl.spi.Modes;
 import dev.jnccl.cuda.Cuda;
 import dev.jnccl.internal.Deadlines;
+import dev.jnccl.internal.VisibleDevices;
 import dev.jnccl.mpi.internal.JvmSignalHandlers;
 import dev.jnccl.mpi.internal.MpiLibrary;
 import java.nio.charset.StandardCharsets;
@@ -15,6 +16,7 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Objects;
 import java.util.function.Consumer;
+import java.util.function.Function;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -130,6 +132,7 @@ public final class MpiCommunicators {
             MpiLibrary.Handle world = mpi.world();
             int rank = mpi.rank(world);
             int size = mpi.size(world);
+            checkLauncher(mpi.abi(), mpi.describe(), size, System::getenv);
             mpi.rememberRank(rank);
             // One deadline for every wait below (see the class comment).
             MpiLibrary.Wait wait = new MpiLibrary.Wait("create",
@@ -299,10 +302,44 @@ public final class MpiCommunicators {
         return both;
     }
 
+    /** The world size each launcher announces in the environment of the processes it starts, and who sets it. */
+    private static final List<String[]> LAUNCHER_SIZES = List.of(
+            new String[] {"OMPI_COMM_WORLD_SIZE", "Open MPI's mpirun (mpirun.openmpi)"},
+            new String[] {"PMI_SIZE", "an MPICH-style launcher (mpirun.mpich / Hydra, srun --mpi=pmi2)"});
+
+    /**
+     * Refuses a job whose launcher is of another MPI than the loaded library: such a library does not
+     * see the launcher, so every process comes up as "rank 0 of 1" and would train alone, silently.
+     * The launcher's own world size in the environment gives it away.
+     */
+    static void checkLauncher(MpiLibrary.Abi abi, String library, int size, Function<String, String> environment) {
+        if (size != 1) {
+            return;
+        }
+        for (String[] launcher : LAUNCHER_SIZES) {
+            String value = environment.apply(launcher[0]);
+            int started;
+            try {
+                started = value == null ? 1 : Integer.parseInt(value.strip());
+            } catch (NumberFormatException e) {
+                continue;
+            }
+            if (started > 1) {
+                String own = abi == MpiLibrary.Abi.OPEN_MPI ? "mpirun.openmpi" : "mpirun.mpich";
+                throw new IllegalStateException("create: MPI says this process is rank 0 of 1, but its launcher started "
+                        + started + " processes (" + launcher[0] + "=" + value + ", set by " + launcher[1]
+                        + "): the launcher is of another MPI than the library jnccl loaded, " + library + " (" + abi
+                        + "). Start the job with that library's launcher (" + own + "), or load the library of this"
+                        + " launcher with -D" + MpiLibrary.PROPERTY + "=/path/to/libmpi.so (environment "
+                        + MpiLibrary.ENVIRONMENT + ")");
+            }
+        }
+    }
+
     /** The device: option, property, environment, node-local rank; {@code source[0]} says which. */
     static int device(MpiOptions options, int localRank, int localSize, String[] source) {
         int visible = Cuda.deviceCount();
-        String visibleNote = "CUDA_VISIBLE_DEVICES=" + System.getenv("CUDA_VISIBLE_DEVICES");
+        String visibleNote = VisibleDevices.setting();
         Integer chosen = null;
         if (options.device().isPresent()) {
             chosen = options.device().getAsInt();

@@ -4,8 +4,12 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import dev.jnccl.Backend;
 import dev.jnccl.CommunicatorOptions;
+import dev.jnccl.JncclRuntime;
 import dev.jnccl.cuda.Cuda;
+import dev.jnccl.mpi.internal.MpiLibrary;
+import java.util.Map;
 import java.util.OptionalInt;
 import org.junit.jupiter.api.Test;
 
@@ -52,13 +56,36 @@ class MpiCommunicatorsTest {
     }
 
     @Test
+    void aLauncherOfAnotherMpiIsRefusedWithTheFix() {
+        int started = 2 + new java.util.Random().nextInt(15);
+        IllegalStateException mpich = assertThrows(IllegalStateException.class, () -> MpiCommunicators.checkLauncher(
+                MpiLibrary.Abi.OPEN_MPI, "/usr/lib/libmpi.so.40 (ldconfig)", 1, Map.of("PMI_SIZE", "" + started)::get));
+        assertEquals("create: MPI says this process is rank 0 of 1, but its launcher started " + started
+                + " processes (PMI_SIZE=" + started + ", set by an MPICH-style launcher (mpirun.mpich / Hydra, srun"
+                + " --mpi=pmi2)): the launcher is of another MPI than the library jnccl loaded, /usr/lib/libmpi.so.40"
+                + " (ldconfig) (Open MPI ABI). Start the job with that library's launcher (mpirun.openmpi), or load the"
+                + " library of this launcher with -Djnccl.mpi.library=/path/to/libmpi.so (environment JNCCL_MPI_LIBRARY)",
+                mpich.getMessage());
+        IllegalStateException openMpi = assertThrows(IllegalStateException.class, () -> MpiCommunicators.checkLauncher(
+                MpiLibrary.Abi.MPICH, "libmpich.so.12", 1, Map.of("OMPI_COMM_WORLD_SIZE", "" + started)::get));
+        assertTrue(openMpi.getMessage().contains("(OMPI_COMM_WORLD_SIZE=" + started + ", set by Open MPI's mpirun"),
+                openMpi.getMessage());
+        assertTrue(openMpi.getMessage().contains("launcher (mpirun.mpich)"), openMpi.getMessage());
+        // The launcher and the library agree, a job of one, or no launcher at all (a singleton): accepted.
+        MpiCommunicators.checkLauncher(MpiLibrary.Abi.MPICH, "lib", started, Map.of("PMI_SIZE", "" + started)::get);
+        MpiCommunicators.checkLauncher(MpiLibrary.Abi.OPEN_MPI, "lib", 1, Map.of("OMPI_COMM_WORLD_SIZE", "1")::get);
+        MpiCommunicators.checkLauncher(MpiLibrary.Abi.OPEN_MPI, "lib", 1, Map.<String, String>of()::get);
+    }
+
+    @Test
     void moreLocalRanksThanDevicesIsAnErrorNamingWhatToDo() {
         int visible = Cuda.deviceCount();
         IllegalStateException e = assertThrows(IllegalStateException.class,
                 () -> MpiCommunicators.device(MpiOptions.defaults(), visible, visible + 1, new String[1]));
         String message = e.getMessage();
         assertTrue(message.contains("node-local rank " + visible + " (of " + (visible + 1) + " processes"), message);
-        assertTrue(message.contains(visible + " device(s) visible (CUDA_VISIBLE_DEVICES="), message);
+        String setting = JncclRuntime.query().backend() == Backend.HOST ? "JNCCL_HOST_DEVICES=" : "CUDA_VISIBLE_DEVICES=";
+        assertTrue(message.contains(visible + " device(s) visible (" + setting), message);
         assertTrue(message.contains("JNCCL_DEVICE"), message);
         IllegalArgumentException tooHigh = assertThrows(IllegalArgumentException.class,
                 () -> MpiCommunicators.device(MpiOptions.defaults().withDevice(visible), 0, 1, new String[1]));

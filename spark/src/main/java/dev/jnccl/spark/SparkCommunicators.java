@@ -7,6 +7,7 @@ import dev.jnccl.JncclRuntime;
 import dev.jnccl.NcclException;
 import dev.jnccl.UniqueId;
 import dev.jnccl.cuda.Cuda;
+import dev.jnccl.internal.VisibleDevices;
 import dev.jnccl.spi.Modes;
 import dev.jnccl.spi.NcclHostSide;
 import java.io.Serial;
@@ -318,8 +319,8 @@ public final class SparkCommunicators {
         }
         int visible = Cuda.deviceCount();
         if (visible < 1) {
-            throw new IllegalStateException("create: no CUDA device is visible to the executor (CUDA_VISIBLE_DEVICES="
-                    + System.getenv("CUDA_VISIBLE_DEVICES") + ")");
+            throw new IllegalStateException("create: no CUDA device is visible to the executor ("
+                    + VisibleDevices.setting() + ")");
         }
         return logged(context, hostIndex % visible, "task " + hostIndex + " of the stage on its machine modulo "
                 + visible + " visible device(s)");

@@ -6,6 +6,7 @@ import dev.jnccl.JncclRuntime;
 import dev.jnccl.NcclException;
 import dev.jnccl.UniqueId;
 import dev.jnccl.cuda.Cuda;
+import dev.jnccl.internal.VisibleDevices;
 import dev.jnccl.spi.Modes;
 import java.util.ArrayList;
 import java.util.List;
@@ -76,7 +77,7 @@ public final class ThreadsCommunicators {
 
     /** The device of each rank: {@link ThreadsOptions#devices()} when set, else rank r on device r. */
     private static int[] deviceOfRank(int gpus, ThreadsOptions options, int visible) {
-        String visibleNote = " (CUDA_VISIBLE_DEVICES=" + System.getenv("CUDA_VISIBLE_DEVICES") + ")";
+        String visibleNote = " (" + VisibleDevices.setting() + ")";
         if (options.devices().isEmpty()) {
             int size = gpus == 0 ? visible : gpus;
             if (size > visible) {

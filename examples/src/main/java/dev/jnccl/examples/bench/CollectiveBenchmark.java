@@ -77,6 +77,9 @@ public final class CollectiveBenchmark {
             if (options.launcher().equals("threads") && options.op().rooted() && options.root() >= options.ranks()) {
                 throw new BenchOptions.UsageException("-r " + options.root() + " is not a rank of " + options.ranks());
             }
+            // Checked before the run, not after minutes of it: a report that cannot be written loses the run.
+            checkWritable("--json", options.json());
+            checkWritable("--svg", options.svg());
         } catch (BenchOptions.HelpRequested e) {
             out.println(BenchOptions.usage());
             return 0;
@@ -118,10 +121,32 @@ public final class CollectiveBenchmark {
                 Files.writeString(Path.of(options.svg()), SvgPlot.render(runs, options), StandardCharsets.UTF_8);
             }
         } catch (IOException e) {
-            err.println("bench: cannot write " + e.getMessage());
+            err.println("bench: cannot write the report: " + e); // the exception's class says why (NoSuchFile, AccessDenied)
             return EXIT_ERROR;
         }
         return runs.stream().anyMatch(r -> r.errors() > 0) ? EXIT_WRONG : 0;
+    }
+
+    /** Refuses a report file that cannot be written: a missing or read-only directory, a directory as the file. */
+    static void checkWritable(String flag, String file) {
+        if (file == null) {
+            return;
+        }
+        Path path = Path.of(file).toAbsolutePath();
+        Path directory = path.getParent();
+        String reason = null;
+        if (Files.isDirectory(path)) {
+            reason = "it is a directory";
+        } else if (Files.exists(path) && !Files.isWritable(path)) {
+            reason = "the file is not writable";
+        } else if (!Files.isDirectory(directory)) {
+            reason = "the directory " + directory + " does not exist (create it first)";
+        } else if (!Files.isWritable(directory)) {
+            reason = "the directory " + directory + " is not writable";
+        }
+        if (reason != null) {
+            throw new BenchOptions.UsageException(flag + " " + file + ": cannot write there: " + reason);
+        }
     }
 
     static String now() {
@@ -190,8 +215,11 @@ public final class CollectiveBenchmark {
                         for (int s = 0; s < sizes.size(); s++) {
                             CollectiveOp.Shape shape = op.shape(sizes.get(s), type, ranks);
                             if (rank == 0) {
-                                progress.show(String.format(Locale.ROOT, "bench %s [%s, %s %s]: %s (%d/%d), %.1f s",
-                                        op.ncclTestsName(), transport, type.ncclTestsName(), BenchOptions.opName(reduction),
+                                // The reduction is named only for operations that reduce (all_gather has none).
+                                String what = op.redopColumn()
+                                        ? type.ncclTestsName() + " " + BenchOptions.opName(reduction) : type.ncclTestsName();
+                                progress.show(String.format(Locale.ROOT, "bench %s [%s, %s]: %s (%d/%d), %.1f s",
+                                        op.ncclTestsName(), transport, what,
                                         ExampleSupport.bytes(shape.sizeBytes(type)), ++step, steps,
                                         (System.nanoTime() - started) / 1e9));
                             }

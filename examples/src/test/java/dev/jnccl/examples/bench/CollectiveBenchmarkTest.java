@@ -183,6 +183,39 @@ class CollectiveBenchmarkTest {
     }
 
     @Test
+    void reportFilesThatCannotBeWrittenAreRefusedBeforeTheRunWithTheReason() throws Exception {
+        Path missing = dir.resolve("out2").resolve("b.json");
+        assertUsage("--json " + missing + ": cannot write there: the directory " + missing.getParent()
+                + " does not exist (create it first)", "all_reduce", "-g", "2", "-b", "8", "-e", "8", "--json",
+                missing.toString());
+        assertUsage("--svg " + dir + ": cannot write there: it is a directory", "all_reduce", "-g", "2", "-b", "8",
+                "-e", "8", "--svg", dir.toString());
+        Path json = dir.resolve("ok.json");
+        Output ok = run("all_reduce", "-g", "2", "-b", "8", "-e", "8", "--json", json.toString());
+        assertEquals(0, ok.status(), ok.err());
+        assertTrue(Files.size(json) > 0);
+    }
+
+    @Test
+    void progressNamesTheReductionOnlyForOperationsThatReduce() {
+        String previous = System.getProperty("jnccl.bench.progress");
+        System.setProperty("jnccl.bench.progress", "true");
+        try {
+            Output gather = run("all_gather", "-g", "2", "-b", "8", "-e", "8");
+            assertEquals(0, gather.status(), gather.err());
+            assertTrue(gather.err().contains("bench all_gather [nccl, float]: "), gather.err());
+            Output reduce = run("all_reduce", "-g", "2", "-b", "8", "-e", "8", "-o", "max");
+            assertTrue(reduce.err().contains("bench all_reduce [nccl, float max]: "), reduce.err());
+        } finally {
+            if (previous == null) {
+                System.clearProperty("jnccl.bench.progress");
+            } else {
+                System.setProperty("jnccl.bench.progress", previous);
+            }
+        }
+    }
+
+    @Test
     void nccl_testsNumberFormats() {
         assertEquals("   0.00", NcclTestsFormat.floatStr(0.001, 7));
         assertEquals("1234.57", NcclTestsFormat.floatStr(1234.567, 7));
