@@ -150,6 +150,7 @@ public class HostCostBenchmark {
         /** Creates the communicator, streams, events and tensor. */
         @Setup(Level.Trial)
         public void setUp() {
+            rehearse();
             comm = Communicator.single(DEVICE);
             commsStream = comm.stream();
             compute = CudaStream.create();
@@ -169,6 +170,22 @@ public class HostCostBenchmark {
             System.out.println("# jnccl backend " + ExampleSupport.backendName(comm.backend()) + ", NCCL " + comm.ncclVersion() + ", "
                     + count + " x FP32, communicator mode " + comm.options().mode());
             prepared();
+        }
+
+        /**
+         * A throwaway communicator, used once and closed, before the measured one: JMH runs the trial's
+         * teardown inside the last measurement iteration, so the first close of a JVM (classes loaded,
+         * call sites linked: about 2 MB) would land in that iteration's {@code -prof gc} figure as
+         * several bytes per operation that no operation allocates. A second close allocates little.
+         */
+        private void rehearse() {
+            try (Communicator throwaway = Communicator.single(DEVICE);
+                 DeviceMemory scratch = DeviceMemory.allocate(DType.FP32, count)) {
+                scratch.fill((byte) 0, throwaway.stream());
+                DeviceTensor all = scratch.tensor(DType.FP32);
+                throwaway.begin(throwaway.stream()).reduceScatter(all).allGather(all.shard(0, 1), all).execute(null);
+                throwaway.synchronize();
+            }
         }
 
         /** What a subclass adds once the communicator is ready (JMH does not order a subclass's setup after this one). */
