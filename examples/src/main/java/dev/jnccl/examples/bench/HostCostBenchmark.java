@@ -4,6 +4,7 @@ import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 
 import dev.jnccl.Communicator;
+import dev.jnccl.CommunicatorOptions;
 import dev.jnccl.DType;
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.ReduceOp;
@@ -133,6 +134,13 @@ public class HostCostBenchmark {
         @Param("1024")
         public int count;
 
+        /**
+         * "on" (the default, as for users) or "off" ({@code CommunicatorOptions.withoutWatchdog()}):
+         * {@code -p watchdog=on,off} gives the watchdog's share of the host cost.
+         */
+        @Param("on")
+        public String watchdog;
+
         Communicator comm;
         CudaStream commsStream;
         CudaStream compute;
@@ -151,7 +159,7 @@ public class HostCostBenchmark {
         @Setup(Level.Trial)
         public void setUp() {
             rehearse();
-            comm = Communicator.single(DEVICE);
+            comm = Communicator.single(DEVICE, options());
             commsStream = comm.stream();
             compute = CudaStream.create();
             ready = CudaEvent.create();
@@ -168,8 +176,16 @@ public class HostCostBenchmark {
             compute.synchronize();
             queue = new QueueBound(commsStream::synchronize);
             System.out.println("# jnccl backend " + ExampleSupport.backendName(comm.backend()) + ", NCCL " + comm.ncclVersion() + ", "
-                    + count + " x FP32, communicator mode " + comm.options().mode());
+                    + count + " x FP32, communicator mode " + comm.options().mode() + ", watchdog " + watchdog);
             prepared();
+        }
+
+        private CommunicatorOptions options() {
+            return switch (watchdog) {
+                case "on" -> CommunicatorOptions.defaults();
+                case "off" -> CommunicatorOptions.defaults().withoutWatchdog();
+                default -> throw new IllegalArgumentException("watchdog must be on or off, not " + watchdog);
+            };
         }
 
         /**
