@@ -277,9 +277,17 @@ public class HostCostBenchmark {
         /** Created by JMH. */
         public RawState() {}
 
-        /** "nonblocking" (ncclConfig_t.blocking = 0, as jnccl's NON_BLOCKING mode) or "blocking" (NCCL's default). */
+        /**
+         * "nonblocking" (ncclConfig_t.blocking = 0, as jnccl's NON_BLOCKING mode) or "blocking" (NCCL's
+         * default); also "split" ({@code -p comm=split}): a non-blocking communicator split into a
+         * blocking child sharing its resources, the child running the calls, as jnccl's default
+         * {@code BLOCKING_SPLIT} does (jnccl's twin communicator).
+         */
         @Param({"nonblocking", "blocking"})
         public String comm;
+
+        /** The non-blocking parent of a "split" communicator, else null. */
+        MemorySegment parent;
 
         /** Elements (FP32) of the tensor. */
         @Param("1024")
@@ -305,8 +313,8 @@ public class HostCostBenchmark {
         public void setUp() {
             boolean blocking = switch (comm) {
                 case "blocking" -> true;
-                case "nonblocking" -> false;
-                default -> throw new IllegalArgumentException("comm must be blocking or nonblocking, not " + comm);
+                case "nonblocking", "split" -> false;
+                default -> throw new IllegalArgumentException("comm must be blocking, nonblocking or split, not " + comm);
             };
             LoadedLibraries libraries = NativeLibraries.load();
             ncclSuccess = Nccl.ncclSuccess();
@@ -348,9 +356,34 @@ public class HostCostBenchmark {
             } else {
                 nccl(result, "ncclCommInitRankConfig");
             }
+            if (comm.equals("split")) {
+                splitBlockingChild(out);
+            }
             queue = new QueueBound(() -> cuda(CudaRuntime.cudaStreamSynchronize(commsStream), "cudaStreamSynchronize"));
             System.out.println("# raw bindings: backend " + libraries.backend().id() + ", NCCL "
                     + VersionCodes.text(libraries.ncclVersion()) + ", " + count + " x FP32, " + comm + " communicator");
+        }
+
+        /**
+         * Splits the non-blocking communicator into a blocking child that shares its resources
+         * ({@code splitShare = 1}), as jnccl's {@code BLOCKING_SPLIT}: the child becomes {@link #ncclComm}.
+         * The split is a job of the non-blocking parent: the child handle appears once it has finished.
+         */
+        private void splitBlockingChild(MemorySegment out) {
+            parent = ncclComm;
+            MemorySegment config = NcclConfigs.allocate(arena);
+            ncclConfig_t.blocking(config, 1);
+            ncclConfig_t.splitShare(config, 1);
+            out.set(ADDRESS, 0, MemorySegment.NULL);
+            int result = Nccl.ncclCommSplit(parent, 0, 0, out, config);
+            if (result != ncclInProgress) {
+                nccl(result, "ncclCommSplit");
+            }
+            awaitComm("ncclCommSplit");
+            ncclComm = out.get(ADDRESS, 0);
+            if (ncclComm.equals(MemorySegment.NULL)) {
+                throw new IllegalStateException("ncclCommSplit finished without a child communicator");
+            }
         }
 
         /** A group end (or an ungrouped collective): on a non-blocking communicator, waits until it is launched. */
@@ -400,6 +433,16 @@ public class HostCostBenchmark {
                 nccl(result, "ncclCommFinalize");
             }
             nccl(Nccl.ncclCommDestroy(ncclComm), "ncclCommDestroy");
+            if (parent != null) {
+                ncclComm = parent; // awaitComm polls it
+                result = Nccl.ncclCommFinalize(parent);
+                if (result == ncclInProgress) {
+                    awaitComm("ncclCommFinalize");
+                } else {
+                    nccl(result, "ncclCommFinalize");
+                }
+                nccl(Nccl.ncclCommDestroy(parent), "ncclCommDestroy");
+            }
             cuda(CudaRuntime.cudaFree(buffer), "cudaFree");
             cuda(CudaRuntime.cudaEventDestroy(signal), "cudaEventDestroy");
             cuda(CudaRuntime.cudaEventDestroy(ready), "cudaEventDestroy");
