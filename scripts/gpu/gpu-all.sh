@@ -11,10 +11,12 @@
 # Parts: gpu-test.sh (gpu-tagged and world-1 conformance tests, NCCL 2.28), gpu-test.sh
 # --threads-multi-rank (threads suite at worlds 2-8 on NCCL 2.30), gpu-mpi-test.sh (MPI mode, one
 # process per rank), then gpu-bench-mpi.sh (jnccl vs nccl-tests at $BENCH_WORLDS, default 2; only when
-# $NCCL_TESTS names nccl-tests' build folder or .gpu/nccl-tests.tar.xz is there), gpu-hostcost-threads.sh, gpu-torch-hostcost.sh and
+# $NCCL_TESTS names nccl-tests' build folder or .gpu/nccl-tests.tar.xz is there), gpu-hostcost-threads.sh,
+# gpu-hostcost-paired.sh (at world 1 and $HOSTCOST_WORLDS; PAIRED_BLOCKS, default 10, PAIRED_WARMUP_MS, 500,
+# PAIRED_LIMIT, 120 s), gpu-torch-hostcost.sh and
 # gpu-hostcost-multi.sh at $HOSTCOST_WORLDS (default 2), and bin/bench at world 1 for the operations
 # that need no second rank. SKIP="name ..." leaves parts out (names as in the summary: mpi gpu-test
-# multi-rank bench-mpi hostcost-threads torch hostcost-multi-wW bench1-OP nccl-tests1-all_gather).
+# multi-rank bench-mpi hostcost-threads paired torch hostcost-multi-wW bench1-OP nccl-tests1-all_gather).
 # Limits and sizes: MPI_LIMIT, GPU_TEST_LIMIT, MULTI_LIMIT, JNCCL_MULTI_RANK_TESTS, BENCH_LIMIT,
 # BENCH_ITERS, BENCH_OPS, HOSTCOST_ITERS, HOSTCOST_THREADS_ITERS, HOSTCOST_WARMUP (process mode),
 # HOSTCOST_LIMIT, HOSTCOST_MULTI_LIMIT (per W), BENCH1_OPS,
@@ -56,6 +58,9 @@ fi
 worlds=${HOSTCOST_WORLDS:-2}
 # shellcheck disable=SC2086 # the worlds are separate arguments
 ITERS=${HOSTCOST_THREADS_ITERS:-${HOSTCOST_ITERS:-2000}} part hostcost-threads "${HOSTCOST_LIMIT:-60}" scripts/gpu/gpu-hostcost-threads.sh $worlds
+# shellcheck disable=SC2086
+BLOCKS=${PAIRED_BLOCKS:-10} WARMUP_MS=${PAIRED_WARMUP_MS:-500} part paired "${PAIRED_LIMIT:-120}" \
+  scripts/gpu/gpu-hostcost-paired.sh 1 $worlds
 # shellcheck disable=SC2086
 ITERS=${HOSTCOST_ITERS:-2000} part torch "${HOSTCOST_LIMIT:-60}" scripts/gpu/gpu-torch-hostcost.sh $worlds
 for w in $worlds; do

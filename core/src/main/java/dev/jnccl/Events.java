@@ -1,6 +1,7 @@
 package dev.jnccl;
 
 import dev.jnccl.spi.Command;
+import java.util.Arrays;
 import java.util.List;
 import jdk.jfr.Category;
 import jdk.jfr.DataAmount;
@@ -111,8 +112,8 @@ final class Events {
                 this.rank = rank;
                 this.sequence = sequence;
                 this.commands = commands.size();
-                this.bytes = commands.stream().mapToLong(Command::bytes).sum();
-                this.operations = commands.stream().map(Events::operation).toList().toString();
+                this.bytes = CommandRunner.bytes(commands);
+                this.operations = operations(commands);
                 commit();
             }
         }
@@ -158,9 +159,21 @@ final class Events {
         public Diagnosed() {}
     }
 
-    /** A command's name in the {@code operations} field: its transaction method, capitalized ("AllReduce"). */
-    private static String operation(Command command) {
-        String method = command.kind().method();
-        return Character.toUpperCase(method.charAt(0)) + method.substring(1);
+    /**
+     * Each kind's name in the {@code operations} field: its transaction method, capitalized
+     * ("AllReduce"), made once: a recording that takes every transaction pays for one string per
+     * transaction, not for a stream, a list and a string per command.
+     */
+    private static final String[] OPERATIONS = Arrays.stream(Command.Kind.values())
+            .map(kind -> Character.toUpperCase(kind.method().charAt(0)) + kind.method().substring(1))
+            .toArray(String[]::new);
+
+    /** {@return the commands' names as a list prints them: "[ReduceScatter, AllGather]"} */
+    private static String operations(List<Command> commands) {
+        StringBuilder names = new StringBuilder(16 * commands.size() + 2).append('[');
+        for (int i = 0; i < commands.size(); i++) {
+            names.append(i == 0 ? "" : ", ").append(OPERATIONS[commands.get(i).kind().ordinal()]);
+        }
+        return names.append(']').toString();
     }
 }

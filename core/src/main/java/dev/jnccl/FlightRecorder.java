@@ -72,6 +72,10 @@ final class FlightRecorder {
 
         /** {@return how the entry is named in messages: "transaction #n" or "replay #n of graph #g"} */
         String name() {
+            return name(sequence, replayOf);
+        }
+
+        static String name(long sequence, long replayOf) {
             return replayOf != 0 ? "replay #" + sequence + " of graph #" + replayOf : "transaction #" + sequence;
         }
 
@@ -132,17 +136,36 @@ final class FlightRecorder {
         }
     }
 
-    /** A probe: an event recorded on the comms stream after transaction {@code covers} (ordinal {@code coversOrdinal}). */
-    private record Probe(CudaEvent event, long covers, long coversOrdinal, long recordedNanos) {}
+    /**
+     * A probe: an event recorded on the comms stream after transaction {@code covers} (ordinal
+     * {@code coversOrdinal}). Reused with its event once complete, so that the watchdog's polls
+     * allocate nothing while a communicator is busy.
+     */
+    private static final class Probe {
+        final CudaEvent event;
+        long covers;
+        long coversOrdinal;
+
+        Probe(CudaEvent event) {
+            this.event = event;
+        }
+    }
 
     /**
-     * What the watchdog learns of the oldest pending transaction: a copy, since the slot it came
-     * from is filled again once it is the oldest.
-     *
-     * @param name          how the entry is named in messages
-     * @param executedNanos when it was executed ({@link System#nanoTime()})
+     * What the watchdog learns of the oldest pending transaction: a copy of the slot's numbers (the
+     * slot is filled again once it is the oldest), into an object the watchdog keeps and passes to
+     * every poll, so that a poll allocates nothing; the name is made only for a message.
      */
-    record Pending(String name, long executedNanos) {
+    static final class Pending {
+        private long sequence;
+        private long replayOf;
+        private long executedNanos;
+
+        /** {@return how the entry is named in messages} */
+        String name() {
+            return Entry.name(sequence, replayOf);
+        }
+
         /** {@return nanoseconds since the execute, at {@code now}} */
         long ageNanos(long now) {
             return now - executedNanos;
@@ -157,7 +180,8 @@ final class FlightRecorder {
     /** How many slots hold an entry. */
     private int size;
     private final ArrayDeque<Probe> probes = new ArrayDeque<>();
-    private final ArrayDeque<CudaEvent> freeEvents = new ArrayDeque<>();
+    /** Completed probes, kept with their events for the next ones. */
+    private final ArrayDeque<Probe> freeProbes = new ArrayDeque<>();
     /** Whether a watchdog probes completion (else the dump says "not tracked"). */
     private volatile boolean tracked;
     /** The newest transaction a probe was recorded after. */
@@ -251,7 +275,7 @@ final class FlightRecorder {
      * @param stream the comms stream
      */
     void probe(CudaStream stream) {
-        CudaEvent event;
+        Probe probe;
         long covers;
         long coversOrdinal;
         synchronized (this) {
@@ -265,40 +289,43 @@ final class FlightRecorder {
                 // CUDA forbids querying it meanwhile: the next probe after the capture covers these entries.
                 return;
             }
-            event = freeEvents.pollFirst();
+            probe = freeProbes.pollFirst();
             covers = newest.sequence;
             coversOrdinal = newest.ordinal;
         }
-        if (event == null) {
-            event = CudaEvent.create();
+        if (probe == null) {
+            probe = new Probe(CudaEvent.create());
         }
         try {
-            stream.record(event);
+            stream.record(probe.event);
         } catch (RuntimeException e) {
             synchronized (this) {
-                freeEvents.addLast(event);
+                freeProbes.addLast(probe);
             }
             throw e;
         }
         synchronized (this) {
-            probes.addLast(new Probe(event, covers, coversOrdinal, System.nanoTime()));
+            probe.covers = covers;
+            probe.coversOrdinal = coversOrdinal;
+            probes.addLast(probe);
             probedThrough = covers;
         }
     }
 
     /**
-     * Marks the entries before every completed probe as complete; returns the oldest entry that a
-     * probe still pending was recorded after (it is not done), or null. Called by the watchdog only.
+     * Marks the entries before every completed probe as complete; fills {@code into} with the oldest
+     * entry that a probe still pending was recorded after (it is not done). Called by the watchdog only.
      *
-     * @return the oldest entry known pending, or null
+     * @param into where the oldest entry known pending is copied
+     * @return whether there is one (else {@code into} is left as it was)
      */
-    synchronized Pending pollOldestPending() {
+    synchronized boolean pollOldestPending(Pending into) {
         long now = System.nanoTime();
-        while (!probes.isEmpty() && probes.peekFirst().event().isComplete()) {
+        while (!probes.isEmpty() && probes.peekFirst().event.isComplete()) {
             Probe done = probes.removeFirst();
-            completedThrough = done.covers();
-            completedOrdinal = Math.max(completedOrdinal, done.coversOrdinal());
-            freeEvents.addLast(done.event());
+            completedThrough = done.covers;
+            completedOrdinal = Math.max(completedOrdinal, done.coversOrdinal);
+            freeProbes.addLast(done);
         }
         for (int k = 0; k < size; k++) {
             Entry entry = entry(k);
@@ -307,15 +334,18 @@ final class FlightRecorder {
             }
         }
         if (probes.isEmpty()) {
-            return null;
+            return false;
         }
         for (int k = 0; k < size; k++) {
             Entry entry = entry(k);
-            if (entry.completedNanos == 0 && !entry.isCaptured() && entry.sequence <= probes.peekFirst().covers()) {
-                return new Pending(entry.name(), entry.executedNanos);
+            if (entry.completedNanos == 0 && !entry.isCaptured() && entry.sequence <= probes.peekFirst().covers) {
+                into.sequence = entry.sequence;
+                into.replayOf = entry.replayOf;
+                into.executedNanos = entry.executedNanos;
+                return true;
             }
         }
-        return null;
+        return false;
     }
 
     /**
@@ -401,11 +431,13 @@ final class FlightRecorder {
     /** Destroys every event this recorder holds. Call only when the comms stream is done or aborted. */
     synchronized void closeEvents() {
         for (Probe probe : probes) {
-            closeQuietly(probe.event());
+            closeQuietly(probe.event);
         }
         probes.clear();
-        freeEvents.forEach(FlightRecorder::closeQuietly);
-        freeEvents.clear();
+        for (Probe probe : freeProbes) {
+            closeQuietly(probe.event);
+        }
+        freeProbes.clear();
     }
 
     private static void closeQuietly(CudaEvent event) {

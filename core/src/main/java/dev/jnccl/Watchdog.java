@@ -36,6 +36,10 @@ final class Watchdog {
     private final LongFunction<String> peers;
     private final Consumer<String> abort;
     private final Thread thread;
+    /** The oldest pending transaction, filled by each poll: one object for the watchdog's life, so that a poll allocates nothing. */
+    private final FlightRecorder.Pending pending = new FlightRecorder.Pending();
+    /** Polls made (written by the watchdog thread only): lets a test relate its thread's allocation to polls. */
+    private volatile long polls;
 
     /**
      * Starts the monitor thread.
@@ -82,6 +86,16 @@ final class Watchdog {
         return true;
     }
 
+    /** {@return how many polls were made so far} */
+    long polls() {
+        return polls;
+    }
+
+    /** {@return the id of the monitor thread} */
+    long threadId() {
+        return thread.threadId();
+    }
+
     private void watch() {
         long timeoutNanos = Deadlines.toNanos(timeout);
         long intervalNanos = Deadlines.toNanos(interval);
@@ -93,6 +107,7 @@ final class Watchdog {
             }
             try {
                 String reason = check(timeoutNanos);
+                polls++; // one writer: this thread
                 if (reason != null) {
                     if (open.getAsBoolean()) {
                         abort.accept("watchdog: " + reason);
@@ -140,9 +155,8 @@ final class Watchdog {
             return "an enqueue has been inside NCCL for " + TimeUnit.NANOSECONDS.toMillis(enqueueAge) + " ms (timeout "
                     + Deadlines.toMillis(timeout) + " ms)";
         }
-        FlightRecorder.Pending pending = recorder.pollOldestPending();
-        long pendingAge = pending == null ? -1 : pending.ageNanos(System.nanoTime());
-        if (pending != null && pendingAge > timeoutNanos) {
+        long pendingAge = recorder.pollOldestPending(pending) ? pending.ageNanos(System.nanoTime()) : -1;
+        if (pendingAge > timeoutNanos) {
             return pending.name() + " not complete after "
                     + TimeUnit.NANOSECONDS.toMillis(pendingAge) + " ms (timeout " + Deadlines.toMillis(timeout) + " ms)";
         }

@@ -7,15 +7,10 @@ import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaGraph;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
-import java.lang.invoke.MethodHandle;
-import java.lang.invoke.MethodHandles;
-import java.lang.invoke.MethodType;
-import java.lang.management.ManagementFactory;
 import java.util.List;
 import java.util.function.Consumer;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Named;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -183,43 +178,11 @@ class HotPathAllocationTest {
     }
 
     /**
-     * The calling thread's allocated bytes, from {@code com.sun.management.ThreadMXBean} (looked up
-     * reflectively: core's module does not read jdk.management, and the tests run patched into it).
-     */
-    private record AllocationCounter(Object bean, MethodHandle allocated) {
-        static AllocationCounter create() {
-            Object bean = ManagementFactory.getThreadMXBean();
-            try {
-                Class<?> type = Class.forName("com.sun.management.ThreadMXBean");
-                Assumptions.assumeTrue(type.isInstance(bean), "this JVM has no per-thread allocation counter");
-                boolean counting = (boolean) type.getMethod("isThreadAllocatedMemorySupported").invoke(bean)
-                        && (boolean) type.getMethod("isThreadAllocatedMemoryEnabled").invoke(bean);
-                Assumptions.assumeTrue(counting, "this JVM does not count the bytes a thread allocates");
-                MethodHandle allocated = MethodHandles.publicLookup().findVirtual(type,
-                        "getCurrentThreadAllocatedBytes", MethodType.methodType(long.class)).asType(
-                        MethodType.methodType(long.class, Object.class));
-                return new AllocationCounter(bean, allocated);
-            } catch (ReflectiveOperationException e) {
-                Assumptions.abort("no per-thread allocation counter: " + e);
-                throw new AssertionError(e);
-            }
-        }
-
-        long getCurrentThreadAllocatedBytes() {
-            try {
-                return (long) allocated.invokeExact(bean);
-            } catch (Throwable e) {
-                throw new IllegalStateException(e);
-            }
-        }
-    }
-
-    /**
      * Sets the level of the "dev.jnccl" logger (a level name, a logback {@code Level}, or null: inherited)
      * through logback, the tests' SLF4J binding, looked up reflectively (core's module does not read
      * it); {@return the level it had}.
      */
-    private static Object setJncclLogLevel(Object level) throws ReflectiveOperationException {
+    static Object setJncclLogLevel(Object level) throws ReflectiveOperationException {
         org.slf4j.Logger logger = LoggerFactory.getLogger("dev.jnccl");
         Class<?> levels = Class.forName("ch.qos.logback.classic.Level", true, logger.getClass().getClassLoader());
         Object saved = logger.getClass().getMethod("getLevel").invoke(logger);

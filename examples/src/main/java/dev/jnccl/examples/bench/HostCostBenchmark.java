@@ -4,6 +4,7 @@ import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 
 import dev.jnccl.Communicator;
+import dev.jnccl.CommunicatorOptions;
 import dev.jnccl.DType;
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.ReduceOp;
@@ -133,6 +134,13 @@ public class HostCostBenchmark {
         @Param("1024")
         public int count;
 
+        /**
+         * "on" (the default, as for users) or "off" ({@code CommunicatorOptions.withoutWatchdog()}):
+         * {@code -p watchdog=on,off} gives the watchdog's share of the host cost.
+         */
+        @Param("on")
+        public String watchdog;
+
         Communicator comm;
         CudaStream commsStream;
         CudaStream compute;
@@ -150,7 +158,8 @@ public class HostCostBenchmark {
         /** Creates the communicator, streams, events and tensor. */
         @Setup(Level.Trial)
         public void setUp() {
-            comm = Communicator.single(DEVICE);
+            rehearse();
+            comm = Communicator.single(DEVICE, options());
             commsStream = comm.stream();
             compute = CudaStream.create();
             ready = CudaEvent.create();
@@ -167,8 +176,32 @@ public class HostCostBenchmark {
             compute.synchronize();
             queue = new QueueBound(commsStream::synchronize);
             System.out.println("# jnccl backend " + ExampleSupport.backendName(comm.backend()) + ", NCCL " + comm.ncclVersion() + ", "
-                    + count + " x FP32, communicator mode " + comm.options().mode());
+                    + count + " x FP32, communicator mode " + comm.options().mode() + ", watchdog " + watchdog);
             prepared();
+        }
+
+        private CommunicatorOptions options() {
+            return switch (watchdog) {
+                case "on" -> CommunicatorOptions.defaults();
+                case "off" -> CommunicatorOptions.defaults().withoutWatchdog();
+                default -> throw new IllegalArgumentException("watchdog must be on or off, not " + watchdog);
+            };
+        }
+
+        /**
+         * A throwaway communicator, used once and closed, before the measured one: JMH runs the trial's
+         * teardown inside the last measurement iteration, so the first close of a JVM (classes loaded,
+         * call sites linked: about 2 MB) would land in that iteration's {@code -prof gc} figure as
+         * several bytes per operation that no operation allocates. A second close allocates little.
+         */
+        private void rehearse() {
+            try (Communicator throwaway = Communicator.single(DEVICE);
+                 DeviceMemory scratch = DeviceMemory.allocate(DType.FP32, count)) {
+                scratch.fill((byte) 0, throwaway.stream());
+                DeviceTensor all = scratch.tensor(DType.FP32);
+                throwaway.begin(throwaway.stream()).reduceScatter(all).allGather(all.shard(0, 1), all).execute(null);
+                throwaway.synchronize();
+            }
         }
 
         /** What a subclass adds once the communicator is ready (JMH does not order a subclass's setup after this one). */
@@ -244,9 +277,17 @@ public class HostCostBenchmark {
         /** Created by JMH. */
         public RawState() {}
 
-        /** "nonblocking" (ncclConfig_t.blocking = 0, as jnccl's NON_BLOCKING mode) or "blocking" (NCCL's default). */
+        /**
+         * "nonblocking" (ncclConfig_t.blocking = 0, as jnccl's NON_BLOCKING mode) or "blocking" (NCCL's
+         * default); also "split" ({@code -p comm=split}): a non-blocking communicator split into a
+         * blocking child sharing its resources, the child running the calls, as jnccl's default
+         * {@code BLOCKING_SPLIT} does (jnccl's twin communicator).
+         */
         @Param({"nonblocking", "blocking"})
         public String comm;
+
+        /** The non-blocking parent of a "split" communicator, else null. */
+        MemorySegment parent;
 
         /** Elements (FP32) of the tensor. */
         @Param("1024")
@@ -272,8 +313,8 @@ public class HostCostBenchmark {
         public void setUp() {
             boolean blocking = switch (comm) {
                 case "blocking" -> true;
-                case "nonblocking" -> false;
-                default -> throw new IllegalArgumentException("comm must be blocking or nonblocking, not " + comm);
+                case "nonblocking", "split" -> false;
+                default -> throw new IllegalArgumentException("comm must be blocking, nonblocking or split, not " + comm);
             };
             LoadedLibraries libraries = NativeLibraries.load();
             ncclSuccess = Nccl.ncclSuccess();
@@ -315,9 +356,34 @@ public class HostCostBenchmark {
             } else {
                 nccl(result, "ncclCommInitRankConfig");
             }
+            if (comm.equals("split")) {
+                splitBlockingChild(out);
+            }
             queue = new QueueBound(() -> cuda(CudaRuntime.cudaStreamSynchronize(commsStream), "cudaStreamSynchronize"));
             System.out.println("# raw bindings: backend " + libraries.backend().id() + ", NCCL "
                     + VersionCodes.text(libraries.ncclVersion()) + ", " + count + " x FP32, " + comm + " communicator");
+        }
+
+        /**
+         * Splits the non-blocking communicator into a blocking child that shares its resources
+         * ({@code splitShare = 1}), as jnccl's {@code BLOCKING_SPLIT}: the child becomes {@link #ncclComm}.
+         * The split is a job of the non-blocking parent: the child handle appears once it has finished.
+         */
+        private void splitBlockingChild(MemorySegment out) {
+            parent = ncclComm;
+            MemorySegment config = NcclConfigs.allocate(arena);
+            ncclConfig_t.blocking(config, 1);
+            ncclConfig_t.splitShare(config, 1);
+            out.set(ADDRESS, 0, MemorySegment.NULL);
+            int result = Nccl.ncclCommSplit(parent, 0, 0, out, config);
+            if (result != ncclInProgress) {
+                nccl(result, "ncclCommSplit");
+            }
+            awaitComm("ncclCommSplit");
+            ncclComm = out.get(ADDRESS, 0);
+            if (ncclComm.equals(MemorySegment.NULL)) {
+                throw new IllegalStateException("ncclCommSplit finished without a child communicator");
+            }
         }
 
         /** A group end (or an ungrouped collective): on a non-blocking communicator, waits until it is launched. */
@@ -367,6 +433,16 @@ public class HostCostBenchmark {
                 nccl(result, "ncclCommFinalize");
             }
             nccl(Nccl.ncclCommDestroy(ncclComm), "ncclCommDestroy");
+            if (parent != null) {
+                ncclComm = parent; // awaitComm polls it
+                result = Nccl.ncclCommFinalize(parent);
+                if (result == ncclInProgress) {
+                    awaitComm("ncclCommFinalize");
+                } else {
+                    nccl(result, "ncclCommFinalize");
+                }
+                nccl(Nccl.ncclCommDestroy(parent), "ncclCommDestroy");
+            }
             cuda(CudaRuntime.cudaFree(buffer), "cudaFree");
             cuda(CudaRuntime.cudaEventDestroy(signal), "cudaEventDestroy");
             cuda(CudaRuntime.cudaEventDestroy(ready), "cudaEventDestroy");

@@ -41,11 +41,11 @@ import java.util.List;
  * <pre>
  * java --enable-native-access=ALL-UNNAMED -cp jnccl-benchmarks.jar dev.jnccl.examples.bench.MultiRankHostCost \
  *     --world 2 --rank 0 --id-file /tmp/id [--mode BLOCKING_SPLIT|NON_BLOCKING|both] [--iters 20000]
- *     [--reps 3] [--warmup 2000] [--count 1024] [--device 0]
+ *     [--reps 3] [--warmup 2000] [--warmup-ms 0] [--count 1024] [--device 0]
  *     [--cases transaction,all_reduce_ordered,reduce_scatter,...]
  * </pre>
  * (--cases: default every case above.)
- * Every rank must be given the same --iters, --warmup, --reps and --count (their collectives must match).
+ * Every rank must be given the same --iters, --warmup, --warmup-ms, --reps and --count (their collectives must match).
  * The watchdog is on, as by default for users; {@code -Djnccl.bench.watchdog=off} turns it off.
  */
 public final class MultiRankHostCost {

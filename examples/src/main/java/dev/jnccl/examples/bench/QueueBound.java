@@ -44,7 +44,8 @@ final class QueueBound {
     /**
      * Prints one line for the benchmark's output, parsed by scripts/gpu/gpu-bench.sh:
      * {@code # host-only <benchmark>[<comm>] <warmup|measurement>: 1.234 us/op without the synchronizations (...)},
-     * or {@code <benchmark>[k=<transactions>]} for the graph step benchmarks (one op = one step).
+     * or {@code <benchmark>[k=<transactions>]} for the graph step benchmarks (one op = one step); a run
+     * without the watchdog ({@code -p watchdog=off}) adds {@code [watchdog=off]}.
      */
     void endIteration(BenchmarkParams benchmark, IterationParams iteration) {
         long elapsed = System.nanoTime() - iterationStart;
@@ -52,7 +53,8 @@ final class QueueBound {
         String name = benchmark.getBenchmark().substring(benchmark.getBenchmark().lastIndexOf('.') + 1);
         String comm = benchmark.getParam("comm");
         String steps = benchmark.getParam("transactions");
-        String label = name + (comm == null ? "" : "[" + comm + "]") + (steps == null ? "" : "[k=" + steps + "]") + " "
+        String label = name + (comm == null ? "" : "[" + comm + "]") + (steps == null ? "" : "[k=" + steps + "]")
+                + ("off".equals(benchmark.getParam("watchdog")) ? "[watchdog=off]" : "") + " "
                 + (iteration.getType() == IterationType.WARMUP ? "warmup" : "measurement");
         if (ops == 0) {
             System.out.println("# host-only " + label + ": no operations");

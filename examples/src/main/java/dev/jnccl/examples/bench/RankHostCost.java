@@ -45,11 +45,12 @@ final class RankHostCost {
      * in threads mode); {@code rank} and {@code idFile}: one process per rank only.
      */
     record Settings(int world, int rank, int device, int count, long iters, long warmup, int reps, String idFile,
-                    List<CommunicatorMode> modes, List<String> cases, boolean pinCpus, int maxLead) {
+                    List<CommunicatorMode> modes, List<String> cases, boolean pinCpus, int maxLead, long warmupMs) {
 
         /**
-         * Parses {@code --world --rank --device --count --iters --warmup --reps --id-file --mode
-         * BLOCKING_SPLIT|NON_BLOCKING|both --cases a,b --pin-cpus true|false --max-lead N};
+         * Parses {@code --world --rank --device --count --iters --warmup --warmup-ms --reps --id-file --mode
+         * BLOCKING_SPLIT|NON_BLOCKING|both --cases a,b --pin-cpus true|false --max-lead N}; {@code --warmup-ms}:
+         * the warm-up also lasts at least that long (0, the default: by count only);
          * {@code threads}: the ranks are threads of this process (no --rank or --id-file; --pin-cpus
          * and --max-lead, ThreadsOptions' CPU pinning and launch-queue lead, allowed; 0: jnccl's default).
          */
@@ -66,6 +67,7 @@ final class RankHostCost {
             String cases = String.join(",", CASES);
             boolean pinCpus = true;
             int maxLead = 0;
+            long warmupMs = 0;
             for (int i = 0; i < args.length; i += 2) {
                 String name = args[i];
                 if (i + 1 >= args.length) {
@@ -78,6 +80,7 @@ final class RankHostCost {
                     case "--count" -> count = Integer.parseInt(value);
                     case "--iters" -> iters = Long.parseLong(value);
                     case "--warmup" -> warmup = Long.parseLong(value);
+                    case "--warmup-ms" -> warmupMs = Long.parseLong(value);
                     case "--reps" -> reps = Integer.parseInt(value);
                     case "--mode" -> modes = value;
                     case "--cases" -> cases = value;
@@ -97,16 +100,16 @@ final class RankHostCost {
                 }
             }
             if (world < 1 || rank < 0 || rank >= world || (!threads && world > 1 && idFile == null)
-                    || count % world != 0 || iters < SYNC_EVERY || warmup < 1 || reps < 1 || maxLead < 0) {
+                    || count % world != 0 || iters < SYNC_EVERY || warmup < 1 || warmupMs < 0 || reps < 1 || maxLead < 0) {
                 throw new IllegalArgumentException(program + ": bad arguments: world " + world + ", rank " + rank
                         + ", id file " + idFile + " (needed by one process per rank at a world above 1), count "
                         + count + " (divisible by the world size), iters " + iters + " (>= " + SYNC_EVERY
-                        + "), warmup " + warmup + " (>= 1), reps " + reps + " (>= 1), max lead " + maxLead + " (>= 0)");
+                        + "), warmup " + warmup + " (>= 1), warmup-ms " + warmupMs + " (>= 0), reps " + reps + " (>= 1), max lead " + maxLead + " (>= 0)");
             }
             List<CommunicatorMode> chosen = modes.equals("both") ? List.of(CommunicatorMode.values())
                     : List.of(CommunicatorMode.valueOf(modes));
             return new Settings(world, rank, device, count, iters, warmup, reps, idFile, chosen, caseList, pinCpus,
-                    maxLead);
+                    maxLead, warmupMs);
         }
 
         private static <T> T refused(String program, String name) {
@@ -196,13 +199,7 @@ final class RankHostCost {
             }
         };
         barrier.run();
-        for (long i = 1; i <= settings.warmup(); i++) {
-            op.run();
-            if ((i & (SYNC_EVERY - 1)) == 0) {
-                sync.run();
-            }
-        }
-        sync.run();
+        warmUp(comm, settings, op, sync);
         double[] all = new double[reps];
         double[] enqueue = new double[reps];
         List<String> samples = new ArrayList<>();
@@ -221,6 +218,34 @@ final class RankHostCost {
                         + " min_us=%.3f enqueue_median_us=%.3f enqueue_min_us=%.3f iters=%d reps=%d samples_us=%s%n",
                 name, mode, launch, comm.worldSize(), comm.rank(), median(all), Arrays.stream(all).min().orElseThrow(),
                 median(enqueue), Arrays.stream(enqueue).min().orElseThrow(), iters, reps, String.join(",", samples));
+    }
+
+    /**
+     * {@code --warmup} operations, then more, {@value QueueBound#SYNC_EVERY} at a time, until
+     * {@code --warmup-ms} have passed on every rank: a count alone leaves short loops JIT-cold on a fast
+     * machine. The ranks agree after every round (a host gather), so that they stop together and
+     * their collectives pair.
+     */
+    private static void warmUp(Communicator comm, Settings settings, Runnable op, Runnable sync) {
+        long start = System.nanoTime();
+        for (long i = 1; i <= settings.warmup(); i++) {
+            op.run();
+            if ((i & (SYNC_EVERY - 1)) == 0) {
+                sync.run();
+            }
+        }
+        sync.run();
+        long warmupNanos = settings.warmupMs() * 1_000_000;
+        if (warmupNanos == 0) {
+            return; // by count only, as before the option: no host gather
+        }
+        while (!Arrays.stream(comm.allGatherLongsHost(System.nanoTime() - start >= warmupNanos ? 1 : 0))
+                .allMatch(done -> done == 1)) {
+            for (int i = 0; i < SYNC_EVERY; i++) {
+                op.run();
+            }
+            sync.run();
+        }
     }
 
     private static double median(double[] values) {

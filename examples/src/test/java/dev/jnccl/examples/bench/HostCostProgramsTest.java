@@ -33,6 +33,11 @@ class HostCostProgramsTest {
 
     /** Runs {@code main} with System.out captured; returns its RESULT lines as key=value maps. */
     private static List<Map<String, String>> results(ThrowingRunnable main) throws Exception {
+        return parse("RESULT", rawLines(main));
+    }
+
+    /** Runs {@code main} with System.out captured; returns what it printed, line by line. */
+    static List<String> rawLines(ThrowingRunnable main) throws Exception {
         ByteArrayOutputStream captured = new ByteArrayOutputStream();
         PrintStream original = System.out;
         System.setOut(new PrintStream(captured, true, StandardCharsets.UTF_8));
@@ -41,9 +46,14 @@ class HostCostProgramsTest {
         } finally {
             System.setOut(original);
         }
-        return captured.toString(StandardCharsets.UTF_8).lines().filter(l -> l.startsWith("RESULT ")).map(l -> {
+        return captured.toString(StandardCharsets.UTF_8).lines().toList();
+    }
+
+    /** The lines that begin with {@code tag}, as key=value maps. */
+    static List<Map<String, String>> parse(String tag, List<String> lines) {
+        return lines.stream().filter(l -> l.startsWith(tag + " ")).map(l -> {
             Map<String, String> fields = new HashMap<>();
-            for (String field : l.substring("RESULT ".length()).split(" ")) {
+            for (String field : l.substring(tag.length() + 1).split(" ")) {
                 String[] kv = field.split("=", 2);
                 fields.put(kv[0], kv[1]);
             }
@@ -51,11 +61,11 @@ class HostCostProgramsTest {
         }).toList();
     }
 
-    private interface ThrowingRunnable {
+    interface ThrowingRunnable {
         void run() throws Exception;
     }
 
-    private static void assumeHost() {
+    static void assumeHost() {
         Assumptions.assumeTrue(JncclRuntime.query().backend() == Backend.HOST,
                 "sets NCCL_MULTI_RANK_GPU_ENABLE for the host emulation; backend is " + JncclRuntime.query().backend());
     }
