@@ -72,6 +72,9 @@ final class DiagnoseDumps {
             for (DiagnosisDump dump : files.values()) {
                 out.append("rank ").append(dump.summary().rank()).append("'s file: ").append(dump.written()).append(", ")
                         .append(dump.trigger());
+                if (!dump.reason().isEmpty()) {
+                    out.append(" (").append(RankSummary.firstLine(dump.reason())).append(')');
+                }
                 if (dump.diagnosis() != null) {
                     out.append("; its verdict: ").append(dump.diagnosis().verdict());
                 }
