@@ -148,7 +148,7 @@ public final class Communicator implements AutoCloseable {
         this.parent = parent;
         this.nativeLock = lock;
         this.recorder = new FlightRecorder(options.flightRecorderSize());
-        this.forensics = new Forensics(this, log, recorder, failures, options);
+        this.forensics = new Forensics(this, log, recorder, failures, options, parent != null);
         Events.CommInit initEvent = Events.CommInit.begun();
         long started = System.nanoTime();
         Cuda.setDevice(device);
@@ -176,7 +176,10 @@ public final class Communicator implements AutoCloseable {
     private Watchdog startWatchdog() {
         return new Watchdog(rank, comm, stream, recorder, options.watchdogTimeout(), options.watchdogInterval(),
                 () -> state == State.OPEN, this::abortDiagnosed,
-                pendingNanos -> failures.poll(log.executed(), pendingNanos));
+                pendingNanos -> {
+                    forensics.poll(pendingNanos);
+                    return failures.poll(log.executed(), pendingNanos);
+                });
     }
 
     /** The init line (NCCL version, rank, device, backend) and the JFR {@code jnccl.CommInit} event. */
@@ -1002,6 +1005,7 @@ public final class Communicator implements AutoCloseable {
         Objects.requireNonNull(reason, "abort: reason is null");
         Diagnosis known = given != null ? given : failures.diagnosis();
         String explained = Diagnoses.lead(known, failures.explainAbort(reason));
+        RankSummary before = forensics.beforeAbort();
         synchronized (lifecycle) {
             if (state != State.OPEN) {
                 return;
@@ -1010,6 +1014,7 @@ public final class Communicator implements AutoCloseable {
             diagnosis = known;
             state = State.ABORTED;
         }
+        forensics.aborted(before, explained, known); // before NCCL's abort, which may hang or end the process
         for (Communicator child : children.live()) {
             child.abort("the communicator it was split from (rank " + rank + ") was aborted: " + explained, known);
         }

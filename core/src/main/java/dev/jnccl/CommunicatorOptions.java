@@ -1,6 +1,8 @@
 package dev.jnccl;
 
 import dev.jnccl.internal.OptionChecks;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.function.Consumer;
 
@@ -39,11 +41,15 @@ import java.util.function.Consumer;
  * @param consistencyChecks  whether the ranks compare every transaction's commands before NCCL runs
  *                           them (default off; the setting {@code jnccl.debug=detail} turns it on for
  *                           every communicator): see {@link #withConsistencyChecks(boolean)}
+ * @param diagnosisDirectory the folder where each rank writes its diagnosis dump, or null (the default) for
+ *                           the setting {@code jnccl.diagnosis.dir} (system property, else the environment
+ *                           variable {@code JNCCL_DIAGNOSIS_DIR}), and no dumps when that is not set either:
+ *                           see {@link #withDiagnosisDirectory(Path)}
  */
 public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, Duration watchdogTimeout,
                                   Duration watchdogInterval, int flightRecorderSize, CommunicatorMode mode,
                                   int minCTAs, int maxCTAs, int cgaClusterSize, String name,
-                                  boolean consistencyChecks) {
+                                  boolean consistencyChecks, Path diagnosisDirectory) {
 
     /** The value of {@link #minCTAs}, {@link #maxCTAs} and {@link #cgaClusterSize} that leaves NCCL's default. */
     public static final int NCCL_DEFAULT = -1;
@@ -121,6 +127,28 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
     }
 
     /**
+     * The options with the diagnosis dumps as the setting {@code jnccl.diagnosis.dir} says (off when unset).
+     *
+     * @param initTimeout        how long init waits for the other ranks
+     * @param closeTimeout       how long close waits for pending work and finalize
+     * @param watchdogTimeout    the watchdog's timeout ({@link Duration#ZERO}: no watchdog)
+     * @param watchdogInterval   how often the watchdog polls
+     * @param flightRecorderSize how many recent transactions the flight recorder keeps
+     * @param mode               how NCCL is driven
+     * @param minCTAs            the fewest CTAs per collective, or {@link #NCCL_DEFAULT}
+     * @param maxCTAs            the most CTAs per collective, or {@link #NCCL_DEFAULT}
+     * @param cgaClusterSize     the CGA cluster size, or {@link #NCCL_DEFAULT}
+     * @param name               the communicator's name in NCCL's logs ({@code ""} for none)
+     * @param consistencyChecks  whether the ranks compare every transaction's commands before NCCL runs them
+     */
+    public CommunicatorOptions(Duration initTimeout, Duration closeTimeout, Duration watchdogTimeout,
+                               Duration watchdogInterval, int flightRecorderSize, CommunicatorMode mode, int minCTAs,
+                               int maxCTAs, int cgaClusterSize, String name, boolean consistencyChecks) {
+        this(initTimeout, closeTimeout, watchdogTimeout, watchdogInterval, flightRecorderSize, mode, minCTAs, maxCTAs,
+                cgaClusterSize, name, consistencyChecks, null);
+    }
+
+    /**
      * Checks every value; see the component descriptions.
      *
      * @throws NullPointerException     naming the option that is null
@@ -150,6 +178,10 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
             throw new IllegalArgumentException(NAME + ": name \"" + name + "\" is not valid: expected at most "
                     + MAX_NAME_LENGTH + " characters and no NUL (it has " + name.length() + ")");
         }
+        if (diagnosisDirectory != null && Files.exists(diagnosisDirectory) && !Files.isDirectory(diagnosisDirectory)) {
+            throw new IllegalArgumentException(NAME + ": diagnosisDirectory " + diagnosisDirectory
+                    + " is not a folder: expected a folder, one that does not exist yet, or null for none");
+        }
     }
 
     private static void ctas(String option, int value) {
@@ -164,12 +196,12 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
      *
      * @return 120 s init, 30 s close, the watchdog on with a 10 minute timeout (PyTorch's default),
      *         100 ms poll interval, 64 recorded transactions, {@link CommunicatorMode#BLOCKING_SPLIT},
-     *         NCCL's tuning, no name, no consistency checks
+     *         NCCL's tuning, no name, no consistency checks, diagnosis dumps as {@code jnccl.diagnosis.dir} says
      */
     public static CommunicatorOptions defaults() {
         return new CommunicatorOptions(Duration.ofSeconds(120), Duration.ofSeconds(30), Duration.ofMinutes(10),
                 Duration.ofMillis(100), 64, CommunicatorMode.BLOCKING_SPLIT, NCCL_DEFAULT, NCCL_DEFAULT, NCCL_DEFAULT,
-                "", false);
+                "", false, null);
     }
 
     /**
@@ -188,6 +220,7 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
         int cgaClusterSize = cgaClusterSize();
         String name = name();
         boolean consistencyChecks = consistencyChecks();
+        Path diagnosisDirectory = diagnosisDirectory();
     }
 
     private CommunicatorOptions with(Consumer<Copy> change) {
@@ -195,7 +228,7 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
         change.accept(copy);
         return new CommunicatorOptions(copy.initTimeout, copy.closeTimeout, copy.watchdogTimeout, copy.watchdogInterval,
                 copy.flightRecorderSize, copy.mode, copy.minCTAs, copy.maxCTAs, copy.cgaClusterSize, copy.name,
-                copy.consistencyChecks);
+                copy.consistencyChecks, copy.diagnosisDirectory);
     }
 
     /**
@@ -338,6 +371,26 @@ public record CommunicatorOptions(Duration initTimeout, Duration closeTimeout, D
      */
     public CommunicatorOptions withConsistencyChecks(boolean enabled) {
         return with(c -> c.consistencyChecks = enabled);
+    }
+
+    /**
+     * These options with another folder for the diagnosis dumps (the {@code fr_trace} role of PyTorch's
+     * flight recorder): each rank writes {@code jnccl-rank-R-of-W.json} there (atomically: a temporary
+     * file, then a move) when its watchdog first sees a transaction pending for half its timeout, and
+     * again when its communicator is aborted: its {@link RankSummary}, its flight recorder's recent
+     * transactions and the verdict it knows. A job whose processes died can then be diagnosed offline:
+     * {@code scripts/diagnose.sh FOLDER} merges the files and prints the same verdict as a live
+     * diagnosis, naming the ranks that left no file. Communicators {@linkplain Communicator#split split}
+     * from another write none (their files would take their parent's names). The folder is made when
+     * the first file is written; a file that cannot be written is a WARN line, never a failure.
+     *
+     * @param directory the folder, or null for the setting {@code jnccl.diagnosis.dir} (system property,
+     *                  else the environment variable {@code JNCCL_DIAGNOSIS_DIR}; no dumps when unset)
+     * @return a copy with {@code diagnosisDirectory} replaced
+     * @throws IllegalArgumentException when {@code directory} exists and is not a folder
+     */
+    public CommunicatorOptions withDiagnosisDirectory(Path directory) {
+        return with(c -> c.diagnosisDirectory = directory);
     }
 
     /** {@return whether the watchdog runs} */

@@ -67,6 +67,8 @@ final class Forensics {
     private final FlightRecorder recorder;
     private final Failures failures;
     private final long exchangeNanos;
+    /** Writes this rank's diagnosis dumps; null when they are off. */
+    private final DumpWriter dumps;
     /** What the last calling thread is in (see {@link #enter}); read by any thread. */
     @SuppressWarnings("unused") // through DOING
     private int doing;
@@ -75,8 +77,9 @@ final class Forensics {
     private Thread caller;
 
     Forensics(Communicator face, TransactionLog log, FlightRecorder recorder, Failures failures,
-              CommunicatorOptions options) {
+              CommunicatorOptions options, boolean split) {
         this.face = face;
+        this.dumps = DumpWriter.of(options, split, recorder);
         this.log = log;
         this.recorder = recorder;
         this.failures = failures;
@@ -175,6 +178,36 @@ final class Forensics {
         String rest = className.substring("dev.jnccl.".length());
         int dot = rest.indexOf('.');
         return dot >= 0 && !JNCCL.contains(rest.substring(0, dot));
+    }
+
+    /**
+     * The watchdog's poll (see {@link DumpWriter#poll}): the first sign of a hang is dumped.
+     *
+     * @param pendingNanos how long the oldest work has been pending, -1 when none is
+     */
+    void poll(long pendingNanos) {
+        if (dumps != null) {
+            dumps.poll(pendingNanos, this::summary);
+        }
+    }
+
+    /** {@return this rank's summary before an abort changes it, for {@link #aborted}; null when dumps are off} */
+    RankSummary beforeAbort() {
+        return dumps == null ? null : summary();
+    }
+
+    /**
+     * Dumps the abort: with the summary from {@link #beforeAbort} when the abort carries a diagnosis (the
+     * state the verdict was made from, so that the offline tool makes it again), else the aborted one.
+     *
+     * @param before    what {@link #beforeAbort} returned
+     * @param reason    the abort's reason
+     * @param diagnosis the diagnosis the abort carries, or null
+     */
+    void aborted(RankSummary before, String reason, Diagnosis diagnosis) {
+        if (dumps != null) {
+            dumps.aborted(diagnosis != null && before != null ? before : summary(), reason, diagnosis);
+        }
     }
 
     /**
