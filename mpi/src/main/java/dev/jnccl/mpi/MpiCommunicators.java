@@ -198,6 +198,7 @@ public final class MpiCommunicators {
                     communicator.rank(), communicator.worldSize(), e);
             // The abort ends in MPI_Abort (MpiHost.aborted); an earlier abort already did.
             communicator.abort("rank " + communicator.rank() + " failed: " + e);
+            JobEnd.await(); // the abort's own end of the job: once the peers have aborted too (bounded)
             abortJob("the work failed", e);
             throw e;
         }
