@@ -84,7 +84,14 @@ final class ConsistencyCheck {
      *         exchange itself failed (a rank missing past the timeout, an interrupt, a failed peer)
      */
     void verify(String label, List<Command> commands, String operation) {
-        List<byte[]> all = host.consistencyCheck(CommandFingerprints.encode(label, commands), timeoutNanos);
+        List<byte[]> all;
+        // A summary taken meanwhile says the rank waits in the check (a peer that skipped the step never came).
+        int before = face.forensics().enter(Forensics.CHECK);
+        try {
+            all = host.consistencyCheck(CommandFingerprints.encode(label, commands), timeoutNanos);
+        } finally {
+            face.forensics().exit(before);
+        }
         String verdict = CommandFingerprints.verdict(all);
         if (verdict != null) {
             face.abort(verdict);

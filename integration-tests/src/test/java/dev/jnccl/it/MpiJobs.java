@@ -84,6 +84,11 @@ final class MpiJobs {
 
     /** Starts {@code mpirun -np world} of {@code scenario}; extra JVM options go before the main class. */
     Job start(String scenario, int world, String... jvmOptions) throws IOException {
+        return start(MpiRank.class, scenario, world, jvmOptions);
+    }
+
+    /** Starts {@code mpirun -np world} of {@code main}'s {@code scenario}; extra JVM options go before the main class. */
+    Job start(Class<?> main, String scenario, int world, String... jvmOptions) throws IOException {
         Path mpirun = requireLauncher();
         Path directory = Files.createTempDirectory("jnccl-mpi-");
         Path log = directory.resolve("job.log");
@@ -110,7 +115,7 @@ final class MpiJobs {
         }
         List<String> jvm = new ArrayList<>(List.of("--enable-native-access=ALL-UNNAMED", "-Djnccl.backend=" + backend));
         jvm.addAll(List.of(jvmOptions));
-        command.addAll(ChildJvm.command(jvm, MpiRank.class, scenario, Long.toString(new SplittableRandom().nextLong())));
+        command.addAll(ChildJvm.command(jvm, main, scenario, Long.toString(new SplittableRandom().nextLong())));
         ProcessBuilder builder = ChildJvm.builder(command, log);
         builder.environment().putAll(env);
         return new Job(builder.start(), directory, log, launcher + " -np " + world + " " + scenario);

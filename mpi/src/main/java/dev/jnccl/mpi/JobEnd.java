@@ -44,7 +44,7 @@ final class JobEnd {
         LOG.error("rank {} of {}: ending the MPI job (MPI_Abort, exit code {}) once every rank has aborted, within {}"
                 + " ms: {}", rank, size, MpiHost.ABORT_EXIT_CODE, BOUND_MILLIS, reason);
         try {
-            Runtime.getRuntime().addShutdownHook(new Thread(JobEnd::await, "jnccl-mpi-end-job-hook"));
+            Runtime.getRuntime().addShutdownHook(new Thread(() -> await(0), "jnccl-mpi-end-job-hook"));
         } catch (IllegalStateException e) {
             // The JVM is already shutting down: the thread below still ends the job before it halts.
         }
@@ -62,10 +62,16 @@ final class JobEnd {
     }
 
     /**
-     * Waits (bounded: the bound, the grace and a margin) for the job's end when it has begun; returns
-     * at once otherwise. MPI_Abort on the ending thread ends this process during the wait.
+     * Waits for the job's end: for it to begin (within {@code beginMillis}: the abort of another
+     * thread may still be inside NCCL's abort, which precedes it), then for the ending thread (bounded:
+     * the bound, the grace and a margin). MPI_Abort on the ending thread ends this process during the
+     * wait; it returns when the end never began, or on an interrupt (its status kept).
      */
-    static void await() {
+    static void await(long beginMillis) {
+        long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(beginMillis);
+        while (ENDING.get() == null && System.nanoTime() < end && !Thread.currentThread().isInterrupted()) {
+            LockSupport.parkNanos(TimeUnit.MILLISECONDS.toNanos(MpiDiagnoses.POLL_MILLIS));
+        }
         Thread thread = ENDING.get();
         if (thread == null) {
             return;
@@ -75,10 +81,5 @@ final class JobEnd {
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
-    }
-
-    /** {@return whether the job's end has begun in this process} */
-    static boolean begun() {
-        return ENDING.get() != null;
     }
 }

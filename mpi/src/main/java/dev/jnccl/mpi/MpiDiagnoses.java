@@ -97,6 +97,14 @@ final class MpiDiagnoses {
     /** The answering thread: requests, then aborts of peers, every {@value #POLL_MILLIS} ms until stopped. */
     private void answer() {
         Thread self = Thread.currentThread();
+        try {
+            // Once, ahead of any request: a first answer must not spend the requester's short bound loading classes.
+            SummaryCodec.readSummary(SummaryCodec.reader(SummaryCodec.bytes(
+                    out -> SummaryCodec.writeSummary(out, Diagnoses.summary(communicator)))));
+        } catch (IOException | RuntimeException e) {
+            LOG.warn("rank {}: this rank's summary cannot be encoded; it answers no requests", rank, e);
+            return;
+        }
         while (answering == self) {
             try {
                 for (Optional<byte[]> m = mpi.receiveAny(REQUEST_TAG, comm); m.isPresent(); m = mpi.receiveAny(
