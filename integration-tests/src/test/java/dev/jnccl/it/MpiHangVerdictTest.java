@@ -30,8 +30,8 @@ import org.junit.jupiter.params.provider.MethodSource;
 @Timeout(value = 300, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
 class MpiHangVerdictTest {
     private static final int WORLD = 3;
-    private static final String NEVER_REACHED = "rank 2 never reached transaction #2 (it is in user code: at"
-            + " MpiVerdictRank.idle(MpiVerdictRank.java:";
+    /** Where the culprit's thread is: in user code, at the line of {@code idle} that sleeps. */
+    private static final String IN_IDLE = " (it is in user code: at MpiVerdictRank.idle(MpiVerdictRank.java:";
     /** From the start of the second collective: the watchdog, the exchange, the peers' aborts, the grace, a margin. */
     private static final long END_SECONDS = TimeUnit.MILLISECONDS.toSeconds(MpiVerdictRank.WATCHDOG_MILLIS) + 15;
 
@@ -60,7 +60,7 @@ class MpiHangVerdictTest {
     void aRankThatSkipsACollectiveIsNamedWithItsLineOfUserCode(MpiJobs.Launcher launcher, boolean detail)
             throws Exception {
         String output = run(jobs(launcher, detail), "skip");
-        assertEveryRankLeadsWith(output, NEVER_REACHED, 0, 1, 2);
+        assertEveryRankLeadsWith(output, neverReached(detail), 0, 1, 2);
     }
 
     @ParameterizedTest(name = "{0}, detail {1}")
@@ -68,7 +68,12 @@ class MpiHangVerdictTest {
     void aRankThatLagsInUserCodeIsNamedWithItsLineOfUserCode(MpiJobs.Launcher launcher, boolean detail)
             throws Exception {
         String output = run(jobs(launcher, detail), "lag");
-        assertEveryRankLeadsWith(output, NEVER_REACHED, 0, 1, 2);
+        assertEveryRankLeadsWith(output, neverReached(detail), 0, 1, 2);
+    }
+
+    /** The verdict on rank 2 idling: the others wait in transaction #2, or in its consistency check. */
+    private static String neverReached(boolean detail) {
+        return "rank 2 never reached " + (detail ? "the consistency check" : "transaction #2") + IN_IDLE;
     }
 
     @ParameterizedTest(name = "{0}, detail {1}")
@@ -89,6 +94,25 @@ class MpiHangVerdictTest {
         assertEveryRankLeadsWith(output, "every rank is inside transaction #2 with the same commands: NCCL or the"
                 + " transport is stuck (allReduce SUM FP32 " + MpiVerdictRank.COUNT + " elements ("
                 + 4 * MpiVerdictRank.COUNT + " bytes))", 0, 1, 2);
+    }
+
+    /**
+     * Rank 2 is SIGKILLed after the first collective, under a launcher that lets the others run on:
+     * they name it as gone (a launcher that kills the job at a death ends them before any verdict).
+     */
+    @ParameterizedTest(name = "{0}, detail {1}")
+    @MethodSource("jobs")
+    void aKilledRankIsNamedAsGone(MpiJobs.Launcher launcher, boolean detail) throws Exception {
+        try (MpiJobs.Job job = jobs(launcher, detail).survivorsRunOn().start(MpiVerdictRank.class, "killed", WORLD)) {
+            Matcher running = job.awaitLine("RUNNING pid=(\\d+)", MpiWorldsChecks.JOB_TIMEOUT);
+            ProcessHandle.of(Long.parseLong(running.group(1))).ifPresent(ProcessHandle::destroyForcibly); // SIGKILL
+            int exit = job.awaitExit(Duration.ofSeconds(END_SECONDS + 20));
+            String output = job.output();
+            assertNotEquals(0, exit, job.name + ": exit code\n" + output);
+            assertFalse(output.contains("UNEXPECTED"), output);
+            assertEveryRankLeadsWith(output, "rank 2 gave no summary: its process is gone", 0, 1);
+            job.assertNoRankLeft(Duration.ofSeconds(15));
+        }
     }
 
     /** The job's output, once it ended non-zero within {@link #END_SECONDS} of the second collective's start. */

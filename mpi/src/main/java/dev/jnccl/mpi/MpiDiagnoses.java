@@ -172,16 +172,22 @@ final class MpiDiagnoses {
             out.writeInt(rank);
             out.writeLong(exchange);
         });
-        for (int peer = 0; peer < size; peer++) {
-            if (peer != rank) {
-                mpi.post(request, peer, REQUEST_TAG, comm);
-            }
-        }
         RankSummary[] all = new RankSummary[size];
         all[rank] = own;
+        int missing = size - 1;
+        for (int peer = 0; peer < size; peer++) {
+            if (peer != rank) {
+                try {
+                    mpi.post(request, peer, REQUEST_TAG, comm);
+                } catch (RuntimeException e) {
+                    // MPI knows the peer is gone (a launcher that keeps the job running after a death).
+                    all[peer] = Diagnoses.absent(peer, size, "its process is gone (" + e.getMessage() + ")");
+                    missing--;
+                }
+            }
+        }
         long start = System.nanoTime();
         long deadline = Deadlines.deadline(start, timeoutNanos);
-        int missing = size - 1;
         while (missing > 0 && !Deadlines.passed(deadline)) {
             Optional<byte[]> answer = mpi.receiveAny(ANSWER_TAG, comm);
             if (answer.isEmpty()) {
