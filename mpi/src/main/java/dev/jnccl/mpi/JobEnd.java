@@ -41,14 +41,14 @@ final class JobEnd {
         if (!ENDING.compareAndSet(null, thread)) {
             return;
         }
+        thread.start();
         LOG.error("rank {} of {}: ending the MPI job (MPI_Abort, exit code {}) once every rank has aborted, within {}"
                 + " ms: {}", rank, size, MpiHost.ABORT_EXIT_CODE, BOUND_MILLIS, reason);
         try {
             Runtime.getRuntime().addShutdownHook(new Thread(() -> await(0), "jnccl-mpi-end-job-hook"));
         } catch (IllegalStateException e) {
-            // The JVM is already shutting down: the thread below still ends the job before it halts.
+            // The JVM is already shutting down: the thread still ends the job before it halts.
         }
-        thread.start();
     }
 
     private static void waitForPeers(BooleanSupplier allAborted) {
@@ -75,6 +75,9 @@ final class JobEnd {
         Thread thread = ENDING.get();
         if (thread == null) {
             return;
+        }
+        while (thread.getState() == Thread.State.NEW) { // between begin's claim and its start: join would not wait
+            LockSupport.parkNanos(TimeUnit.MILLISECONDS.toNanos(1));
         }
         try {
             thread.join(BOUND_MILLIS + GRACE_MILLIS + 2_000);
