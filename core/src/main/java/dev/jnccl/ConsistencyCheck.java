@@ -12,7 +12,7 @@ import org.slf4j.LoggerFactory;
  * The consistency check of one communicator ({@link CommunicatorOptions#withConsistencyChecks},
  * or the setting {@code jnccl.debug=detail}): before a transaction, a convenience operation or a
  * graph replay goes to NCCL, every rank gives the fingerprint of its commands to the launcher's
- * host all-gather ({@link CommandFingerprints}); a difference aborts the communicator with the
+ * host all-gather of the checks ({@link HostSide#consistencyCheck}, {@link CommandFingerprints}); a difference aborts the communicator with the
  * verdict, which every rank computes alike from the same bytes, so every rank aborts with it
  * before NCCL runs anything of the step. Exists only while the check is on: the pipeline's one
  * null test is all it costs otherwise.
@@ -84,7 +84,14 @@ final class ConsistencyCheck {
      *         exchange itself failed (a rank missing past the timeout, an interrupt, a failed peer)
      */
     void verify(String label, List<Command> commands, String operation) {
-        List<byte[]> all = host.allGather(CommandFingerprints.encode(label, commands), timeoutNanos);
+        List<byte[]> all;
+        // A summary taken meanwhile says the rank waits in the check (a peer that skipped the step never came).
+        int before = face.forensics().enter(Forensics.CHECK);
+        try {
+            all = host.consistencyCheck(CommandFingerprints.encode(label, commands), timeoutNanos);
+        } finally {
+            face.forensics().exit(before);
+        }
         String verdict = CommandFingerprints.verdict(all);
         if (verdict != null) {
             face.abort(verdict);

@@ -35,11 +35,12 @@ final class Forensics {
     static final int ALL_GATHER = 8;
     static final int SPLIT = 9;
     static final int CLOSE = 10;
+    static final int CHECK = 11;
     private static final Activity[] ACTIVITY = {Activity.USER_CODE, Activity.ENQUEUE, Activity.ENQUEUE, Activity.WAIT,
             Activity.WAIT, Activity.HOST_CALL, Activity.HOST_CALL, Activity.HOST_CALL, Activity.HOST_CALL,
-            Activity.HOST_CALL, Activity.CLOSE};
+            Activity.HOST_CALL, Activity.CLOSE, Activity.HOST_CALL};
     private static final String[] CALL = {"", "execute", "launch", "await", "synchronize", "the launcher's pace",
-            "barrier", "gatherBytesHost", "allGatherBytesHost", "split", "close"};
+            "barrier", "gatherBytesHost", "allGatherBytesHost", "split", "close", "the consistency check"};
 
     /** Top frames kept per summary. */
     private static final int FRAMES = 8;

@@ -62,6 +62,21 @@ public interface HostSide {
     List<byte[]> allGather(byte[] local, long timeoutNanos);
 
     /**
+     * The consistency check's exchange ({@code jnccl.debug=detail}): every rank's fingerprint of the
+     * step it is about to run, in rank order, on every rank, as {@link #allGather}, which the default
+     * is. A launcher whose host-side rendezvous pair up by their order (MPI: tags and collectives of
+     * one communicator) gives the checks rendezvous of their own, so that a rank that skipped a step
+     * and went on to a barrier is never paired with its peers' check of that step.
+     *
+     * @param fingerprint  this rank's fingerprint (the caller keeps ownership)
+     * @param timeoutNanos how long to wait for the others
+     * @return every rank's fingerprint, arrays the caller owns
+     */
+    default List<byte[]> consistencyCheck(byte[] fingerprint, long timeoutNanos) {
+        return allGather(fingerprint, timeoutNanos);
+    }
+
+    /**
      * The parts of this rank's communicator of a split, after NCCL has split, on every member (a
      * rank that passed a negative color gets none). The new communicator's host side meets among
      * the members only. {@link RankEvents#beforeSplit} ran on every rank before NCCL split.

@@ -66,12 +66,29 @@ final class MpiJobs {
     private final String backend;
     private final boolean oneGpu;
     private final Map<String, String> environment;
+    /** Whether the launcher lets the other ranks run on when one dies (they must end the job themselves). */
+    private final boolean survivorsRunOn;
 
     MpiJobs(Launcher launcher, String backend, boolean oneGpu, Map<String, String> environment) {
+        this(launcher, backend, oneGpu, environment, false);
+    }
+
+    private MpiJobs(Launcher launcher, String backend, boolean oneGpu, Map<String, String> environment,
+                    boolean survivorsRunOn) {
         this.launcher = launcher;
         this.backend = backend;
         this.oneGpu = oneGpu;
         this.environment = environment;
+        this.survivorsRunOn = survivorsRunOn;
+    }
+
+    /**
+     * These jobs with a launcher that does not kill the other ranks when one dies (Open MPI
+     * {@code --enable-recovery}, MPICH {@code -disable-auto-cleanup}; Slurm's {@code srun} by
+     * default), so that what the survivors say about the dead rank can be seen.
+     */
+    MpiJobs survivorsRunOn() {
+        return new MpiJobs(launcher, backend, oneGpu, environment, true);
     }
 
     /** Skips the test, with the reason, when the launcher is not installed (scripts/test.sh installs both). */
@@ -84,6 +101,11 @@ final class MpiJobs {
 
     /** Starts {@code mpirun -np world} of {@code scenario}; extra JVM options go before the main class. */
     Job start(String scenario, int world, String... jvmOptions) throws IOException {
+        return start(MpiRank.class, scenario, world, jvmOptions);
+    }
+
+    /** Starts {@code mpirun -np world} of {@code main}'s {@code scenario}; extra JVM options go before the main class. */
+    Job start(Class<?> main, String scenario, int world, String... jvmOptions) throws IOException {
         Path mpirun = requireLauncher();
         Path directory = Files.createTempDirectory("jnccl-mpi-");
         Path log = directory.resolve("job.log");
@@ -99,8 +121,14 @@ final class MpiJobs {
         if (launcher == Launcher.OPEN_MPI) {
             // As root Open MPI refuses to start without the flag; more processes than cores need --oversubscribe.
             command.addAll(List.of("--allow-run-as-root", "--oversubscribe"));
+            if (survivorsRunOn) {
+                command.add("--enable-recovery");
+            }
             env.keySet().forEach(name -> command.addAll(List.of("-x", name)));
         } else {
+            if (survivorsRunOn) {
+                command.add("-disable-auto-cleanup");
+            }
             env.keySet().forEach(name -> command.addAll(List.of("-genv", name, env.get(name))));
         }
         if (oneGpu) {
@@ -110,7 +138,7 @@ final class MpiJobs {
         }
         List<String> jvm = new ArrayList<>(List.of("--enable-native-access=ALL-UNNAMED", "-Djnccl.backend=" + backend));
         jvm.addAll(List.of(jvmOptions));
-        command.addAll(ChildJvm.command(jvm, MpiRank.class, scenario, Long.toString(new SplittableRandom().nextLong())));
+        command.addAll(ChildJvm.command(jvm, main, scenario, Long.toString(new SplittableRandom().nextLong())));
         ProcessBuilder builder = ChildJvm.builder(command, log);
         builder.environment().putAll(env);
         return new Job(builder.start(), directory, log, launcher + " -np " + world + " " + scenario);

@@ -134,7 +134,8 @@ class MpiWorldsTest extends MpiWorldsChecks {
 
     /**
      * Rank 1 of 3 hangs in its 3rd NCCL operation (host emulation fault injection): the watchdog (3 s)
-     * aborts, and MPI_Abort called from the watchdog's thread (hence MPI_THREAD_MULTIPLE) ends the job.
+     * diagnoses and aborts, and MPI_Abort called from a thread of jnccl's (hence MPI_THREAD_MULTIPLE)
+     * ends the job.
      */
     @ParameterizedTest
     @EnumSource(MpiJobs.Launcher.class)
@@ -145,9 +146,11 @@ class MpiWorldsTest extends MpiWorldsChecks {
             int exit = job.awaitExit(JOB_TIMEOUT);
             String output = job.output();
             assertNotEquals(0, exit, job.name + ": exit code\n" + output);
-            // The diagnosis leads the reason; MPI mode gathers no summaries yet, so it is this rank's view.
-            assertTrue(output.contains("[jnccl-watchdog-rank-") && output.contains("aborting communicator: rank ")
-                    && output.contains("view only (no channel to the other ranks)")
+            // The diagnosis, from every rank's summary gathered over MPI, leads the reason: the hang is on
+            // rank 1's stream, so every rank is inside the same transaction.
+            assertTrue(output.contains("[jnccl-watchdog-rank-") && java.util.regex.Pattern.compile("aborting"
+                    + " communicator: every rank is inside transaction #\\d+ with the same commands: NCCL or the"
+                    + " transport is stuck").matcher(output).find() && output.contains("every rank answered")
                     && output.contains("watchdog: transaction #"), output);
             assertTrue(output.contains("ending the MPI job (MPI_Abort"), output);
             assertTrue(!output.contains("UNEXPECTED"), output);

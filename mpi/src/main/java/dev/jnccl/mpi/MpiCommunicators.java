@@ -201,6 +201,9 @@ public final class MpiCommunicators {
                     communicator.rank(), communicator.worldSize(), e);
             // The abort ends in MPI_Abort (MpiHost.aborted); an earlier abort already did.
             communicator.abort("rank " + communicator.rank() + " failed: " + e);
+            // The abort's own end of the job, once the peers have aborted too (bounded); the abort
+            // may still be in NCCL's on another thread (the watchdog's), bounded by the close timeout.
+            JobEnd.await(communicator.options().closeTimeout().toMillis() + 1_000);
             abortJob("the work failed", e);
             throw e;
         }

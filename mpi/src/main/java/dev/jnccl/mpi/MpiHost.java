@@ -1,5 +1,10 @@
 package dev.jnccl.mpi;
 
+import dev.jnccl.Communicator;
+import dev.jnccl.CommunicatorAbortedException;
+import dev.jnccl.Diagnosis;
+import dev.jnccl.RankSummary;
+import dev.jnccl.spi.Diagnoses;
 import dev.jnccl.spi.Failures;
 import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.Membership;
@@ -13,7 +18,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.function.Supplier;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -31,8 +36,14 @@ import org.slf4j.LoggerFactory;
  * sent and as many received per rendezvous (O(size) per rank, O(size²) in the job), host-side only:
  * transactions never take this path. The barrier is that exchange alone; a gather runs its MPI
  * collectives after it, within the same deadline. After an abort (watchdog, failed transaction,
- * {@code abort}) it ends the whole job with MPI_Abort; a clean close frees the MPI communicator and
- * finalizes MPI if jnccl initialised it.
+ * {@code abort}) it ends the whole job with MPI_Abort (see {@link JobEnd}); a clean close frees the
+ * MPI communicator and finalizes MPI if jnccl initialised it.
+ *
+ * <p>The consistency checks ({@code jnccl.debug=detail}) meet in rendezvous of their own, with tags
+ * of their own ({@link #CHECK_TAG}): a rank that skipped a step and went on to a barrier is never
+ * paired with its peers' check of that step. A hang is diagnosed over {@link MpiDiagnoses}: every
+ * rank's summary gathered by point-to-point messages on tags of their own, the verdict spread to the
+ * peers with the abort; a host-side wait past its deadline is diagnosed the same way.
  */
 final class MpiHost implements HostSide, RankEvents, Failures {
     private static final Logger LOG = LoggerFactory.getLogger(MpiHost.class);
@@ -51,8 +62,12 @@ final class MpiHost implements HostSide, RankEvents, Failures {
      * the rendezvous this many later.
      */
     private static final int ARRIVAL_TAGS = 0x2000;
+    /** The first tag of the consistency checks' arrival messages (below {@link #ARRIVAL_TAG}), taken in turn. */
+    private static final int CHECK_TAG = 0x2000;
     /** How long a transaction must have waited before a peer's close makes it hopeless (not just slow to finish). */
     private static final long PENDING_GRACE_NANOS = TimeUnit.SECONDS.toNanos(1);
+    /** How long a host-side operation may still complete after a rank is known to have closed. */
+    private static final long CLOSED_GRACE_NANOS = TimeUnit.SECONDS.toNanos(2);
 
     private final MpiLibrary mpi;
     /** This communicator's host collectives: jnccl's duplicate of MPI_COMM_WORLD, or a split of it. */
@@ -61,8 +76,6 @@ final class MpiHost implements HostSide, RankEvents, Failures {
     private final MpiLibrary.Handle job;
     /** Null, or how long MPI_Finalize may take when this (the job's first) communicator closes. */
     private final Duration finalizeTimeout;
-    /** One per process (shared with the children): MPI_Abort once. */
-    private final AtomicBoolean jobAborted;
     private final int rank;
     private final int worldSize;
     /** How messages name this rank: "rank R", or "rank P (rank R of a split)" with P its rank in the parent. */
@@ -71,24 +84,35 @@ final class MpiHost implements HostSide, RankEvents, Failures {
     private final String scope;
     /** The host-side rendezvous of this communicator so far (each one's number and arrival tag). */
     private final java.util.concurrent.atomic.AtomicLong rendezvous = new java.util.concurrent.atomic.AtomicLong();
+    /** The consistency checks of this communicator so far (each one's number and arrival tag). */
+    private final java.util.concurrent.atomic.AtomicLong checks = new java.util.concurrent.atomic.AtomicLong();
+    /** The diagnoses' channel between the ranks. */
+    private final MpiDiagnoses diagnoses;
+    /** Whether every rank of the job has aborted, as far as this process heard (its first communicator's channel). */
+    private final java.util.function.BooleanSupplier jobAborted;
+    /** The communicator these parts serve, once attached. */
+    private volatile Communicator communicator;
+    /** Why this communicator was aborted, or null: ends this rank's host-side waits at once. */
+    private volatile String abortedWith;
     /** The MPI side of the split in progress ({@link #beforeSplit}), taken by {@link #split}. */
     private MpiLibrary.Handle pendingSplit;
     /** Per rank: the transactions it executed before it closed, -1 while it has not said (guards itself). */
     private final long[] closedAfter;
 
     private MpiHost(MpiLibrary mpi, MpiLibrary.Handle comm, MpiLibrary.Handle job, Duration finalizeTimeout,
-                    AtomicBoolean jobAborted, int rank, int worldSize, String who, String scope) {
+                    java.util.function.BooleanSupplier jobAborted, int rank, int worldSize, String who, String scope) {
         this.mpi = mpi;
         this.comm = comm;
         this.job = job;
         this.finalizeTimeout = finalizeTimeout;
-        this.jobAborted = jobAborted;
         this.rank = rank;
         this.worldSize = worldSize;
         this.who = who;
         this.scope = scope;
         this.closedAfter = new long[worldSize];
         java.util.Arrays.fill(closedAfter, -1);
+        this.diagnoses = new MpiDiagnoses(mpi, comm, rank, worldSize, this::closedAfter);
+        this.jobAborted = jobAborted != null ? jobAborted : diagnoses::allAborted;
     }
 
     /**
@@ -98,7 +122,7 @@ final class MpiHost implements HostSide, RankEvents, Failures {
      * @param finalizeTimeout null, or the bound of MPI_Finalize when jnccl initialised MPI
      */
     static RankParts parts(MpiLibrary mpi, MpiLibrary.Handle comm, int rank, int worldSize, Duration finalizeTimeout) {
-        return parts(new MpiHost(mpi, comm, comm, finalizeTimeout, new AtomicBoolean(), rank, worldSize,
+        return parts(new MpiHost(mpi, comm, comm, finalizeTimeout, null, rank, worldSize,
                 "rank " + rank, ""));
     }
 
@@ -109,17 +133,28 @@ final class MpiHost implements HostSide, RankEvents, Failures {
 
     @Override
     public void barrier(long timeoutNanos) {
-        arrive("barrier", timeoutNanos);
+        diagnosed(() -> arrive("barrier", timeoutNanos));
     }
 
     @Override
     public List<byte[]> gather(byte[] local, int root, long timeoutNanos) {
-        return mpi.gather(local, root, comm, arrive("gatherBytesHost", timeoutNanos));
+        return diagnosed(() -> mpi.gather(local, root, comm, arrive("gatherBytesHost", timeoutNanos)));
     }
 
     @Override
     public List<byte[]> allGather(byte[] local, long timeoutNanos) {
-        return mpi.allGather(local, comm, arrive("allGatherBytesHost", timeoutNanos));
+        return diagnosed(() -> mpi.allGather(local, comm, arrive("allGatherBytesHost", timeoutNanos)));
+    }
+
+    /** The consistency check's all-gather, in rendezvous of its own (see the class comment). */
+    @Override
+    public List<byte[]> consistencyCheck(byte[] fingerprint, long timeoutNanos) {
+        return diagnosed(() -> {
+            long number = checks.incrementAndGet();
+            MpiLibrary.Wait wait = waitFor("consistency check #" + number, timeoutNanos);
+            mpi.arrive(comm, rank, worldSize, CHECK_TAG + (int) (number % ARRIVAL_TAGS), who, scope, wait);
+            return mpi.allGather(fingerprint, comm, wait);
+        });
     }
 
     /**
@@ -134,13 +169,64 @@ final class MpiHost implements HostSide, RankEvents, Failures {
         return wait;
     }
 
-    /** A host-side wait: bounded, interruptible, and ended when another rank has closed (it will never arrive). */
+    /**
+     * A host-side wait: bounded, interruptible, ended at once when this communicator was aborted (a
+     * peer's abort reached it), and ended when another rank has closed (it will never arrive) and the
+     * operation is still pending {@link #CLOSED_GRACE_NANOS} later (the rank that closed may have
+     * joined the operation before it did: MPI then completes it soon).
+     */
     private MpiLibrary.Wait waitFor(String operation, long timeoutNanos) {
+        long[] closedSeen = {0};
         return new MpiLibrary.Wait(operation, timeoutNanos, () -> {
+            String aborted = abortedWith;
+            if (aborted != null) {
+                return "this rank's communicator was aborted: " + firstLine(aborted);
+            }
             int closed = firstClosed();
-            return closed < 0 ? null : "rank " + closed + " closed its communicator after " + closedAfter[closed]
-                    + " transaction(s) and will not arrive";
+            if (closed < 0) {
+                return null;
+            }
+            long now = System.nanoTime();
+            if (closedSeen[0] == 0) {
+                closedSeen[0] = now | 1; // never 0
+            }
+            return now - closedSeen[0] <= CLOSED_GRACE_NANOS ? null : "rank " + closed
+                    + " closed its communicator after " + closedAfter[closed] + " transaction(s) and will not arrive";
         });
+    }
+
+    private static String firstLine(String text) {
+        int end = text.indexOf('\n');
+        return end < 0 ? text : text.substring(0, end);
+    }
+
+    /**
+     * Runs a host-side call; a wait of it that ended at its deadline (or because a rank closed, or a
+     * peer aborted) is a hang, diagnosed before the communicator is aborted, as the watchdog's would
+     * be: the exception's message then leads with the verdict. An interrupt is its own cause: not
+     * diagnosed, but led by a peer's verdict when one is known.
+     */
+    private <T> T diagnosed(Supplier<T> call) {
+        try {
+            return call.get();
+        } catch (CommunicatorAbortedException e) {
+            Communicator face = communicator;
+            if (e.diagnosis().isPresent() || face == null) {
+                throw e;
+            }
+            Diagnosis made = diagnoses.diagnosis();
+            if (made == null && !(e.getCause() instanceof InterruptedException)) {
+                try {
+                    made = Diagnoses.diagnose(face, e.getMessage());
+                } catch (RuntimeException failed) {
+                    LOG.warn("rank {}: the diagnosis of a host-side deadline failed", rank, failed);
+                }
+            }
+            if (made == null) {
+                throw e;
+            }
+            throw new CommunicatorAbortedException(Diagnoses.lead(made, e.getMessage()), e.getCause(), made);
+        }
     }
 
     // ---------------------------------------------------------------- closing
@@ -169,6 +255,14 @@ final class MpiHost implements HostSide, RankEvents, Failures {
                 }
             }
             return first;
+        }
+    }
+
+    /** {@return the transactions {@code peer} executed before it closed, -1 while it has not said} */
+    private long closedAfter(int peer) {
+        firstClosed();
+        synchronized (closedAfter) {
+            return closedAfter[peer];
         }
     }
 
@@ -215,6 +309,10 @@ final class MpiHost implements HostSide, RankEvents, Failures {
             }
             if (missing.isEmpty()) {
                 return null;
+            }
+            String aborted = abortedWith;
+            if (aborted != null) {
+                return "close: aborted while waiting for the other ranks to close: " + firstLine(aborted);
             }
             if (Deadlines.passed(deadline)) {
                 return "close: " + (missing.size() == 1 ? "rank " + missing.getFirst() : "ranks " + missing)
@@ -265,27 +363,60 @@ final class MpiHost implements HostSide, RankEvents, Failures {
                 + " of a split)", " of the split"));
     }
 
-    /** The NCCL communicator is aborted: end the job, or peers blocked in NCCL or MPI would wait forever. */
+    // ---------------------------------------------------------------- failures and diagnoses
+
+    /** Starts answering the peers' requests for this rank's summary. */
     @Override
-    public void aborted(String reason) {
-        abortJob(reason);
+    public void attached(Communicator face) {
+        communicator = face;
+        diagnoses.start(face);
     }
 
-    /** MPI_Abort once per process (it normally does not return). */
-    private void abortJob(String reason) {
-        if (!jobAborted.compareAndSet(false, true)) {
-            return;
-        }
-        LOG.error("rank {} of {}: ending the MPI job (MPI_Abort, exit code {}): {}", rank, worldSize,
-                ABORT_EXIT_CODE, reason);
-        mpi.abort(job, ABORT_EXIT_CODE);
+    /** Every rank's summary over MPI (see {@link MpiDiagnoses#summaries}). */
+    @Override
+    public List<RankSummary> summaries(RankSummary own, long timeoutNanos) {
+        return diagnoses.summaries(own, timeoutNanos);
+    }
+
+    @Override
+    public Diagnosis diagnosed(Diagnosis diagnosis) {
+        return diagnoses.diagnosed(diagnosis);
+    }
+
+    @Override
+    public Diagnosis diagnosis() {
+        return diagnoses.diagnosis();
+    }
+
+    /** A peer's abort that reached this rank first leads this rank's own reason (once). */
+    @Override
+    public String explainAbort(String reason) {
+        String peer = diagnoses.peerAbort();
+        return peer == null || reason.contains(peer) ? reason : peer + "; then: " + reason;
+    }
+
+    /** Ends this rank's host-side waits and tells the peers, with the diagnosis this rank holds. */
+    @Override
+    public void aborting(String reason) {
+        abortedWith = reason;
+        diagnoses.aborting(reason);
+    }
+
+    /**
+     * The NCCL communicator is aborted: end the job, or peers blocked in NCCL or MPI would wait
+     * forever; once the peers have aborted too (bounded), so that each reports its exception first.
+     */
+    @Override
+    public void aborted(String reason) {
+        JobEnd.begin(mpi, job, rank, worldSize, reason, jobAborted);
     }
 
     @Override
     public void closed(boolean aborted) {
         if (aborted) {
-            return; // the job was ended with MPI_Abort: no MPI call is valid any more
+            return; // the job is being ended with MPI_Abort: its diagnoses' channel still hears the peers' aborts
         }
+        diagnoses.stop();
         if (pendingSplit != null && !pendingSplit.equals(mpi.commNull())) {
             mpi.free(pendingSplit);
         }

@@ -60,8 +60,6 @@ public final class MpiLibrary {
     private static final int ERROR_STRING_BYTES = 1024;
     /** Room for an MPI_Status of either ABI (Open MPI 24 bytes, MPICH 20): read by nobody. */
     private static final int STATUS_BYTES = 64;
-    /** How long an operation may still complete after {@link Wait#cancel()} first gave a reason. */
-    private static final long CANCEL_GRACE_NANOS = TimeUnit.SECONDS.toNanos(2);
     /** Buffers of operations abandoned at a deadline or interrupt: MPI may write them until the job ends. */
     private static final List<Arena> ABANDONED = new ArrayList<>();
     /** Larger than MPI_MAX_PROCESSOR_NAME of both ABIs (Open MPI 256, MPICH 128). */
@@ -101,6 +99,10 @@ public final class MpiLibrary {
     private final Handle byteType;
     private final Handle intType;
     private final Handle errorsReturn;
+    /** MPI_ANY_SOURCE: -1 in Open MPI's mpi.h, -2 in the MPICH ABI's. */
+    private final int anySource;
+    /** Sends of {@link #post} that MPI may not have completed yet, each with its buffers. */
+    private final List<Posted> posted = new ArrayList<>();
     private final Map<String, MethodHandle> functions = new HashMap<>();
     /** The rank in MPI_COMM_WORLD for messages, once known. */
     private volatile int rank = -1;
@@ -116,6 +118,7 @@ public final class MpiLibrary {
             byteType = symbolHandle("ompi_mpi_byte");
             intType = symbolHandle("ompi_mpi_int");
             errorsReturn = symbolHandle("ompi_mpi_errors_return");
+            anySource = -1;
         } else {
             handleLayout = JAVA_INT;
             world = new Handle(0x44000000);
@@ -123,6 +126,7 @@ public final class MpiLibrary {
             byteType = new Handle(0x4c00010d);
             intType = new Handle(0x4c000405);
             errorsReturn = new Handle(0x54000001);
+            anySource = -2;
             if (library.symbols().find("MPI_Comm_idup").isEmpty()) {
                 throw new NativeLibraryException(library.path() + " (" + library.origin() + ") is neither Open MPI (no"
                         + " ompi_mpi_comm_world) nor an MPI-3 library of the MPICH ABI (no MPI_Comm_idup). Set -D"
@@ -469,7 +473,8 @@ public final class MpiLibrary {
      *
      * @param operation    the caller's name of the operation, for messages
      * @param timeoutNanos the longest wait, {@link Long#MAX_VALUE} for none
-     * @param cancel       polled while waiting: a non-null answer ends the wait with that reason
+     * @param cancel       polled while waiting: a non-null answer ends the wait with that reason at
+     *                     once (a caller that must let an operation complete first waits before it answers)
      * @param startNanos   when the wait began ({@link System#nanoTime()}): every step of one
      *                     operation (arrival, lengths, data) shares one deadline
      */
@@ -560,7 +565,6 @@ public final class MpiLibrary {
      */
     private void await(Pending pending, Arena buffers, Wait wait) {
         long polls = 0;
-        long cancelledAt = 0;
         while (true) {
             if (pending.test()) {
                 return;
@@ -570,17 +574,12 @@ public final class MpiLibrary {
             long now = System.nanoTime();
             long waited = now - wait.startNanos();
             String cancelled = wait.cancel().get();
-            if (cancelled != null && cancelledAt == 0) {
-                cancelledAt = now | 1; // never 0
-            }
             if (Thread.currentThread().isInterrupted()) {
                 interrupt = new InterruptedException();
                 String absent = pending.absent();
                 reason = absent == null ? " was interrupted (the interrupt status is kept)"
                         : " was interrupted while " + absent + " had not arrived (the interrupt status is kept)";
-            } else if (cancelled != null && now - cancelledAt > CANCEL_GRACE_NANOS) {
-                // The rank that ended may have joined this operation before it did: MPI then
-                // completes it soon, so only an operation still pending after the grace is hopeless.
+            } else if (cancelled != null) {
                 reason = " ended: " + cancelled;
             } else if (waited >= wait.timeoutNanos()) {
                 String limit = " within " + TimeUnit.NANOSECONDS.toMillis(wait.timeoutNanos()) + " ms";
@@ -735,6 +734,70 @@ public final class MpiLibrary {
             MemorySegment buffer = arena.allocate(JAVA_LONG);
             call("MPI_Recv", "PIHIIHP", buffer, Long.BYTES, byteType, source, tag, comm, status);
             return java.util.OptionalLong.of(buffer.get(JAVA_LONG, 0));
+        }
+    }
+
+    /** A send of {@link #post}: its request and buffers, kept until MPI completes it. */
+    private record Posted(Arena arena, MemorySegment request, MemorySegment flag, MemorySegment status) {}
+
+    /**
+     * Sends {@code bytes} to {@code dest} with {@code tag} without waiting (MPI_Isend): the buffer is
+     * kept until MPI has sent it (each later post tests the earlier ones), so a receiver that never
+     * receives costs a little memory, never a wait. For the rare messages of failure handling.
+     *
+     * @param bytes the message
+     * @param dest  the receiving rank in {@code comm}
+     * @param tag   the tag
+     * @param comm  the communicator
+     */
+    public void post(byte[] bytes, int dest, int tag, Handle comm) {
+        synchronized (posted) {
+            posted.removeIf(earlier -> {
+                call("MPI_Test", "PPP", earlier.request(), earlier.flag(), earlier.status());
+                boolean done = earlier.flag().get(JAVA_INT, 0) != 0;
+                if (done) {
+                    earlier.arena().close();
+                }
+                return done;
+            });
+            Arena arena = Arena.ofShared();
+            Posted send = new Posted(arena, arena.allocate(handleLayout), arena.allocate(JAVA_INT),
+                    arena.allocate(STATUS_BYTES));
+            try {
+                call("MPI_Isend", "PIHIIHP", segmentOf(arena, bytes), bytes.length, byteType, dest, tag, comm,
+                        send.request());
+            } catch (RuntimeException e) {
+                arena.close();
+                throw e;
+            }
+            posted.add(send);
+        }
+    }
+
+    /**
+     * The next message with {@code tag} from any rank of {@code comm}, if one has arrived
+     * (MPI_Improbe, MPI_Get_count, MPI_Mrecv: matched and received as one, so that two threads
+     * receiving the same tag never take each other's message); never waits.
+     *
+     * @param tag  the tag
+     * @param comm the communicator
+     * @return the message, or empty when none has arrived
+     */
+    public java.util.Optional<byte[]> receiveAny(int tag, Handle comm) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment flag = arena.allocate(JAVA_INT);
+            MemorySegment message = arena.allocate(handleLayout);
+            MemorySegment status = arena.allocate(STATUS_BYTES);
+            call("MPI_Improbe", "IIHPPP", anySource, tag, comm, flag, message, status);
+            if (flag.get(JAVA_INT, 0) == 0) {
+                return java.util.Optional.empty();
+            }
+            MemorySegment count = arena.allocate(JAVA_INT);
+            call("MPI_Get_count", "PHP", status, byteType, count);
+            int length = count.get(JAVA_INT, 0);
+            MemorySegment buffer = arena.allocate(Math.max(1, length));
+            call("MPI_Mrecv", "PIHPP", buffer, length, byteType, message, status);
+            return java.util.Optional.of(buffer.asSlice(0, length).toArray(JAVA_BYTE));
         }
     }
 
