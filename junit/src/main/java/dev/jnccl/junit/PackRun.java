@@ -6,12 +6,14 @@ import dev.jnccl.threads.ThreadsPack;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReferenceArray;
 import java.util.concurrent.locks.ReentrantLock;
+import java.util.stream.Stream;
 import org.junit.jupiter.api.Assumptions;
 import org.opentest4j.AssertionFailedError;
 
@@ -37,6 +39,7 @@ final class PackRun {
     private final List<Object> arguments;
     private final AtomicReferenceArray<Communicator> communicators;
     private final AtomicReferenceArray<Throwable> errors;
+    private final AtomicReferenceArray<RankFailure> thrown;
     private final AtomicInteger returned = new AtomicInteger();
 
     private PackRun(Settings settings, Plan plan, Method method, Object target, List<Object> arguments) {
@@ -47,6 +50,7 @@ final class PackRun {
         this.arguments = arguments;
         this.communicators = new AtomicReferenceArray<>(plan.world());
         this.errors = new AtomicReferenceArray<>(plan.world());
+        this.thrown = new AtomicReferenceArray<>(plan.world());
     }
 
     /** Runs one world of {@code method}, or skips it (with the plan's reason). */
@@ -94,7 +98,7 @@ final class PackRun {
             if (!finished) {
                 throw deadlinePassed(pack);
             }
-            Outcome.of(settings.test(), plan, errors, returned.get(), joined).check();
+            Outcome.of(settings.test(), plan, errors, returned.get(), joined, pack.failedRank(), closeErrors()).check();
         } finally {
             pack.close();
         }
@@ -118,22 +122,48 @@ final class PackRun {
             method.invoke(target, args);
             returned.incrementAndGet();
         } catch (InvocationTargetException e) {
-            errors.set(rank, e.getCause());
-            throw PackRun.<RuntimeException>rethrow(e.getCause());
+            throw failed(rank, e.getCause());
         } catch (IllegalAccessException e) {
-            IllegalStateException refused = new IllegalStateException("rank " + rank + " cannot call " + method, e);
-            errors.set(rank, refused);
-            throw refused;
+            throw failed(rank, new IllegalStateException("rank " + rank + " cannot call " + method, e));
         }
     }
 
+    private RankFailure failed(int rank, Throwable error) {
+        errors.set(rank, error);
+        RankFailure failure = new RankFailure(rank, error);
+        thrown.set(rank, failure);
+        return failure;
+    }
+
     /**
-     * Throws {@code t} as it is, checked or not: the pack's rank threads report what the test method
-     * threw, and wrapping would hide the test's own exception behind one of ours.
+     * What a rank's thread throws to the pack for the test method's exception: the pack attaches the
+     * other ranks' errors (and a failed close's) to what it rethrows, and that must not change the
+     * user's own exception. {@link Outcome} attaches each error once, to the invocation's failure.
      */
-    @SuppressWarnings("unchecked")
-    private static <T extends Throwable> T rethrow(Throwable t) throws T {
-        throw (T) t;
+    static final class RankFailure extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+        private final int rank;
+
+        RankFailure(int rank, Throwable error) {
+            super("rank " + rank + " threw " + error, error, true, false);
+            this.rank = rank;
+        }
+
+        int rank() {
+            return rank;
+        }
+    }
+
+    /** Errors the pack attached to a rank's {@link RankFailure} other than the other ranks': its close's. */
+    private List<Throwable> closeErrors() {
+        List<Throwable> found = new ArrayList<>();
+        for (int rank = 0; rank < plan.world(); rank++) {
+            RankFailure failure = thrown.get(rank);
+            if (failure != null) {
+                Stream.of(failure.getSuppressed()).filter(e -> !(e instanceof RankFailure)).forEach(found::add);
+            }
+        }
+        return found;
     }
 
     /**
