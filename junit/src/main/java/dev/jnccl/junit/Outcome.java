@@ -13,14 +13,15 @@ import org.opentest4j.TestAbortedException;
  * What the ranks of one invocation did, as JUnit's outcome. The bodies decide: every body returned
  * (also after catching an abort) means a pass. Otherwise the failing ranks are those whose body threw
  * something other than the pack's release ({@link CommunicatorAbortedException}), or, when every
- * error is a release, the rank whose failure the pack reported first (an injected fault, a watchdog).
+ * error is a release, the rank to blame (an injected fault's, else the one the pack reported first),
+ * or, when that rank caught its failure and returned, every rank that threw.
  *
  * @param test        the test method, for messages
  * @param plan        the world
  * @param byRank      what each rank's test method threw (null: nothing)
  * @param returned    how many bodies returned normally
  * @param joined      what the pack's join threw (null: nothing)
- * @param firstFailed the rank the pack reported as failing first
+ * @param firstFailed the rank to blame when every error is a release (the fault's, else the pack's first)
  * @param closeErrors the ranks' failed closes
  */
 record Outcome(String test, Plan plan, List<Throwable> byRank, int returned, Throwable joined,
@@ -60,6 +61,11 @@ record Outcome(String test, Plan plan, List<Throwable> byRank, int returned, Thr
         }
         if (own.isEmpty() && firstFailed.isPresent() && byRank.get(firstFailed.getAsInt()) != null) {
             own.add(firstFailed.getAsInt());
+        }
+        for (int rank = 0; own.isEmpty() && rank < byRank.size(); rank++) {
+            if (byRank.get(rank) != null) { // the culprit handled its failure; a rank that did not failed the test
+                own.add(rank);
+            }
         }
         return own;
     }

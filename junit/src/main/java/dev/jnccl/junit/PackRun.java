@@ -9,6 +9,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.OptionalInt;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReferenceArray;
@@ -98,7 +99,7 @@ final class PackRun {
             if (!finished) {
                 throw deadlinePassed(pack);
             }
-            Outcome.of(settings.test(), plan, errors, returned.get(), joined, pack.failedRank(), closeErrors()).check();
+            Outcome.of(settings.test(), plan, errors, returned.get(), joined, culprit(pack), closeErrors()).check();
         } finally {
             pack.close();
         }
@@ -152,6 +153,14 @@ final class PackRun {
         int rank() {
             return rank;
         }
+    }
+
+    /**
+     * The rank to blame when every rank's error is the pack's release: the injected fault's rank, else
+     * the rank the pack reported first (a peer that noticed the failure may have reported it sooner).
+     */
+    private OptionalInt culprit(ThreadsPack pack) {
+        return settings.fault().map(fault -> OptionalInt.of(fault.rank())).orElseGet(pack::failedRank);
     }
 
     /** Errors the pack attached to a rank's {@link RankFailure} other than the other ranks': its close's. */

@@ -41,7 +41,10 @@ class MultiRankExtensionTest {
         for (int i = 0; i < configuration.length; i += 2) {
             request.configurationParameter(configuration[i], configuration[i + 1]);
         }
-        return request.execute();
+        EngineExecutionResults results = request.execute();
+        List<String> left = Threads.stacks("jnccl-rank-");
+        assertTrue(left.isEmpty(), () -> fixture.getSimpleName() + ": rank threads outlived the test: " + left);
+        return results;
     }
 
     private static String backend() {
@@ -64,6 +67,22 @@ class MultiRankExtensionTest {
         return assertInstanceOf(AssertionFailedError.class, thrown(failed.getFirst()));
     }
 
+    /** {@code invocations} invocations ran, and passed (else the failures are the message). */
+    private static void assertPassed(Events tests, int invocations) {
+        List<Throwable> failures = tests.failed().stream().map(MultiRankExtensionTest::thrown).toList();
+        assertTrue(failures.isEmpty(), () -> failures.stream().map(MultiRankExtensionTest::withCauses)
+                .collect(Collectors.joining("\n")));
+        tests.assertStatistics(stats -> stats.started(invocations).succeeded(invocations));
+    }
+
+    private static String withCauses(Throwable t) {
+        StringBuilder text = new StringBuilder(t.toString());
+        for (Throwable s : t.getSuppressed()) {
+            text.append("\n  suppressed: ").append(s);
+        }
+        return t.getCause() == null ? text.toString() : text.append("\n  cause: ").append(withCauses(t.getCause())).toString();
+    }
+
     private static void assumeHost() {
         org.junit.jupiter.api.Assumptions.assumeTrue(JncclRuntime.query().backend() == Backend.HOST,
                 "fault injection needs the host emulation");
@@ -72,7 +91,7 @@ class MultiRankExtensionTest {
     @Test
     void eachWorldIsAnInvocationNamedWithItsWorldAndBackendAndEveryRankChecksItsData() {
         Events tests = run(MultiRankFixtures.Worlds.class).testEvents();
-        tests.assertStatistics(stats -> stats.started(3).succeeded(3).failed(0));
+        assertPassed(tests, 3);
         String b = backend();
         assertEquals(List.of("world 1 [" + b + "]", "world 2 [" + b + "]", "world 3 [" + b + "]"),
                 names(tests.started()));
@@ -97,7 +116,7 @@ class MultiRankExtensionTest {
             assertTrue(reason.contains("NCCL_MULTI_RANK_GPU_ENABLE") || reason.contains("2.30"), reason);
             return;
         }
-        tests.assertStatistics(stats -> stats.succeeded(1).failed(0));
+        assertPassed(tests, 1);
         assertEquals("world 3 [" + backend() + ", shared]", started.getFirst().getTestDescriptor().getDisplayName());
         assertEquals(Set.of("rank 0 on device 0", "rank 1 on device 0", "rank 2 on device 0"),
                 Set.copyOf(MultiRankFixtures.SEEN));
@@ -158,7 +177,7 @@ class MultiRankExtensionTest {
     @Test
     void ranksThatAllCatchTheAbortAndReturnPass() {
         assumeHost();
-        run(MultiRankFixtures.FaultCaught.class).testEvents().assertStatistics(stats -> stats.succeeded(1).failed(0));
+        assertPassed(run(MultiRankFixtures.FaultCaught.class).testEvents(), 1);
         List<String> seen = new ArrayList<>(MultiRankFixtures.SEEN);
         assertEquals(2, seen.size(), seen::toString);
         assertTrue(seen.stream().anyMatch(s -> s.startsWith("rank 0 caught: ")), seen::toString);
@@ -179,7 +198,7 @@ class MultiRankExtensionTest {
     @Test
     void anInjectedLagKeepsTheDataRight() {
         assumeHost();
-        run(MultiRankFixtures.FaultLags.class).testEvents().assertStatistics(stats -> stats.succeeded(1).failed(0));
+        assertPassed(run(MultiRankFixtures.FaultLags.class).testEvents(), 1);
     }
 
     @Test
@@ -208,13 +227,21 @@ class MultiRankExtensionTest {
     }
 
     @Test
+    void anInterruptOfTheTestThreadAbortsThePack() {
+        Event failed = run(MultiRankFixtures.InterruptedByJUnitTimeout.class).testEvents().failed().list().getFirst();
+        Throwable thrown = thrown(failed);
+        assertInstanceOf(java.util.concurrent.TimeoutException.class, thrown, thrown::toString);
+        assertTrue(thrown.getMessage().contains("timed out after 1500 milliseconds"), thrown::getMessage);
+    }
+
+    @Test
     void multiRankTestsRunOneAtATimeUnderParallelExecution() {
         MultiRankFixtures.MOST_RUNNING.set(0);
-        run(MultiRankFixtures.Parallel.class, "junit.jupiter.execution.parallel.enabled", "true",
+        assertPassed(run(MultiRankFixtures.Parallel.class, "junit.jupiter.execution.parallel.enabled", "true",
                 "junit.jupiter.execution.parallel.mode.default", "concurrent",
                 "junit.jupiter.execution.parallel.config.strategy", "fixed",
                 "junit.jupiter.execution.parallel.config.fixed.parallelism", "4")
-                .testEvents().assertStatistics(stats -> stats.succeeded(4).failed(0));
+                .testEvents(), 4);
         assertEquals(1, MultiRankFixtures.MOST_RUNNING.get(), "packs running at once");
     }
 

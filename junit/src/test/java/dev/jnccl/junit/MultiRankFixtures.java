@@ -18,10 +18,12 @@ import java.util.Queue;
 import java.util.SplittableRandom;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Supplier;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.TestInfo;
+import org.junit.jupiter.api.Timeout;
 
 /**
  * Test classes that {@link MultiRankExtensionTest} runs through JUnit's engine test kit (not run by
@@ -155,8 +157,9 @@ final class MultiRankFixtures {
         @MultiRankTest(worlds = 2)
         @InjectFault(kind = InjectFault.Kind.FAIL, rank = 0, at = 2)
         void everyRankCatchesTheAbortAndReturns(Communicator comm) {
-            allReduceChecked(comm, 256);
             try {
+                // Rank 0's failure may reach rank 1 while it still waits for the first all-reduce.
+                allReduceChecked(comm, 256);
                 allReduceChecked(comm, 256);
                 fail("rank " + comm.rank() + ": the second all-reduce completed although rank 0's failed");
             } catch (CommunicatorAbortedException e) {
@@ -200,6 +203,18 @@ final class MultiRankFixtures {
         void hangsWithoutAWatchdog(Communicator comm) {
             allReduceChecked(comm, 64);
             allReduceChecked(comm, 64);
+        }
+    }
+
+    static class InterruptedByJUnitTimeout {
+        /** JUnit's own timeout interrupts the test's thread while the pack runs: the pack must end. */
+        @MultiRankTest(worlds = 2)
+        @Timeout(value = 1500, unit = TimeUnit.MILLISECONDS)
+        void rankOneNeverComesToTheBarrier(Communicator comm) throws InterruptedException {
+            if (comm.rank() == 1) {
+                Thread.sleep(Duration.ofSeconds(60)); // interrupted when the pack is aborted
+            }
+            comm.barrier();
         }
     }
 
