@@ -33,7 +33,7 @@ run() { # name, launcher arguments...
 if [ "${1:-}" = "--threads-multi-rank" ]; then
   [ -n "${JNCCL_MULTI_RANK_NCCL:-}" ] || { echo "gpu-tests: set JNCCL_MULTI_RANK_NCCL to an NCCL 2.30+ libnccl.so.2" >&2; exit 2; }
   export NCCL_MULTI_RANK_GPU_ENABLE=1
-  JAVA_OPTS="${JAVA_OPTS:-} -Djnccl.nccl.library=$JNCCL_MULTI_RANK_NCCL -Djnccl.it.shareDevices=true"
+  JAVA_OPTS="${JAVA_OPTS:-} -Djnccl.nccl.library=$JNCCL_MULTI_RANK_NCCL -Djnccl.it.shareDevices=true -Djnccl.junit.placement=shared"
   selection=""
   for c in ${JNCCL_MULTI_RANK_TESTS:-ThreadsReductionArithmeticTest ThreadsCollectivesTest ThreadsZero3Test ThreadsFailureTest ThreadsStuckCollectiveTest}; do
     selection="$selection --select-class dev.jnccl.it.$c"

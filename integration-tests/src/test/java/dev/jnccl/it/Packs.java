@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import dev.jnccl.Backend;
+import dev.jnccl.Communicator;
 import dev.jnccl.JncclRuntime;
 import dev.jnccl.cuda.Cuda;
 import dev.jnccl.threads.ThreadsCommunicators;
@@ -17,6 +18,7 @@ import java.util.concurrent.Phaser;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.function.Consumer;
+import java.util.function.Supplier;
 
 /** Running packs in tests: the memcpy modes, a bounded run, seeds, and the thread-leak check. */
 final class Packs {
@@ -129,6 +131,27 @@ final class Packs {
             // a peer failed or is slow: its own failure is what the test reports
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
+        }
+    }
+
+    /**
+     * One rank of a {@code @MultiRankTest}: {@code work} with this rank's {@link RankContext} and the
+     * test class's {@code seed}. A rank that ended normally then meets the others at a barrier before
+     * its context frees its memory: ranks that share a device would stall each other otherwise (see
+     * {@link #awaitPeers}); a rank that failed frees at once.
+     */
+    static void asRank(Communicator comm, long seed, Consumer<RankContext> work) {
+        try (RankContext context = new RankContext(comm, seed)) {
+            work.accept(context);
+            comm.barrier();
+        }
+    }
+
+    /** Both transports of threads mode by memcpy, as {@code @MultiRankTest} options. */
+    static final class MemcpyTransports implements Supplier<ThreadsOptions> {
+        @Override
+        public ThreadsOptions get() {
+            return new Mode(true, true).options();
         }
     }
 

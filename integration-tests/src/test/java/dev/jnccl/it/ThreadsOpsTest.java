@@ -8,6 +8,7 @@ import dev.jnccl.CommunicatorOptions;
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.ReduceOp;
 import dev.jnccl.it.Packs.Mode;
+import dev.jnccl.junit.MultiRankTest;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -15,6 +16,7 @@ import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
+import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
@@ -27,11 +29,20 @@ import org.junit.jupiter.params.provider.MethodSource;
  * (halves, odd/even in reverse key order, singletons, ranks that opt out) with collectives and host
  * gathers on each child, and children left open when the work ends (closed with the parent).
  * Random data from per-rank seeds, compared element by element (bit for bit: the operations only
- * move data, or reduce integers).
+ * move data, or reduce integers). The ring, all-to-all and split suites are {@code @MultiRankTest}s
+ * (jnccl-junit): one invocation per world, each rank calling the method with its communicator.
  */
 @Timeout(value = 180, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
 class ThreadsOpsTest {
     private static final int[] WORLDS = {1, 2, 3, 4, 8};
+    /** The data's seed for the {@code @MultiRankTest} methods ({@code -Djnccl.it.seed} fixes it; messages print it). */
+    private static final long SEED = Packs.newSeed();
+
+    /** No rank or watchdog thread outlives a test (the extension closes its packs, bounded). */
+    @AfterEach
+    void noPackThreadsLeft() {
+        Packs.assertNoPackThreads();
+    }
 
     /** Worlds 1, 2, 3, 4, 8 with every transport mode: the collectives suite's matrix. */
     static Stream<Arguments> matrix() {
@@ -61,12 +72,17 @@ class ThreadsOpsTest {
     /**
      * The ring of any world size: send to {@code rank + k}, receive from {@code rank - k}, for
      * k = 0 (this rank itself) and k = 1 (the neighbours; the rank itself again at world 1), with
-     * other commands in between; then a transaction with only messages to itself.
+     * other commands in between; then a transaction with only messages to itself. Over NCCL.
      */
-    @ParameterizedTest(name = "world {0}, {1}")
-    @MethodSource("sendRecvMatrix")
-    void sendAndReceiveToItselfAloneAndInRings(int world, Mode mode) {
-        Packs.run(world, mode.options(), OpsScenarios::sendAndReceiveToItselfAloneAndInRings);
+    @MultiRankTest(worlds = {1, 2, 3, 4, 8})
+    void sendAndReceiveToItselfAloneAndInRings(Communicator comm) {
+        Packs.asRank(comm, SEED, OpsScenarios::sendAndReceiveToItselfAloneAndInRings);
+    }
+
+    /** As {@link #sendAndReceiveToItselfAloneAndInRings}, over threads mode's memcpy transports. */
+    @MultiRankTest(worlds = {1, 2, 3, 4, 8}, options = Packs.MemcpyTransports.class)
+    void sendAndReceiveToItselfAloneAndInRingsByMemcpy(Communicator comm) {
+        Packs.asRank(comm, SEED, OpsScenarios::sendAndReceiveToItselfAloneAndInRings);
     }
 
     // ================================================================== all-to-all
@@ -74,12 +90,17 @@ class ThreadsOpsTest {
     /**
      * Every dtype (all-to-all only moves bytes, so one random byte pattern per rank and dtype is
      * the data), in a transaction between a ring send and its receive (the all-to-all's messages
-     * must never pair with them, on NCCL or memcpy), then the convenience form.
+     * must never pair with them, on NCCL or memcpy), then the convenience form. Over NCCL.
      */
-    @ParameterizedTest(name = "world {0}, {1}")
-    @MethodSource("sendRecvMatrix")
-    void allToAllOfEveryDtypeMatchesTheReference(int world, Mode mode) {
-        Packs.run(world, mode.options(), OpsScenarios::allToAllOfEveryDtype);
+    @MultiRankTest(worlds = {1, 2, 3, 4, 8})
+    void allToAllOfEveryDtypeMatchesTheReference(Communicator comm) {
+        Packs.asRank(comm, SEED, OpsScenarios::allToAllOfEveryDtype);
+    }
+
+    /** As {@link #allToAllOfEveryDtypeMatchesTheReference}, over threads mode's memcpy transports. */
+    @MultiRankTest(worlds = {1, 2, 3, 4, 8}, options = Packs.MemcpyTransports.class)
+    void allToAllOfEveryDtypeMatchesTheReferenceByMemcpy(Communicator comm) {
+        Packs.asRank(comm, SEED, OpsScenarios::allToAllOfEveryDtype);
     }
 
     // ================================================================== split
@@ -92,12 +113,17 @@ class ThreadsOpsTest {
     /**
      * For every grouping: the members and their order as NCCL's (key, then rank), an all-reduce,
      * an all-gather, a broadcast from the child's last rank, an all-to-all and host gathers among
-     * the members only; the parent keeps working between splits.
+     * the members only; the parent keeps working between splits. Over NCCL.
      */
-    @ParameterizedTest(name = "world {0}, {1}")
-    @MethodSource("splitMatrix")
-    void splitIntoGroupsWithCollectivesAndHostGathersOnEachChild(int world, Mode mode) {
-        Packs.run(world, mode.options(), Duration.ofSeconds(120), OpsScenarios::splitIntoGroups);
+    @MultiRankTest(worlds = {1, 2, 3, 4, 8}, timeoutSeconds = 120)
+    void splitIntoGroupsWithCollectivesAndHostGathersOnEachChild(Communicator comm) {
+        Packs.asRank(comm, SEED, OpsScenarios::splitIntoGroups);
+    }
+
+    /** As {@link #splitIntoGroupsWithCollectivesAndHostGathersOnEachChild}, over the memcpy transports. */
+    @MultiRankTest(worlds = {1, 2, 3, 4, 8}, timeoutSeconds = 120, options = Packs.MemcpyTransports.class)
+    void splitIntoGroupsWithCollectivesAndHostGathersOnEachChildByMemcpy(Communicator comm) {
+        Packs.asRank(comm, SEED, OpsScenarios::splitIntoGroups);
     }
 
     /**

@@ -5,6 +5,7 @@ import dev.jnccl.JncclInterruptedException;
 import dev.jnccl.internal.Deadlines;
 import java.time.Duration;
 import java.util.List;
+import java.util.OptionalInt;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -43,6 +44,19 @@ public final class ThreadsPack implements AutoCloseable {
     /** {@return whether any rank has failed so far} */
     public boolean hasException() {
         return state.failure() != null;
+    }
+
+    /**
+     * The rank whose failure failed the pack first: the one {@link #join()} rethrows, also when that
+     * failure was not thrown by the rank's work (a watchdog's abort, an asynchronous NCCL error), so
+     * that a caller can tell the culprit from the ranks the pack released.
+     *
+     * @return that rank, or empty when no rank has failed (or the pack failed from outside: closed,
+     *         or its join interrupted)
+     */
+    public OptionalInt failedRank() {
+        PackState.Failure first = state.failure();
+        return first == null || first.rank() < 0 ? OptionalInt.empty() : OptionalInt.of(first.rank());
     }
 
     /**
