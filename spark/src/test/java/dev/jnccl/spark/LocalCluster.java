@@ -21,7 +21,9 @@ import org.apache.spark.api.java.JavaSparkContext;
  * The Workers launch executors from {@code SPARK_HOME}, which surefire names and {@link #start} fills
  * (a {@code RELEASE} file, {@code conf/log4j2.properties}, an empty {@code jars} folder: the executors
  * get this JVM's class path); surefire also sets {@code SPARK_SCALA_VERSION} and {@code SPARK_LOCAL_IP}.
- * Everything binds to 127.0.0.1; the executors run jnccl on the host emulation.
+ * Everything binds to 127.0.0.1; the executors run jnccl on the host emulation. Each executor's
+ * output (its jnccl log lines, a failed rank's stack trace) is in
+ * {@code spark/target/spark-home/work/app-*}{@code /<executor>/stderr}.
  */
 final class LocalCluster {
     /** Executor JVMs of the cluster. */
