@@ -7,6 +7,7 @@ import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
 import java.util.TreeSet;
@@ -46,20 +47,16 @@ final class LocalCluster {
     static LocalCluster start(String name, String... settings) throws IOException, InterruptedException {
         Set<String> shmBefore = shmSegments();
         fakeSparkHome();
-        SparkConf conf = new SparkConf().setMaster("local-cluster[" + EXECUTORS + ",2,1024]").setAppName(name)
-                .set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
-                .set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false")
-                .set("spark.executor.memory", "768m")
-                .set("spark.executor.extraClassPath", System.getProperty("java.class.path"))
+        List<String> all = new ArrayList<>(List.of("spark.executor.memory=768m",
+                "spark.executor.extraClassPath=" + System.getProperty("java.class.path"),
                 // The executors' backend (the emulation: no GPU here); Spark 4.2 itself passes them
                 // --enable-native-access=ALL-UNNAMED and --sun-misc-unsafe-memory-access=allow.
-                .set("spark.executor.extraJavaOptions", "-Djnccl.backend=host"
-                        + " -Dslf4j.provider=org.apache.logging.slf4j.SLF4JServiceProvider")
+                "spark.executor.extraJavaOptions=-Djnccl.backend=host"
+                        + " -Dslf4j.provider=org.apache.logging.slf4j.SLF4JServiceProvider",
                 // Barrier stages retry up to this many attempts (spark.task.maxFailures does not apply).
-                .set("spark.stage.maxConsecutiveAttempts", "2");
-        for (String setting : settings) {
-            conf.set(setting.substring(0, setting.indexOf('=')), setting.substring(setting.indexOf('=') + 1));
-        }
+                "spark.stage.maxConsecutiveAttempts=2"));
+        all.addAll(List.of(settings));
+        SparkConf conf = LocalSpark.conf("local-cluster[" + EXECUTORS + ",2,1024]", name, all.toArray(String[]::new));
         LocalCluster cluster = new LocalCluster(new JavaSparkContext(conf), shmBefore);
         cluster.awaitExecutors();
         return cluster;
