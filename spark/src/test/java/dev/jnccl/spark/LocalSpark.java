@@ -22,13 +22,21 @@ final class LocalSpark {
      * @param settings further Spark settings, as {@code key=value}
      */
     static JavaSparkContext start(String master, String name, String... settings) {
+        return new JavaSparkContext(conf(master, name, settings));
+    }
+
+    /**
+     * The configuration of a test's Spark: on the loopback address, no UI, and {@code settings}
+     * ({@code key=value}, later ones winning).
+     */
+    static SparkConf conf(String master, String name, String... settings) {
         SparkConf conf = new SparkConf().setMaster(master).setAppName(name)
                 .set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
                 .set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false");
         for (String setting : settings) {
             conf.set(setting.substring(0, setting.indexOf('=')), setting.substring(setting.indexOf('=') + 1));
         }
-        return new JavaSparkContext(conf);
+        return conf;
     }
 
     /** Exit status of the programs for a bad command line. */

@@ -18,11 +18,8 @@ import java.time.Duration;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
-import java.util.TreeSet;
 import java.util.concurrent.TimeUnit;
-import java.util.stream.Stream;
 import org.apache.spark.BarrierTaskContext;
-import org.apache.spark.SparkConf;
 import org.apache.spark.SparkException;
 import org.apache.spark.api.java.JavaSparkContext;
 import org.junit.jupiter.api.AfterAll;
@@ -32,62 +29,36 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 /**
- * Spark barrier mode on a real standalone cluster: {@code local-cluster[2,2,1024]} starts a Master
- * and two Workers in this JVM, and each Worker forks an executor JVM, as on a cluster; four ranks
- * then run as tasks of two executor processes, meeting on the host emulation through
- * {@code /dev/shm} (so on this one machine). Spark comes from the Maven jars: the test builds a
- * {@code SPARK_HOME} for the Workers (a {@code RELEASE} file, {@code conf/log4j2.properties}, an
- * empty {@code jars} folder) and gives the executors this JVM's class path; surefire sets
- * {@code SPARK_HOME}, {@code SPARK_SCALA_VERSION} and {@code SPARK_LOCAL_IP}. Everything binds to
- * 127.0.0.1; every executor process has ended and no segment is left in {@code /dev/shm} when the
- * class is done.
+ * Spark barrier mode on a real standalone cluster ({@link LocalCluster}: a Master and two Workers in
+ * this JVM, two executor JVMs, started from the Maven jars): four ranks as tasks of two executor
+ * processes, meeting on the host emulation through {@code /dev/shm} (so on this one machine). Every
+ * executor process has ended and no segment is left in {@code /dev/shm} when the class is done.
  */
 @Timeout(value = 3, unit = TimeUnit.MINUTES)
 class SparkClusterTest {
     private static final int TASKS = 4;
+    private static LocalCluster cluster;
     private static JavaSparkContext spark;
-    private static Set<String> shmBefore;
     /** Where the ranks of the executor processes leave what the test reads (this one machine). */
     private static Path records;
 
     @BeforeAll
     static void startCluster() throws Exception {
-        shmBefore = shmSegments();
         records = Files.createTempDirectory("jnccl-spark-cluster-");
-        fakeSparkHome();
-        SparkConf conf = new SparkConf().setMaster("local-cluster[2,2,1024]").setAppName("jnccl-spark-cluster-test")
-                .set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress", "127.0.0.1")
-                .set("spark.ui.enabled", "false").set("spark.ui.showConsoleProgress", "false")
-                .set("spark.executor.memory", "768m")
-                .set("spark.executor.extraClassPath", System.getProperty("java.class.path"))
-                // The executors' backend (the emulation: no GPU here); Spark 4.2 itself passes them
-                // --enable-native-access=ALL-UNNAMED and --sun-misc-unsafe-memory-access=allow.
-                .set("spark.executor.extraJavaOptions", "-Djnccl.backend=host"
-                        + " -Dslf4j.provider=org.apache.logging.slf4j.SLF4JServiceProvider")
-                // Barrier stages retry up to this many attempts (spark.task.maxFailures does not apply).
-                .set("spark.stage.maxConsecutiveAttempts", "2");
-        spark = new JavaSparkContext(conf);
-        awaitExecutors(2, Duration.ofSeconds(120));
+        cluster = LocalCluster.start("jnccl-spark-cluster-test");
+        spark = cluster.spark();
     }
 
     @BeforeEach
     void bothExecutorsUp() throws InterruptedException {
-        awaitExecutors(2, Duration.ofSeconds(120)); // a scenario may have lost one (Spark replaces it)
+        cluster.awaitExecutors(); // a scenario may have lost one (Spark replaces it)
     }
 
     @AfterAll
     static void stopCluster() throws Exception {
-        if (spark == null) {
-            return;
+        if (cluster != null) {
+            cluster.stop();
         }
-        List<ProcessHandle> executors = ProcessHandle.current().descendants().toList();
-        spark.stop();
-        for (ProcessHandle executor : executors) {
-            executor.onExit().get(60, TimeUnit.SECONDS);
-        }
-        Set<String> left = shmSegments();
-        left.removeAll(shmBefore);
-        assertEquals(Set.of(), left, "/dev/shm segments left by the executors");
     }
 
     @Test
@@ -328,37 +299,5 @@ class SparkClusterTest {
         }
         assertTrue(Files.exists(file), "no executor recorded '" + event + "' within 30 s");
         return Long.parseLong(Files.readString(file).strip());
-    }
-
-    /** The Workers' SPARK_HOME (surefire names it): what a Spark distribution's launcher code looks for. */
-    private static void fakeSparkHome() throws IOException {
-        String home = System.getenv("SPARK_HOME");
-        assertTrue(home != null && "2.13".equals(System.getenv("SPARK_SCALA_VERSION")), "SPARK_HOME (" + home
-                + ") and SPARK_SCALA_VERSION=2.13 must be set (jnccl-spark's surefire configuration does)");
-        Path root = Path.of(home);
-        Files.createDirectories(root.resolve("conf"));
-        Files.createDirectories(root.resolve("jars")); // the executors get the test's class path instead
-        Files.writeString(root.resolve("RELEASE"), "Spark " + org.apache.spark.package$.MODULE$.SPARK_VERSION()
-                + " (a SPARK_HOME of jnccl-spark's tests: Maven's jars, no distribution)\n");
-        try (var log4j = SparkClusterTest.class.getResourceAsStream("/log4j2.properties")) {
-            Files.write(root.resolve("conf/log4j2.properties"), log4j.readAllBytes());
-        }
-    }
-
-    /** Waits for {@code count} executors to register: a barrier stage submitted before waits 15 s per try. */
-    private static void awaitExecutors(int count, Duration limit) throws InterruptedException {
-        long deadline = System.nanoTime() + limit.toNanos();
-        while (spark.sc().statusTracker().getExecutorInfos().length < count + 1) { // + the driver
-            assertTrue(System.nanoTime() < deadline, "executors did not register within " + limit);
-            Thread.sleep(200);
-        }
-    }
-
-    private static Set<String> shmSegments() throws IOException {
-        try (Stream<Path> entries = Files.list(Path.of("/dev/shm"))) {
-            Set<String> names = new TreeSet<>();
-            entries.map(p -> p.getFileName().toString()).filter(n -> n.startsWith("jnccl-")).forEach(names::add);
-            return names;
-        }
     }
 }
