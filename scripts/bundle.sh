@@ -17,7 +17,8 @@
 # what it would do and stops. It builds first (./mvnw install, tests compiled, not run), then prints
 # the bundle's size.
 set -euo pipefail
-case ${1:-} in -h|--help) sed -n '2,/^[^#]/{/^#/!q;s/^# \{0,1\}//;p}' "$0"; exit 0 ;; esac
+. "$(dirname "$0")/lib/build.sh" # build_needed, maven_build, script_help
+case ${1:-} in -h|--help) script_help "$0"; exit 0 ;; esac
 dry_run=0
 if [ "${1:-}" = --dry-run ]; then dry_run=1; shift; fi
 [ $# -eq 1 ] && [ -n "$1" ] || { echo "usage: scripts/bundle.sh [--dry-run] OUT" >&2; exit 2; }
@@ -59,7 +60,6 @@ cd "$(dirname "$0")/.."
 require_jdk bundle.sh >&2
 junit_console_version=1.14.4 # JUnit Platform of the build's JUnit 5.14.4
 
-. scripts/lib/build.sh
 # Only when a source changed since the last bundle build (FORCE_BUILD=1 forces, SKIP_BUILD=1 skips).
 if build_needed target/jnccl-bundle.stamp; then
   maven_build bundle.sh target/jnccl-bundle.stamp install -DskipTests -Djnccl.skipSanitizers=true

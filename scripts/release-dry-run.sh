@@ -13,9 +13,9 @@
 # Needs a JDK 25+, gpg, and the network on a cold Maven cache (the gpg and publishing plugins).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-case ${1:-} in -h|--help) sed -n '2,/^[^#]/{/^#/!q;s/^# \{0,1\}//;p}' "$0"; exit 0 ;; esac
-. scripts/lib/jdk.sh
 . scripts/lib/build.sh
+case ${1:-} in -h|--help) script_help "$0"; exit 0 ;; esac
+. scripts/lib/jdk.sh
 require_jdk release-dry-run.sh >&2
 command -v gpg >/dev/null || { echo "release-dry-run.sh: gpg is needed (apt-get install gnupg)" >&2; exit 1; }
 snapshot=$(sed -n 's:^  <version>\(.*\)</version>$:\1:p' pom.xml | head -1)
