@@ -24,7 +24,7 @@ import java.time.Duration;
  * </ul>
  * The others all-reduce SUM {@value #COUNT} FP32 elements of random data and synchronize, which must
  * throw. Each rank prints the message of the exception it gets as one line, {@code ABORTED rank=R
- * <message, lines joined by " | ">}; an early culprit prints {@code RETURNED rank=R}. Watchdog
+ * <message, lines joined by " | ">}; an early culprit prints {@code RETURNED rank=R} as it returns. Watchdog
  * {@value #WATCHDOG_MILLIS} ms, polled every 50 ms; the consistency check follows {@code JNCCL_DEBUG}.
  */
 public final class MpiVerdictRank {
@@ -56,10 +56,6 @@ public final class MpiVerdictRank {
         } catch (CommunicatorAbortedException e) {
             report(rank[0], e); // the early culprit's close, or a failure outside the work
         }
-        if (rank[0] == CULPRIT && scenario.equals("early")) {
-            System.out.println("RETURNED rank=" + rank[0]);
-            System.out.flush();
-        }
         sleep(60_000); // MPI_Abort of a failing peer ends this process; the test's bound fails the job otherwise
         System.out.println("UNEXPECTED rank=" + rank[0] + ": the job did not end");
     }
@@ -85,6 +81,9 @@ public final class MpiVerdictRank {
             }
             case "early" -> {
                 if (culprit) {
+                    // Its close then waits, with its communicator aborted by the peers', for the job's end.
+                    System.out.println("RETURNED rank=" + comm.rank());
+                    System.out.flush();
                     return;
                 }
                 comm.allReduce(second, ReduceOp.SUM, c.compute());

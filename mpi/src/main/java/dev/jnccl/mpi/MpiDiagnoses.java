@@ -60,6 +60,8 @@ final class MpiDiagnoses {
     private final boolean[] aborted;
     /** The first reason a peer gave for its abort, or null. */
     private volatile String peerAbort;
+    /** Whether a peer's abort has started this rank's (one thread for it, however many peers abort). */
+    private final java.util.concurrent.atomic.AtomicBoolean following = new java.util.concurrent.atomic.AtomicBoolean();
     private volatile Communicator communicator;
     private volatile Thread answering;
 
@@ -149,7 +151,7 @@ final class MpiDiagnoses {
             peerAbort = "rank " + peer + " aborted: " + reason;
         }
         Communicator face = communicator;
-        if (face != null && !face.isAborted() && !face.isClosed()) {
+        if (face != null && !face.isAborted() && !face.isClosed() && following.compareAndSet(false, true)) {
             String why = peerAbort;
             // Not on this thread: NCCL's abort may take a while, and requests must still be answered.
             Thread.ofPlatform().daemon().name("jnccl-mpi-peer-abort-rank-" + rank).start(() -> face.abort(why));

@@ -414,7 +414,12 @@ final class MpiHost implements HostSide, RankEvents, Failures {
     @Override
     public void closed(boolean aborted) {
         if (aborted) {
-            return; // the job is being ended with MPI_Abort: its diagnoses' channel still hears the peers' aborts
+            // The job is being ended with MPI_Abort (its diagnoses' channel still hears the peers'
+            // aborts): the closing thread waits for that end, as MpiCommunicators.run does, rather
+            // than going on (and maybe ending the process) before the peers have reported theirs.
+            Communicator face = communicator;
+            JobEnd.await(face == null ? 0 : face.options().closeTimeout().toMillis() + 1_000);
+            return;
         }
         diagnoses.stop();
         if (pendingSplit != null && !pendingSplit.equals(mpi.commNull())) {
