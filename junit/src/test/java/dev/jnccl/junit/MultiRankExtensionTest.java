@@ -163,6 +163,14 @@ class MultiRankExtensionTest {
     }
 
     @Test
+    void anAssumptionThatFailsInARankSkipsTheInvocation() {
+        Events tests = run(MultiRankFixtures.AssumptionInARank.class).testEvents();
+        tests.assertStatistics(stats -> stats.started(1).aborted(1).failed(0));
+        Throwable reason = thrown(tests.aborted().list().getFirst());
+        assertEquals("Assumption failed: rank 1 needs a second NIC", reason.getMessage());
+    }
+
+    @Test
     void anInjectedFailureNamesTheRankAndItsOperation() {
         assumeHost();
         AssertionFailedError failure = failure(MultiRankFixtures.FaultFails.class);

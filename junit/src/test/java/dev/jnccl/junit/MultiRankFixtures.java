@@ -143,6 +143,15 @@ final class MultiRankFixtures {
         }
     }
 
+    static class AssumptionInARank {
+        @MultiRankTest(worlds = 2)
+        void rankOneNeedsSomethingAbsent(Communicator comm) {
+            comm.barrier();
+            org.junit.jupiter.api.Assumptions.assumeTrue(comm.rank() != 1, "rank 1 needs a second NIC");
+            comm.barrier(); // released: rank 1 left
+        }
+    }
+
     static class FaultFails extends FreesMemory {
         @MultiRankTest(worlds = 3)
         @InjectFault(kind = InjectFault.Kind.FAIL, rank = 1, at = 2)
