@@ -83,6 +83,16 @@ class MultiRankExtensionTest {
         return t.getCause() == null ? text.toString() : text.append("\n  cause: ").append(withCauses(t.getCause())).toString();
     }
 
+    /**
+     * Skips (visibly) a case whose fixture needs {@code devices} devices, one per rank: the emulation
+     * has 8; a GPU machine runs the case on real NCCL when it has enough.
+     */
+    private static void assumeDevices(int devices) {
+        int visible = JncclRuntime.query().deviceCount();
+        org.junit.jupiter.api.Assumptions.assumeTrue(visible >= devices, () -> "the fixture needs " + devices
+                + " devices; backend " + backend() + " has " + visible);
+    }
+
     private static void assumeHost() {
         org.junit.jupiter.api.Assumptions.assumeTrue(JncclRuntime.query().backend() == Backend.HOST,
                 "fault injection needs the host emulation");
@@ -90,6 +100,7 @@ class MultiRankExtensionTest {
 
     @Test
     void eachWorldIsAnInvocationNamedWithItsWorldAndBackendAndEveryRankChecksItsData() {
+        assumeDevices(3);
         Events tests = run(MultiRankFixtures.Worlds.class).testEvents();
         assertPassed(tests, 3);
         String b = backend();
@@ -124,6 +135,7 @@ class MultiRankExtensionTest {
 
     @Test
     void aWorldLargerThanTheVisibleDevicesIsSkippedWithTheReason() {
+        assumeDevices(2);
         Events tests = run(MultiRankFixtures.TooFewDevices.class).testEvents();
         tests.assertStatistics(stats -> stats.started(2).succeeded(1).aborted(1).failed(0));
         Event skipped = tests.aborted().list().getFirst();
@@ -136,6 +148,7 @@ class MultiRankExtensionTest {
 
     @Test
     void aFailingRankIsNamedWithTheWorldAndTheReleasedRanksErrorsAreAttached() {
+        assumeDevices(3);
         AssertionFailedError failure = failure(MultiRankFixtures.OneRankFails.class);
         String message = failure.getMessage();
         assertTrue(message.startsWith("world 3 [" + backend() + "] of OneRankFails.rankOneThrows(): rank 1 failed"
@@ -150,6 +163,7 @@ class MultiRankExtensionTest {
 
     @Test
     void everyFailingRankIsNamed() {
+        assumeDevices(4);
         AssertionFailedError failure = failure(MultiRankFixtures.TwoRanksFail.class);
         String message = failure.getMessage();
         assertTrue(message.startsWith("world 4 [" + backend() + "] of TwoRanksFail.ranksZeroAndTwoThrow(): 2 ranks failed"
@@ -164,6 +178,7 @@ class MultiRankExtensionTest {
 
     @Test
     void anAssumptionThatFailsInARankSkipsTheInvocation() {
+        assumeDevices(2);
         Events tests = run(MultiRankFixtures.AssumptionInARank.class).testEvents();
         tests.assertStatistics(stats -> stats.started(1).aborted(1).failed(0));
         Throwable reason = thrown(tests.aborted().list().getFirst());
@@ -236,6 +251,7 @@ class MultiRankExtensionTest {
 
     @Test
     void anInterruptOfTheTestThreadAbortsThePack() {
+        assumeDevices(2);
         Event failed = run(MultiRankFixtures.InterruptedByJUnitTimeout.class).testEvents().failed().list().getFirst();
         Throwable thrown = thrown(failed);
         assertInstanceOf(java.util.concurrent.TimeoutException.class, thrown, thrown::toString);
@@ -244,6 +260,7 @@ class MultiRankExtensionTest {
 
     @Test
     void multiRankTestsRunOneAtATimeUnderParallelExecution() {
+        assumeDevices(3);
         MultiRankFixtures.MOST_RUNNING.set(0);
         assertPassed(run(MultiRankFixtures.Parallel.class, "junit.jupiter.execution.parallel.enabled", "true",
                 "junit.jupiter.execution.parallel.mode.default", "concurrent",
