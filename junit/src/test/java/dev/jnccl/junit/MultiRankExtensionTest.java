@@ -147,6 +147,47 @@ class MultiRankExtensionTest {
     }
 
     @Test
+    void autoFollowsTheRunsPlacement() {
+        assumeHost();
+        Events gpus = run(MultiRankFixtures.AutoPlacement.class).testEvents();
+        gpus.assertStatistics(stats -> stats.started(1).aborted(1));
+        String reason = thrown(gpus.aborted().list().getFirst()).getMessage();
+        assertTrue(reason.startsWith("Assumption failed: world 9 needs 9 devices"), reason);
+        Events host = withPlacement("host", () -> run(MultiRankFixtures.AutoPlacement.class).testEvents());
+        assertPassed(host, 1);
+        assertEquals("world 9 [host, shared]", names(host.started()).getFirst());
+        Set<String> expected = new TreeSet<>();
+        for (int rank = 0; rank < 9; rank++) {
+            expected.add("rank " + rank + " on device " + rank % 8);
+        }
+        assertEquals(expected, new TreeSet<>(MultiRankFixtures.SEEN));
+    }
+
+    @Test
+    void anUnknownRunPlacementIsRefused() {
+        withPlacement("everywhere", () -> {
+            assertRefused(MultiRankFixtures.AutoPlacement.class, "system property jnccl.junit.placement is"
+                    + " 'everywhere' (for AutoPlacement.nineRanks()); expected one of gpus, shared, host");
+            return null;
+        });
+    }
+
+    /** {@code body} with {@code -Djnccl.junit.placement=placement}; the property is restored after. */
+    private static <T> T withPlacement(String placement, java.util.function.Supplier<T> body) {
+        String before = System.getProperty(Placement.PROPERTY);
+        System.setProperty(Placement.PROPERTY, placement);
+        try {
+            return body.get();
+        } finally {
+            if (before == null) {
+                System.clearProperty(Placement.PROPERTY);
+            } else {
+                System.setProperty(Placement.PROPERTY, before);
+            }
+        }
+    }
+
+    @Test
     void aFailingRankIsNamedWithTheWorldAndTheReleasedRanksErrorsAreAttached() {
         assumeDevices(3);
         AssertionFailedError failure = failure(MultiRankFixtures.OneRankFails.class);

@@ -112,6 +112,14 @@ final class MultiRankFixtures {
         }
     }
 
+    static class AutoPlacement extends FreesMemory {
+        @MultiRankTest(worlds = 9)
+        void nineRanks(Communicator comm, RankInfo rank) {
+            SEEN.add("rank " + rank.rank() + " on device " + comm.device());
+            allReduceChecked(comm, 999);
+        }
+    }
+
     static class TooFewDevices extends FreesMemory {
         @MultiRankTest(worlds = {2, 64}, placement = Placement.GPUS)
         void oneRankPerDevice(Communicator comm) {
