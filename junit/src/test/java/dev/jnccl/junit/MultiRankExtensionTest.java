@@ -278,7 +278,7 @@ class MultiRankExtensionTest {
         assumeHost();
         AssertionFailedError failure = failure(MultiRankFixtures.Deadline.class);
         String message = failure.getMessage();
-        assertTrue(message.startsWith("world 2 [host] of Deadline.hangsWithoutAWatchdog() did not finish within 2 s"
+        assertTrue(message.startsWith("world 2 [host] of Deadline.hangsWithoutAWatchdog() did not finish within 5 s"
                 + " (@MultiRankTest timeoutSeconds): the pack was aborted."), message);
         for (int rank = 0; rank < 2; rank++) {
             assertTrue(message.contains("rank " + rank + " recent transactions:\n  "), message);

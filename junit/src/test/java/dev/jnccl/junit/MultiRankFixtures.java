@@ -84,12 +84,12 @@ final class MultiRankFixtures {
         }
     }
 
-    /** A watchdog of 1 s polled every 50 ms: a hung or slow transaction aborts the pack quickly. */
+    /** A watchdog of 2 s polled every 50 ms: a hung or slow transaction aborts the pack quickly. */
     static final class QuickWatchdog implements Supplier<ThreadsOptions> {
         @Override
         public ThreadsOptions get() {
             return ThreadsOptions.defaults().withCommunicator(CommunicatorOptions.defaults()
-                    .withWatchdog(Duration.ofSeconds(1)).withWatchdogInterval(Duration.ofMillis(50)));
+                    .withWatchdog(Duration.ofSeconds(2)).withWatchdogInterval(Duration.ofMillis(50)));
         }
     }
 
@@ -210,12 +210,12 @@ final class MultiRankFixtures {
         @InjectFault(kind = InjectFault.Kind.LAG, rank = 0, lagMicros = 6_000_000)
         void aRankSlowerThanTheWatchdogAbortsThePack(Communicator comm) {
             allReduceChecked(comm, 64);
-            fail("rank " + comm.rank() + ": the all-reduce completed although rank 0 lags 6 s behind a 1 s watchdog");
+            fail("rank " + comm.rank() + ": the all-reduce completed although rank 0 lags 6 s behind a 2 s watchdog");
         }
     }
 
     static class Deadline extends FreesMemory {
-        @MultiRankTest(worlds = 2, timeoutSeconds = 2)
+        @MultiRankTest(worlds = 2, timeoutSeconds = 5)
         @InjectFault(kind = InjectFault.Kind.HANG, rank = 0, at = 2)
         void hangsWithoutAWatchdog(Communicator comm) {
             allReduceChecked(comm, 64);
