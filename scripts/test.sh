@@ -33,7 +33,8 @@ fi
 ./mvnw -B install "$@"
 
 # The consumer check (src/test/consumer, not a reactor module): imports jnccl-bom, depends on
-# jnccl-threads and jnccl-spark, builds and runs on the module path. Only after a build of the whole reactor.
+# jnccl-threads and jnccl-spark, builds and runs on the module path, and runs a multi-rank JUnit test
+# through jnccl-junit. Only after a build of the whole reactor.
 for arg in "$@"; do
   case "$arg" in
     -pl|--projects|-pl=*|--projects=*|-rf|--resume-from|-rf=*|--resume-from=*)

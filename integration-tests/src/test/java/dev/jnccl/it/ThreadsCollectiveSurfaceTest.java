@@ -1,62 +1,87 @@
 package dev.jnccl.it;
 
-import dev.jnccl.it.Packs.Mode;
-import java.util.ArrayList;
-import java.util.List;
+import dev.jnccl.Communicator;
+import dev.jnccl.junit.MultiRankTest;
 import java.util.concurrent.TimeUnit;
-import java.util.stream.Stream;
+import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Timeout;
-import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.Arguments;
-import org.junit.jupiter.params.provider.MethodSource;
 
 /**
  * Threads mode, worlds 1 to 8: the out-of-place all-reduce, reduce-scatter and broadcast, reduce
  * to every root, gather and scatter (non-roots without buffers, in place on the root) and the
- * uneven all-to-all, with NCCL and with the memcpy transports (which leave these commands to
- * NCCL, next to the sends and receives they move themselves), against Java references element by
- * element ({@link CollectiveScenarios}).
+ * uneven all-to-all and all-gather, with NCCL and with the memcpy transports (which leave these
+ * commands to NCCL, next to the sends and receives they move themselves), against Java references
+ * element by element ({@link CollectiveScenarios}). Each is a {@code @MultiRankTest} (jnccl-junit):
+ * one invocation per world, each rank calling the method with its communicator.
  */
 @Timeout(value = 180, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
 class ThreadsCollectiveSurfaceTest {
+    /** The data's seed ({@code -Djnccl.it.seed} fixes it; messages print it). */
+    private static final long SEED = Packs.newSeed();
 
-    /** Worlds 1 to 8, NCCL only and every memcpy transport on. */
-    static Stream<Arguments> matrix() {
-        List<Arguments> cases = new ArrayList<>();
-        for (int world = 1; world <= 8; world++) {
-            cases.add(Arguments.of(world, new Mode(false, false)));
-            cases.add(Arguments.of(world, new Mode(true, true)));
-        }
-        return cases.stream();
+    /** No rank or watchdog thread outlives a test (the extension closes its packs, bounded). */
+    @AfterEach
+    void noPackThreadsLeft() {
+        Packs.assertNoPackThreads();
     }
 
-    @ParameterizedTest(name = "world {0}, {1}")
-    @MethodSource("matrix")
-    void outOfPlaceReductionsMatchTheReference(int world, Mode mode) {
-        Packs.run(world, mode.options(), CollectiveScenarios::outOfPlaceReductions);
+    /** The out-of-place all-reduce, reduce-scatter and broadcast, over NCCL. */
+    @MultiRankTest(worlds = {1, 2, 3, 4, 5, 6, 7, 8})
+    void outOfPlaceReductionsMatchTheReference(Communicator comm) {
+        Packs.asRank(comm, SEED, CollectiveScenarios::outOfPlaceReductions);
     }
 
-    @ParameterizedTest(name = "world {0}, {1}")
-    @MethodSource("matrix")
-    void reduceToEveryRootMatchesTheReference(int world, Mode mode) {
-        Packs.run(world, mode.options(), CollectiveScenarios::reduceToEveryRoot);
+    /** As {@link #outOfPlaceReductionsMatchTheReference}, with threads mode's memcpy transports on. */
+    @MultiRankTest(worlds = {1, 2, 3, 4, 5, 6, 7, 8}, options = Packs.MemcpyTransports.class)
+    void outOfPlaceReductionsMatchTheReferenceByMemcpy(Communicator comm) {
+        Packs.asRank(comm, SEED, CollectiveScenarios::outOfPlaceReductions);
     }
 
-    @ParameterizedTest(name = "world {0}, {1}")
-    @MethodSource("matrix")
-    void gatherAndScatterOfEveryDtypeMatchTheReference(int world, Mode mode) {
-        Packs.run(world, mode.options(), CollectiveScenarios::gatherAndScatterOfEveryDtype);
+    /** Reduce to every root, over NCCL. */
+    @MultiRankTest(worlds = {1, 2, 3, 4, 5, 6, 7, 8})
+    void reduceToEveryRootMatchesTheReference(Communicator comm) {
+        Packs.asRank(comm, SEED, CollectiveScenarios::reduceToEveryRoot);
     }
 
-    @ParameterizedTest(name = "world {0}, {1}")
-    @MethodSource("matrix")
-    void unevenAllToAllOfEveryDtypeMatchesTheReference(int world, Mode mode) {
-        Packs.run(world, mode.options(), CollectiveScenarios::unevenAllToAllOfEveryDtype);
+    /** As {@link #reduceToEveryRootMatchesTheReference}, with threads mode's memcpy transports on. */
+    @MultiRankTest(worlds = {1, 2, 3, 4, 5, 6, 7, 8}, options = Packs.MemcpyTransports.class)
+    void reduceToEveryRootMatchesTheReferenceByMemcpy(Communicator comm) {
+        Packs.asRank(comm, SEED, CollectiveScenarios::reduceToEveryRoot);
     }
 
-    @ParameterizedTest(name = "world {0}, {1}")
-    @MethodSource("matrix")
-    void unevenAllGatherOfEveryDtypeMatchesTheReference(int world, Mode mode) {
-        Packs.run(world, mode.options(), CollectiveScenarios::unevenAllGatherOfEveryDtype);
+    /** Gather and scatter of every dtype (non-roots without buffers, in place on the root), over NCCL. */
+    @MultiRankTest(worlds = {1, 2, 3, 4, 5, 6, 7, 8})
+    void gatherAndScatterOfEveryDtypeMatchTheReference(Communicator comm) {
+        Packs.asRank(comm, SEED, CollectiveScenarios::gatherAndScatterOfEveryDtype);
+    }
+
+    /** As {@link #gatherAndScatterOfEveryDtypeMatchTheReference}, with threads mode's memcpy transports on. */
+    @MultiRankTest(worlds = {1, 2, 3, 4, 5, 6, 7, 8}, options = Packs.MemcpyTransports.class)
+    void gatherAndScatterOfEveryDtypeMatchTheReferenceByMemcpy(Communicator comm) {
+        Packs.asRank(comm, SEED, CollectiveScenarios::gatherAndScatterOfEveryDtype);
+    }
+
+    /** The uneven all-to-all of every dtype, over NCCL. */
+    @MultiRankTest(worlds = {1, 2, 3, 4, 5, 6, 7, 8})
+    void unevenAllToAllOfEveryDtypeMatchesTheReference(Communicator comm) {
+        Packs.asRank(comm, SEED, CollectiveScenarios::unevenAllToAllOfEveryDtype);
+    }
+
+    /** As {@link #unevenAllToAllOfEveryDtypeMatchesTheReference}, with threads mode's memcpy transports on. */
+    @MultiRankTest(worlds = {1, 2, 3, 4, 5, 6, 7, 8}, options = Packs.MemcpyTransports.class)
+    void unevenAllToAllOfEveryDtypeMatchesTheReferenceByMemcpy(Communicator comm) {
+        Packs.asRank(comm, SEED, CollectiveScenarios::unevenAllToAllOfEveryDtype);
+    }
+
+    /** The uneven all-gather of every dtype, over NCCL. */
+    @MultiRankTest(worlds = {1, 2, 3, 4, 5, 6, 7, 8})
+    void unevenAllGatherOfEveryDtypeMatchesTheReference(Communicator comm) {
+        Packs.asRank(comm, SEED, CollectiveScenarios::unevenAllGatherOfEveryDtype);
+    }
+
+    /** As {@link #unevenAllGatherOfEveryDtypeMatchesTheReference}, with threads mode's memcpy transports on. */
+    @MultiRankTest(worlds = {1, 2, 3, 4, 5, 6, 7, 8}, options = Packs.MemcpyTransports.class)
+    void unevenAllGatherOfEveryDtypeMatchesTheReferenceByMemcpy(Communicator comm) {
+        Packs.asRank(comm, SEED, CollectiveScenarios::unevenAllGatherOfEveryDtype);
     }
 }

@@ -47,6 +47,9 @@ import org.junit.jupiter.api.extension.ExtendWith;
 @Documented
 @TestTemplate
 @ExtendWith(MultiRankExtension.class)
+// The extension and the default options are this annotation's values, which JUnit and the extension
+// read reflectively; a user's code never names them, so they stay out of the API.
+@SuppressWarnings("exports")
 public @interface MultiRankTest {
     /**
      * The world sizes, each one invocation, in this order: 1 to 1024 ranks each, no repeats.

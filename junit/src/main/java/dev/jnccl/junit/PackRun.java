@@ -67,7 +67,7 @@ final class PackRun {
                     + " for the multi-rank tests before it (they run one at a time; running: " + holder + ")");
         }
         holder = plan.displayName() + " of " + settings.test();
-        try (AutoCloseable ignored = environment(plan.environment())) {
+        try (AutoCloseable _ = environment(plan.environment())) {
             runPack();
         } finally {
             holder = "none";

@@ -83,6 +83,16 @@ class MultiRankExtensionTest {
         return t.getCause() == null ? text.toString() : text.append("\n  cause: ").append(withCauses(t.getCause())).toString();
     }
 
+    /**
+     * Skips (visibly) a case whose fixture needs {@code devices} devices, one per rank: the emulation
+     * has 8; a GPU machine runs the case on real NCCL when it has enough.
+     */
+    private static void assumeDevices(int devices) {
+        int visible = JncclRuntime.query().deviceCount();
+        org.junit.jupiter.api.Assumptions.assumeTrue(visible >= devices, () -> "the fixture needs " + devices
+                + " devices; backend " + backend() + " has " + visible);
+    }
+
     private static void assumeHost() {
         org.junit.jupiter.api.Assumptions.assumeTrue(JncclRuntime.query().backend() == Backend.HOST,
                 "fault injection needs the host emulation");
@@ -90,6 +100,7 @@ class MultiRankExtensionTest {
 
     @Test
     void eachWorldIsAnInvocationNamedWithItsWorldAndBackendAndEveryRankChecksItsData() {
+        assumeDevices(3);
         Events tests = run(MultiRankFixtures.Worlds.class).testEvents();
         assertPassed(tests, 3);
         String b = backend();
@@ -124,6 +135,7 @@ class MultiRankExtensionTest {
 
     @Test
     void aWorldLargerThanTheVisibleDevicesIsSkippedWithTheReason() {
+        assumeDevices(2);
         Events tests = run(MultiRankFixtures.TooFewDevices.class).testEvents();
         tests.assertStatistics(stats -> stats.started(2).succeeded(1).aborted(1).failed(0));
         Event skipped = tests.aborted().list().getFirst();
@@ -135,7 +147,49 @@ class MultiRankExtensionTest {
     }
 
     @Test
+    void autoFollowsTheRunsPlacement() {
+        assumeHost();
+        Events gpus = run(MultiRankFixtures.AutoPlacement.class).testEvents();
+        gpus.assertStatistics(stats -> stats.started(1).aborted(1));
+        String reason = thrown(gpus.aborted().list().getFirst()).getMessage();
+        assertTrue(reason.startsWith("Assumption failed: world 9 needs 9 devices"), reason);
+        Events host = withPlacement("host", () -> run(MultiRankFixtures.AutoPlacement.class).testEvents());
+        assertPassed(host, 1);
+        assertEquals("world 9 [host, shared]", names(host.started()).getFirst());
+        Set<String> expected = new TreeSet<>();
+        for (int rank = 0; rank < 9; rank++) {
+            expected.add("rank " + rank + " on device " + rank % 8);
+        }
+        assertEquals(expected, new TreeSet<>(MultiRankFixtures.SEEN));
+    }
+
+    @Test
+    void anUnknownRunPlacementIsRefused() {
+        withPlacement("everywhere", () -> {
+            assertRefused(MultiRankFixtures.AutoPlacement.class, "system property jnccl.junit.placement is"
+                    + " 'everywhere' (for AutoPlacement.nineRanks()); expected one of gpus, shared, host");
+            return null;
+        });
+    }
+
+    /** {@code body} with {@code -Djnccl.junit.placement=placement}; the property is restored after. */
+    private static <T> T withPlacement(String placement, java.util.function.Supplier<T> body) {
+        String before = System.getProperty(Placement.PROPERTY);
+        System.setProperty(Placement.PROPERTY, placement);
+        try {
+            return body.get();
+        } finally {
+            if (before == null) {
+                System.clearProperty(Placement.PROPERTY);
+            } else {
+                System.setProperty(Placement.PROPERTY, before);
+            }
+        }
+    }
+
+    @Test
     void aFailingRankIsNamedWithTheWorldAndTheReleasedRanksErrorsAreAttached() {
+        assumeDevices(3);
         AssertionFailedError failure = failure(MultiRankFixtures.OneRankFails.class);
         String message = failure.getMessage();
         assertTrue(message.startsWith("world 3 [" + backend() + "] of OneRankFails.rankOneThrows(): rank 1 failed"
@@ -150,6 +204,7 @@ class MultiRankExtensionTest {
 
     @Test
     void everyFailingRankIsNamed() {
+        assumeDevices(4);
         AssertionFailedError failure = failure(MultiRankFixtures.TwoRanksFail.class);
         String message = failure.getMessage();
         assertTrue(message.startsWith("world 4 [" + backend() + "] of TwoRanksFail.ranksZeroAndTwoThrow(): 2 ranks failed"
@@ -160,6 +215,15 @@ class MultiRankExtensionTest {
         assertTrue(attached.contains("rank 2 lost its input"), attached::toString);
         long released = Stream.of(failure.getSuppressed()).filter(CommunicatorAbortedException.class::isInstance).count();
         assertEquals(2, released, attached::toString);
+    }
+
+    @Test
+    void anAssumptionThatFailsInARankSkipsTheInvocation() {
+        assumeDevices(2);
+        Events tests = run(MultiRankFixtures.AssumptionInARank.class).testEvents();
+        tests.assertStatistics(stats -> stats.started(1).aborted(1).failed(0));
+        Throwable reason = thrown(tests.aborted().list().getFirst());
+        assertEquals("Assumption failed: rank 1 needs a second NIC", reason.getMessage());
     }
 
     @Test
@@ -214,7 +278,7 @@ class MultiRankExtensionTest {
         assumeHost();
         AssertionFailedError failure = failure(MultiRankFixtures.Deadline.class);
         String message = failure.getMessage();
-        assertTrue(message.startsWith("world 2 [host] of Deadline.hangsWithoutAWatchdog() did not finish within 2 s"
+        assertTrue(message.startsWith("world 2 [host] of Deadline.hangsWithoutAWatchdog() did not finish within 5 s"
                 + " (@MultiRankTest timeoutSeconds): the pack was aborted."), message);
         for (int rank = 0; rank < 2; rank++) {
             assertTrue(message.contains("rank " + rank + " recent transactions:\n  "), message);
@@ -228,6 +292,7 @@ class MultiRankExtensionTest {
 
     @Test
     void anInterruptOfTheTestThreadAbortsThePack() {
+        assumeDevices(2);
         Event failed = run(MultiRankFixtures.InterruptedByJUnitTimeout.class).testEvents().failed().list().getFirst();
         Throwable thrown = thrown(failed);
         assertInstanceOf(java.util.concurrent.TimeoutException.class, thrown, thrown::toString);
@@ -236,6 +301,7 @@ class MultiRankExtensionTest {
 
     @Test
     void multiRankTestsRunOneAtATimeUnderParallelExecution() {
+        assumeDevices(3);
         MultiRankFixtures.MOST_RUNNING.set(0);
         assertPassed(run(MultiRankFixtures.Parallel.class, "junit.jupiter.execution.parallel.enabled", "true",
                 "junit.jupiter.execution.parallel.mode.default", "concurrent",
