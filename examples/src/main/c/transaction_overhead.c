@@ -15,7 +15,9 @@
  * Communicators (-m): blocking, nonblocking, split (jnccl's default CommunicatorMode.BLOCKING_SPLIT:
  * a non-blocking parent, split with ncclCommSplit(parent, 0, rank, &child, {blocking = 1,
  * splitShare = 1}); the child handle appears once the parent's async state leaves ncclInProgress;
- * the work runs on the blocking child), both (= blocking + nonblocking), all (the three).
+ * the work runs on the blocking child), both (= blocking + nonblocking), all (the three); also
+ * splitnoshare (the same split with splitShare = 0: a child with resources of its own, a candidate
+ * for jnccl's default that keeps a bounded init; not in all).
  *
  * Cases (each with every communicator chosen):
  *   transaction         cudaStreamWaitEvent(comms, ready) + ncclGroupStart + ncclReduceScatter (in
@@ -85,7 +87,7 @@
  *       transaction_overhead.c -L<dir of libjnccl_host.so> -l:libjnccl_host.so -Wl,-rpath,<that dir>
  *
  * Usage: transaction_overhead [-n ITERS] [-r REPS] [-w WARMUP] [-t MAX_SECONDS_PER_REP]
- *                             [-c COUNT] [-m MODE[,MODE...]: both|all|blocking|nonblocking|split] [-d DEVICE]
+ *                             [-c COUNT] [-m MODE[,MODE...]: both|all|blocking|nonblocking|split|splitnoshare] [-d DEVICE]
  *                             [--cases LIST] [--graph-transactions K,...]
  *                             [--world W --rank R --id-file FILE | --threads W]
  * (--cases: default transaction,all_reduce,all_reduce_ordered; the other cases and the graph cases
@@ -157,8 +159,8 @@
     }                                                                                       \
   } while (0)
 
-enum { COMM_NONBLOCKING = 0, COMM_BLOCKING = 1, COMM_SPLIT = 2 };
-static const char *COMM_NAMES[] = {"nonblocking", "blocking", "split"};
+enum { COMM_NONBLOCKING = 0, COMM_BLOCKING = 1, COMM_SPLIT = 2, COMM_SPLIT_NOSHARE = 3 };
+static const char *COMM_NAMES[] = {"nonblocking", "blocking", "split", "splitnoshare"};
 
 /* --threads: what the rank threads of this process share. */
 typedef struct {
@@ -184,7 +186,7 @@ typedef struct {
   size_t count;
   double maxSeconds;
   const char *cases;
-  int modes[3], nmodes;
+  int modes[4], nmodes;
   int graphSteps[16], ngraphSteps; /* --graph-transactions: K of each graph case's RESULT line */
 } plan_t;
 
@@ -490,12 +492,12 @@ static void setup(bench_t *b, rank_t *self, int device, size_t count, int kind) 
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = kind == COMM_BLOCKING;
   ended(b, ncclCommInitRankConfig(&b->comm, self->world, id, self->rank, &config), "ncclCommInitRankConfig");
-  if (kind == COMM_SPLIT) {
+  if (kind == COMM_SPLIT || kind == COMM_SPLIT_NOSHARE) {
     b->parent = b->comm;
     b->comm = NULL;
     ncclConfig_t child = NCCL_CONFIG_INITIALIZER;
     child.blocking = 1;
-    child.splitShare = 1;
+    child.splitShare = kind == COMM_SPLIT; /* splitnoshare: the child gets resources of its own */
     double start = now_seconds();
     ncclResult_t r = ncclCommSplit(b->parent, 0, self->rank, &b->comm, &child);
     if (r != ncclSuccess && r != ncclInProgress) {
@@ -610,7 +612,7 @@ static void measure(rank_t *self, const char *name, op_fn op, const plan_t *plan
 static void usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s [-n ITERS] [-r REPS] [-w WARMUP] [-t MAX_SECONDS_PER_REP] [-c COUNT]"
-          " [-m MODE[,MODE...]: both|all|blocking|nonblocking|split] [-d DEVICE]"
+          " [-m MODE[,MODE...]: both|all|blocking|nonblocking|split|splitnoshare] [-d DEVICE]"
           " [--cases transaction,all_reduce,all_reduce_ordered,reduce_scatter_ordered,broadcast_ordered,"
           "all_to_all_ordered,reduce_mean_ordered,reduce_max_ordered,reduce_norm_squared_ordered,"
           "graph_step_eager,graph_replay]"
@@ -794,7 +796,9 @@ int main(int argc, char **argv) {
       if (all || both || strcmp(name, "nonblocking") == 0) add_mode(&plan, COMM_NONBLOCKING);
       if (all || both || strcmp(name, "blocking") == 0) add_mode(&plan, COMM_BLOCKING);
       if (all || strcmp(name, "split") == 0) add_mode(&plan, COMM_SPLIT);
-      if (!all && !both && strcmp(name, "nonblocking") != 0 && strcmp(name, "blocking") != 0 && strcmp(name, "split") != 0) {
+      if (strcmp(name, "splitnoshare") == 0) add_mode(&plan, COMM_SPLIT_NOSHARE);
+      if (!all && !both && strcmp(name, "nonblocking") != 0 && strcmp(name, "blocking") != 0 && strcmp(name, "split") != 0
+          && strcmp(name, "splitnoshare") != 0) {
         usage(argv[0]);
       }
     }
