@@ -23,7 +23,7 @@
 #   C and jnccl: transaction, all_reduce_ordered, reduce_scatter_ordered, broadcast_ordered,
 #   all_to_all_ordered, reduce_mean_ordered, reduce_max_ordered, reduce_norm_squared_ordered; the
 #   table pairs C and jnccl by case name), C_MODES (the C program's -m, a comma list of: all (default),
-#   blocking, nonblocking, split, both), JAVA_MODES (MultiRankHostCost --mode: both (default),
+#   blocking, nonblocking, split, both, splitnoshare: the split with splitShare = 0, not in all), JAVA_MODES (MultiRankHostCost --mode: both (default),
 #   BLOCKING_SPLIT or NON_BLOCKING; C_MODES=blocking JAVA_MODES=BLOCKING_SPLIT: jnccl's default mode
 #   against its C baseline in 2/5 of the time), JAVA_OPTS (JVM flags;
 #   default -XX:CompileThresholdScaling=0.05: W processes time-slice the one GPU, so an operation takes

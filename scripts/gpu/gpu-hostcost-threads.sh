@@ -28,7 +28,8 @@
 #   ThreadsOptions.maxLead, default 0 = jnccl's default of 8: a rank more than that many transactions
 #   ahead of the slowest waits on the host, inside its timed loop; the C threads have no such throttle,
 #   so MAX_LEAD=65536, its largest, shows jnccl's cost without it), C_MODES (the C program's -m, a comma
-#   list: all (default), blocking, nonblocking, split, both), JAVA_MODES (ThreadsHostCost --mode: both
+#   list: all (default), blocking, nonblocking, split, both, and splitnoshare: the split with splitShare = 0,
+#   a candidate for jnccl's default, not in all), JAVA_MODES (ThreadsHostCost --mode: both
 #   (default), BLOCKING_SPLIT or NON_BLOCKING; C_MODES=blocking,split JAVA_MODES=BLOCKING_SPLIT: jnccl's
 #   default mode against its two C baselines in about a third of the time).
 set -euo pipefail
@@ -110,9 +111,10 @@ done
       jm[1] = "BLOCKING_SPLIT"; cm[1] = "split"
       jm[2] = "NON_BLOCKING";   cm[2] = "nonblocking"
       jm[3] = "-";              cm[3] = "blocking"
+      jm[4] = "-";              cm[4] = "splitnoshare"
       fmt = "%3s  %-27s %-15s %-12s %9s %9s %10s %10s %7s %7s\n"
       printf fmt, "W", "case", "mode", "C comm", "C us", "C host", "jnccl us", "jnccl host", "ratio", "r.host"
-      for (i = 0; i < nw; i++) for (c = 1; c <= nc; c++) for (m = 1; m <= 3; m++) {
+      for (i = 0; i < nw; i++) for (c = 1; c <= nc; c++) for (m = 1; m <= 4; m++) {
         w = worlds[i]
         ck = w SUBSEP cl[c] SUBSEP "C" SUBSEP cm[m]
         jk = w SUBSEP cl[c] SUBSEP "jnccl" SUBSEP jm[m]
@@ -123,6 +125,7 @@ done
       print ""
       print "C comm: the C program'"'"'s communicator for that jnccl mode: split = a non-blocking parent split into a"
       print "  blocking child (what BLOCKING_SPLIT does); blocking = NCCL'"'"'s default, no jnccl twin. ratio = jnccl / C."
+      print "  splitnoshare (C_MODES=...,splitnoshare) = that split with splitShare = 0 (a candidate, no jnccl twin yet)."
       print "host leaves out the every-256 synchronization: when far below us, the device set the pace."
     }'
 } | tee "$out/summary.txt"

@@ -85,7 +85,7 @@
  *       transaction_overhead.c -L<dir of libjnccl_host.so> -l:libjnccl_host.so -Wl,-rpath,<that dir>
  *
  * Usage: transaction_overhead [-n ITERS] [-r REPS] [-w WARMUP] [-t MAX_SECONDS_PER_REP]
- *                             [-c COUNT] [-m MODE[,MODE...]: both|all|blocking|nonblocking|split|split-noshare|split-bparent] [-d DEVICE]
+ *                             [-c COUNT] [-m MODE[,MODE...]: both|all|blocking|nonblocking|split|splitnoshare|splitbparent] [-d DEVICE]
  *                             [--cases LIST] [--graph-transactions K,...]
  *                             [--world W --rank R --id-file FILE | --threads W]
  * (--cases: default transaction,all_reduce,all_reduce_ordered; the other cases and the graph cases
@@ -157,11 +157,11 @@
     }                                                                                       \
   } while (0)
 
-/* split-noshare and split-bparent take jnccl's split apart: the same child without shared resources
+/* splitnoshare and splitbparent take jnccl's split apart: the same child without shared resources
  * (splitShare = 0), and the same child of a blocking parent; which of the two costs the split child
  * its extra host time against a plain blocking communicator. */
 enum { COMM_NONBLOCKING = 0, COMM_BLOCKING = 1, COMM_SPLIT = 2, COMM_SPLIT_NOSHARE = 3, COMM_SPLIT_BPARENT = 4, COMM_KINDS = 5 };
-static const char *COMM_NAMES[] = {"nonblocking", "blocking", "split", "split-noshare", "split-bparent"};
+static const char *COMM_NAMES[] = {"nonblocking", "blocking", "split", "splitnoshare", "splitbparent"};
 
 /* --threads: what the rank threads of this process share. */
 typedef struct {
@@ -615,7 +615,7 @@ static void measure(rank_t *self, const char *name, op_fn op, const plan_t *plan
 static void usage(const char *argv0) {
   fprintf(stderr,
           "usage: %s [-n ITERS] [-r REPS] [-w WARMUP] [-t MAX_SECONDS_PER_REP] [-c COUNT]"
-          " [-m MODE[,MODE...]: both|all|blocking|nonblocking|split|split-noshare|split-bparent] [-d DEVICE]"
+          " [-m MODE[,MODE...]: both|all|blocking|nonblocking|split|splitnoshare|splitbparent] [-d DEVICE]"
           " [--cases transaction,all_reduce,all_reduce_ordered,reduce_scatter_ordered,broadcast_ordered,"
           "all_to_all_ordered,reduce_mean_ordered,reduce_max_ordered,reduce_norm_squared_ordered,"
           "graph_step_eager,graph_replay]"

@@ -27,7 +27,8 @@ final class FlightRecorder {
      * A slot of the recorder, filled again once it is the oldest (read and written under the
      * recorder's lock): the commands are copied into its array, which grows only for a transaction
      * with more commands than the slot ever held, so that recording allocates nothing in steady
-     * state. The commands are immutable records, so holding them is as good as a copy of their values.
+     * state; a replay's slot refers to its graph's captured list instead ({@link #setReplay}). The
+     * commands are immutable records, so holding them is as good as a copy of their values.
      */
     static final class Entry {
         long sequence;
@@ -37,6 +38,8 @@ final class FlightRecorder {
          */
         long ordinal;
         Command[] commands = new Command[4];
+        /** A replay's commands: the graph's captured list itself (see {@link #setReplay}), else null. */
+        List<Command> replayed;
         int count;
         long executedNanos;
         /** The graph this transaction was captured into (it never runs itself), or 0. */
@@ -46,7 +49,6 @@ final class FlightRecorder {
         long completedNanos;
 
         void set(long sequence, List<Command> commands, long executedNanos, long capturedInto, long replayOf) {
-            this.sequence = sequence;
             int size = commands.size();
             if (size > this.commands.length) {
                 this.commands = new Command[Math.max(size, this.commands.length * 2)];
@@ -54,15 +56,44 @@ final class FlightRecorder {
             for (int i = 0; i < size; i++) {
                 this.commands[i] = commands.get(i);
             }
-            // Forget the commands of the transaction this slot held before (their tensors may be freed).
-            for (int i = size; i < count; i++) {
+            forgetFrom(size);
+            this.replayed = null;
+            fill(sequence, size, executedNanos, capturedInto, replayOf);
+        }
+
+        /**
+         * A replay of graph {@code graph}: its commands are the graph's captured list, which no longer
+         * changes once the graph exists (a graph is launched only after its capture ended), so the
+         * slot refers to it instead of copying it: recording a replay costs the same whatever the
+         * number of transactions the graph captured.
+         */
+        void setReplay(long sequence, List<Command> captured, long executedNanos, long graph) {
+            forgetFrom(0);
+            this.replayed = captured;
+            fill(sequence, captured.size(), executedNanos, 0, graph);
+        }
+
+        /** Forgets the copied commands this slot held from {@code index} on (their tensors may be freed). */
+        private void forgetFrom(int index) {
+            int held = replayed == null ? count : 0;
+            for (int i = index; i < held; i++) {
                 this.commands[i] = null;
             }
-            this.count = size;
+        }
+
+        private void fill(long sequence, int count, long executedNanos, long capturedInto, long replayOf) {
+            this.sequence = sequence;
+            this.count = count;
             this.executedNanos = executedNanos;
             this.capturedInto = capturedInto;
             this.replayOf = replayOf;
             this.completedNanos = 0;
+        }
+
+        /** {@return the {@code i}-th command} */
+        Command command(int i) {
+            List<Command> shared = replayed;
+            return shared != null ? shared.get(i) : commands[i];
         }
 
         /** {@return whether the entry is a transaction captured into a graph: it never completes itself} */
@@ -126,7 +157,7 @@ final class FlightRecorder {
             }
             sb.append(", ").append(count).append(" command(s)");
             for (int i = 0; i < count; i++) {
-                sb.append("\n      ").append(describe(commands[i]));
+                sb.append("\n      ").append(describe(command(i)));
             }
             return sb.toString();
         }
@@ -231,14 +262,24 @@ final class FlightRecorder {
      * is caught by the watchdog like one.
      *
      * @param sequence the replay's number (from the transactions' sequence)
-     * @param commands every command the graph captured, in capture order
+     * @param commands every command the graph captured, in capture order: kept, not copied (the
+     *                 graph's captured list, which no longer changes)
      * @param graph    the graph's id
      */
     synchronized void addReplay(long sequence, List<Command> commands, long graph) {
-        addEntry(sequence, commands, 0, graph).ordinal = ++recorded;
+        Entry entry = nextSlot();
+        entry.setReplay(sequence, commands, System.nanoTime(), graph);
+        entry.ordinal = ++recorded;
     }
 
     private Entry addEntry(long sequence, List<Command> commands, long capturedInto, long replayOf) {
+        Entry entry = nextSlot();
+        entry.set(sequence, commands, System.nanoTime(), capturedInto, replayOf);
+        return entry;
+    }
+
+    /** {@return the slot of the next entry: a new one while fewer than the capacity, else the oldest} */
+    private Entry nextSlot() {
         int index;
         if (size == capacity) {
             index = first;
@@ -252,7 +293,6 @@ final class FlightRecorder {
             entry = new Entry();
             slots[index] = entry;
         }
-        entry.set(sequence, commands, System.nanoTime(), capturedInto, replayOf);
         return entry;
     }
 
@@ -408,7 +448,7 @@ final class FlightRecorder {
             if (!entry.isCaptured() && entry.ordinal > completedOrdinal) {
                 List<String> commands = new ArrayList<>(entry.count);
                 for (int i = 0; i < entry.count; i++) {
-                    commands.add(entry.commands[i].describe());
+                    commands.add(entry.command(i).describe());
                 }
                 pending.add(new RankSummary.Pending(entry.ordinal, commands));
             }

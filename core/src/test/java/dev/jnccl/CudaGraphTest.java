@@ -362,6 +362,38 @@ class CudaGraphTest {
         }
     }
 
+    /**
+     * A replay's flight recorder slot refers to the graph's captured commands instead of copying
+     * them: the dump names each of them for every replay, and a transaction that later takes the
+     * same slot (a recorder of 2 slots, replays and transactions alternating) lists only its own.
+     */
+    @Test
+    void theFlightRecorderListsAReplaysCapturedCommandsAndNothingStaleInItsSlotLater() {
+        CommunicatorOptions options = CommunicatorOptions.defaults().withFlightRecorderSize(2);
+        try (Communicator comm = communicator(options); DeviceMemory work = upload(randomFloats())) {
+            DeviceTensor tensor = work.tensor(DType.FP32);
+            try (CudaGraph graph = CudaGraph.capture(stream, () -> {
+                comm.allReduce(tensor, ReduceOp.MAX, stream);
+                comm.broadcast(tensor, 0, stream);
+            })) {
+                for (int round = 0; round < 3; round++) {
+                    comm.launch(graph, stream);
+                    comm.allGather(tensor.shard(comm.rank(), comm.worldSize()), tensor, stream);
+                    String dump = comm.recentTransactions();
+                    String[] entries = dump.split("\n    #");
+                    assertEquals(3, entries.length, dump);
+                    String replay = entries[1];
+                    String transaction = entries[2];
+                    assertTrue(replay.contains("replay of graph #" + graph.id()) && replay.contains("2 command(s)")
+                            && replay.contains("allReduce MAX") && replay.contains("broadcast"), dump);
+                    assertTrue(transaction.contains("1 command(s)") && transaction.contains("allGather")
+                            && !transaction.contains("allReduce") && !transaction.contains("broadcast"), dump);
+                }
+                comm.synchronize();
+            }
+        }
+    }
+
     @Test
     void aReplayThatNeverCompletesIsAbortedByTheWatchdogWithADumpNamingIt() throws InterruptedException {
         Backend backend = JncclRuntime.query().backend();

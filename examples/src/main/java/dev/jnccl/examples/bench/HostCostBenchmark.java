@@ -397,17 +397,7 @@ public class HostCostBenchmark {
 
         /** Busy-polls ncclCommGetAsyncError until the communicator's last call has finished (non-blocking mode). */
         void awaitComm(String function) {
-            while (true) {
-                nccl(Nccl.ncclCommGetAsyncError(ncclComm, asyncError), "ncclCommGetAsyncError");
-                int state = asyncError.get(JAVA_INT, 0);
-                if (state == ncclSuccess) {
-                    return;
-                }
-                if (state != ncclInProgress) {
-                    throw new IllegalStateException(function + " failed asynchronously: NCCL error " + state);
-                }
-                Thread.onSpinWait();
-            }
+            RawTwin.awaitComm(ncclComm, asyncError, function);
         }
 
         void nccl(int result, String function) {

@@ -163,22 +163,30 @@ final class RawTwin {
     private void groupEnd() {
         int result = Nccl.ncclGroupEnd();
         if (result == inProgress) {
-            awaitLaunched();
+            awaitComm(comm, asyncError, "ncclGroupEnd");
         } else {
             nccl(result, "ncclGroupEnd");
         }
     }
 
-    /** Polls ncclCommGetAsyncError until the group is launched (non-blocking communicator). */
-    private void awaitLaunched() {
+    /**
+     * Busy-polls ncclCommGetAsyncError into {@code slot} until {@code comm}'s last call has finished
+     * (a non-blocking communicator's ncclInProgress), as C does.
+     */
+    static void awaitComm(MemorySegment comm, MemorySegment slot, String function) {
+        int success = Nccl.ncclSuccess();
+        int inProgress = Nccl.ncclInProgress();
         while (true) {
-            nccl(Nccl.ncclCommGetAsyncError(comm, asyncError), "ncclCommGetAsyncError");
-            int state = asyncError.get(JAVA_INT, 0);
+            int result = Nccl.ncclCommGetAsyncError(comm, slot);
+            if (result != success) {
+                throw new IllegalStateException("ncclCommGetAsyncError failed: NCCL error " + result);
+            }
+            int state = slot.get(JAVA_INT, 0);
             if (state == success) {
                 return;
             }
             if (state != inProgress) {
-                throw new IllegalStateException("ncclGroupEnd failed asynchronously: NCCL error " + state);
+                throw new IllegalStateException(function + " failed asynchronously: NCCL error " + state);
             }
             Thread.onSpinWait();
         }

@@ -111,7 +111,7 @@ class HostCostProgramsTest {
         List<String> cases = List.of("transaction", "all_reduce_ordered");
         try (NativeEnv env = NativeEnv.set("NCCL_MULTI_RANK_GPU_ENABLE", "1")) {
             List<Map<String, String>> lines = results(() -> ThreadsHostCost.main(new String[] {"--world", "2",
-                    "--iters", ITERS, "--warmup", "256", "--reps", String.valueOf(REPS), "--cases",
+                    "--iters", ITERS, "--warmup", "256", "--warmup-ms", "30", "--reps", String.valueOf(REPS), "--cases",
                     String.join(",", cases), "--pin-cpus", "false", "--max-lead", "4"}));
             assertComplete(lines, 2, "threads", cases);
         }
@@ -120,7 +120,7 @@ class HostCostProgramsTest {
     @Test
     void oneProcessPerRankReportsEveryCaseAtWorldOne() throws Exception {
         List<Map<String, String>> lines = results(() -> MultiRankHostCost.main(new String[] {"--iters", ITERS,
-                "--warmup", "1", "--reps", String.valueOf(REPS)}));
+                "--warmup", "1", "--warmup-ms", "20", "--reps", String.valueOf(REPS)}));
         assertComplete(lines, 1, "process", RankHostCost.CASES);
     }
 
@@ -143,6 +143,8 @@ class HostCostProgramsTest {
                 assertThrows(IllegalArgumentException.class,
                         () -> RankHostCost.Settings.parse(new String[] {"--world"}, true, "ThreadsHostCost"))
                         .getMessage());
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> RankHostCost.Settings.parse(
+                new String[] {"--warmup-ms", "-1"}, true, "ThreadsHostCost")).getMessage().contains("warmup-ms -1 (>= 0)"));
         String bad = assertThrows(IllegalArgumentException.class, () -> RankHostCost.Settings.parse(
                 new String[] {"--world", "3"}, true, "ThreadsHostCost")).getMessage();
         assertTrue(bad.startsWith("ThreadsHostCost: bad arguments: world 3") && bad.contains("count 1024 (divisible"),
