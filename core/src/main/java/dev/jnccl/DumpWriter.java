@@ -6,7 +6,6 @@ import java.nio.file.Path;
 import java.time.Instant;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
-import java.util.function.Supplier;
 import java.util.function.UnaryOperator;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -64,18 +63,29 @@ final class DumpWriter {
     }
 
     /**
-     * The watchdog's poll: the first time the oldest pending transaction (or an enqueue) is older than
-     * half the watchdog's timeout, writes the dump.
+     * The watchdog's poll: whether the oldest pending transaction (or an enqueue) is older than half the
+     * watchdog's timeout for the first time; the caller then writes {@link #firstSign}. Allocates nothing.
      *
      * @param pendingNanos how long it has been pending, -1 when nothing is
-     * @param summary      this rank's summary now
+     * @return whether to write the first sign now (true once)
      */
-    void poll(long pendingNanos, Supplier<RankSummary> summary) {
-        if (!signed && pendingNanos >= firstSignNanos) {
-            signed = true;
-            write(summary.get(), "first sign of a hang: a transaction or enqueue pending for "
-                    + TimeUnit.NANOSECONDS.toMillis(pendingNanos) + " ms (half the watchdog's timeout)", "", null);
+    boolean firstSignDue(long pendingNanos) {
+        if (signed || pendingNanos < firstSignNanos) {
+            return false;
         }
+        signed = true;
+        return true;
+    }
+
+    /**
+     * The dump of the first sign of a hang.
+     *
+     * @param summary      this rank's summary now
+     * @param pendingNanos how long the oldest work has been pending
+     */
+    void firstSign(RankSummary summary, long pendingNanos) {
+        write(summary, "first sign of a hang: a transaction or enqueue pending for "
+                + TimeUnit.NANOSECONDS.toMillis(pendingNanos) + " ms (half the watchdog's timeout)", "", null);
     }
 
     /**

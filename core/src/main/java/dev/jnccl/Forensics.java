@@ -182,13 +182,14 @@ final class Forensics {
     }
 
     /**
-     * The watchdog's poll (see {@link DumpWriter#poll}): the first sign of a hang is dumped.
+     * The watchdog's poll (see {@link DumpWriter#firstSignDue}): the first sign of a hang is dumped.
+     * Allocates nothing until then: the watchdog polls often.
      *
      * @param pendingNanos how long the oldest work has been pending, -1 when none is
      */
     void poll(long pendingNanos) {
-        if (dumps != null) {
-            dumps.poll(pendingNanos, this::summary);
+        if (dumps != null && dumps.firstSignDue(pendingNanos)) {
+            dumps.firstSign(summary(), pendingNanos);
         }
     }
 

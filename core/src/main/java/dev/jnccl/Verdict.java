@@ -169,11 +169,15 @@ final class Verdict {
         return true;
     }
 
-    /** Nothing is pending anywhere and every rank executed as many: the host-side call some ranks are in. */
+    /**
+     * Nothing is pending anywhere and every rank executed as many: the host-side call some ranks are in.
+     * A rank inside an enqueue that is not counted yet waits at the transport's host side for its peers
+     * (threads mode's copy engines meet there before anything is enqueued): it is in the next transaction.
+     */
     private static String hostSide(List<RankSummary> present) {
         Map<String, Integer> calls = new LinkedHashMap<>();
         for (RankSummary summary : present) {
-            if (summary.activity() == Activity.HOST_CALL) {
+            if (inCall(summary)) {
                 calls.merge(summary.call(), 1, Integer::sum);
             }
         }
@@ -184,12 +188,17 @@ final class Verdict {
         }
         String call = calls.entrySet().stream().max(Comparator.comparingInt(Map.Entry::getValue)).orElseThrow()
                 .getKey();
-        List<RankSummary> elsewhere = present.stream()
-                .filter(s -> s.activity() != Activity.HOST_CALL || !s.call().equals(call)).toList();
+        List<RankSummary> elsewhere = present.stream().filter(s -> !inCall(s) || !s.call().equals(call)).toList();
+        boolean enqueue = present.stream().anyMatch(s -> s.activity() == Activity.ENQUEUE && s.call().equals(call));
         if (elsewhere.isEmpty()) {
             return "every rank is in " + call + " after " + executed + " transaction(s): the host side is stuck";
         }
-        return culprits(List.of(), elsewhere, 0, call);
+        return enqueue ? culprits(List.of(), elsewhere, executed + 1, "") : culprits(List.of(), elsewhere, 0, call);
+    }
+
+    /** Whether a rank waits in a host-side call or inside an enqueue (see {@link #hostSide}). */
+    private static boolean inCall(RankSummary summary) {
+        return summary.activity() == Activity.HOST_CALL || summary.activity() == Activity.ENQUEUE;
     }
 
     /**

@@ -221,6 +221,17 @@ class VerdictTest {
         assertEquals("rank 2 never reached barrier (it is in user code: at " + AT_STEP + ")", verdict(all));
     }
 
+    /** Threads mode's copy engines: the ranks meet inside execute before their transaction is counted. */
+    @Test
+    void aRankMissingFromTheExecuteTheOthersWaitInIsNamedWithTheTransaction() {
+        List<RankSummary> all = new ArrayList<>();
+        for (int r = 0; r < 4; r++) {
+            all.add(r == 1 ? inUserCode(1, 4, 7) : new RankSummary(r, 4, Status.OPEN, "", 7, 7, List.of(),
+                    Activity.ENQUEUE, "execute", "jnccl-rank-" + r, "Trainer.step(Trainer.java:70)", List.of()));
+        }
+        assertEquals("rank 1 never reached transaction #8 (it is in user code: at " + AT_STEP + ")", verdict(all));
+    }
+
     @Test
     void everyRankInTheSameHostSideCallBlamesTheHostSide() {
         List<RankSummary> all = new ArrayList<>();

@@ -11,6 +11,8 @@ import dev.jnccl.Communicator;
 import dev.jnccl.CommunicatorAbortedException;
 import dev.jnccl.CommunicatorOptions;
 import dev.jnccl.DType;
+import dev.jnccl.Diagnosis;
+import dev.jnccl.RankSummary;
 import dev.jnccl.DeviceTensor;
 import dev.jnccl.JncclInterruptedException;
 import dev.jnccl.JncclRuntime;
@@ -20,6 +22,7 @@ import dev.jnccl.Transaction;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
+import dev.jnccl.testsupport.ChildJvm;
 import dev.jnccl.testsupport.NativeEnv;
 import dev.jnccl.threads.ThreadsCommunicators;
 import dev.jnccl.threads.ThreadsOptions;
@@ -42,7 +45,10 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import java.util.function.Consumer;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Test;
@@ -62,24 +68,38 @@ import org.opentest4j.AssertionFailedError;
  * interrupted by another thread while it waits in a barrier or in {@code await}; the host
  * emulation's {@code JNCCL_HOST_FAULT=hang} or {@code fail} hits a rank at its k-th NCCL operation
  * (host backend only; watchdog 1-2 s); a rank never arrives at a barrier (it waits on a latch until
- * the pack's failure interrupts it; watchdog 1 s). Then {@link ThreadsPack#join()} must throw within
+ * the pack's failure interrupts it; watchdog 1 s); a rank lags in user code at an all-reduce the others
+ * are in, or returns from its work there (watchdog 1-2 s); with the consistency checks on, a rank
+ * all-reduces one element more than the others; a lagging rank whose ncclCommAbort never returns
+ * ({@code JNCCL_HOST_FAULT=hang-abort}, host only, in a child JVM: its blocked thread stays for good,
+ * and the abort is abandoned after the close timeout of 5 s). The last four have their verdict checked:
+ * the same first line (the consistency check's verdict inside the message) in every exception, naming
+ * the faulty rank and the value (the transaction it never reached or the count it left after, as its
+ * summary says; the two counts of the all-reduce). Then {@link ThreadsPack#join()} must throw within
  * the watchdog plus 10 s, every rank's exception must be a {@link CommunicatorAbortedException}
  * naming the failed rank (the faulty rank's own: the injected exception, or one that says it was
  * interrupted), and no pack thread may survive. Over the whole run the number of open file
  * descriptors, of threads, and of the emulation's shared-memory segments ({@code /dev/shm/jnccl-*},
  * mapped or named) must not grow.
  *
- * <p>Duration and replay: rounds run until {@code -Djnccl.soak.seconds=N} have passed (default 20);
+ * <p>Duration and replay: rounds run until {@code -Djnccl.soak.minutes=N} (or {@code -Djnccl.soak.seconds=N})
+ * have passed (default 20 s, what CI runs); the end prints the seed and the figures (rounds by fault,
+ * transactions, verdicts checked, aborts abandoned); {@code -Djnccl.soak.faults=LAG,MISMATCH} draws only
+ * those faults;
  * {@code -Djnccl.soak.seed=S} replays a run (the seed and each round's plan are printed at the start
  * of each round, and every failure names them); {@code -Djnccl.soak.round=R} with the seed replays
  * round R alone. A long run:
- * {@code ./mvnw -B -pl integration-tests -am verify -Dtest=ThreadsSoakTest -Djnccl.soak.seconds=600
+ * {@code ./mvnw -B -pl integration-tests -am verify -Dtest=ThreadsSoakTest -Djnccl.soak.minutes=15
  * -Dsurefire.failIfNoSpecifiedTests=false}.
  */
 class ThreadsSoakTest {
-    private static final long SECONDS = Long.getLong("jnccl.soak.seconds", 20);
+    /** How long the run lasts: {@code -Djnccl.soak.minutes=N}, else {@code -Djnccl.soak.seconds=N} (default 20 s, CI's). */
+    private static final long SECONDS = Long.getLong("jnccl.soak.minutes") != null
+            ? TimeUnit.MINUTES.toSeconds(Long.getLong("jnccl.soak.minutes")) : Long.getLong("jnccl.soak.seconds", 20);
     private static final Long FIXED_SEED = Long.getLong("jnccl.soak.seed");
     private static final Integer ONLY_ROUND = Integer.getInteger("jnccl.soak.round");
+    /** {@code -Djnccl.soak.faults=LAG,MISMATCH}: only these faults are drawn (a seed replays with the same setting). */
+    private static final String ONLY_FAULTS = System.getProperty("jnccl.soak.faults", "");
     /** Watchdog of rounds whose failures come from the pack itself (long: a stuck round still ends). */
     private static final Duration LONG_WATCHDOG = Duration.ofSeconds(30);
     /** How long join() may take beyond the watchdog (or the injection's delay) in a faulty round. */
@@ -88,6 +108,14 @@ class ThreadsSoakTest {
     private static final Duration CLEAN_BOUND = Duration.ofSeconds(120);
     /** How long a rank held back by a fault waits on its latch before it goes on anyway. */
     private static final long LATCH_SECONDS = 60;
+    /** The close timeout of a round whose abort hangs: also the abort's bound (at least 5 s). */
+    private static final Duration HANG_ABORT_CLOSE = Duration.ofSeconds(5);
+    /** The transactions and convenience operations the ranks ran, summed over ranks (the figures at the end). */
+    private static final AtomicLong TRANSACTIONS = new AtomicLong();
+    /** The HANG_ABORT rounds whose abort did hang (and was abandoned). */
+    private static final AtomicLong ABORTS_HUNG = new AtomicLong();
+    /** The exceptions whose verdict was checked (rank number and value in its message). */
+    private static final AtomicLong VERDICTS = new AtomicLong();
 
     // ================================================================== the plan of a round
 
@@ -164,7 +192,26 @@ class ThreadsSoakTest {
         }
     }
 
-    enum Fault { THROW, INTERRUPT_IN_BARRIER, INTERRUPT_IN_AWAIT, NEVER_ARRIVES, HOST_HANG, HOST_FAIL }
+    /**
+     * The faults. LAG: a rank stays in user code at an all-reduce the others are in (short watchdog);
+     * LEAVES_EARLY: a rank returns from its work there; MISMATCH: with the consistency checks on, a rank
+     * all-reduces one element more; HANG_ABORT: LAG while the emulation's ncclCommAbort of another rank
+     * never returns (in a child JVM: that thread stays blocked for good). Each has its verdict checked.
+     */
+    enum Fault {
+        THROW, INTERRUPT_IN_BARRIER, INTERRUPT_IN_AWAIT, NEVER_ARRIVES, HOST_HANG, HOST_FAIL, LAG, LEAVES_EARLY, MISMATCH,
+        HANG_ABORT;
+
+        /** Only the host emulation can inject it. */
+        boolean hostOnly() {
+            return this == HOST_HANG || this == HOST_FAIL || this == HANG_ABORT;
+        }
+
+        /** The faulty rank holds back on a latch at its operation until the pack's failure interrupts it. */
+        boolean holdsBack() {
+            return this == NEVER_ARRIVES || this == LAG || this == HANG_ABORT;
+        }
+    }
 
     /**
      * A fault: {@code rank} is the faulty rank, {@code at} the index of the operation where it hits
@@ -184,7 +231,8 @@ class ThreadsSoakTest {
         @Override
         public String toString() {
             return kind + " on rank " + rank + (hostFault() ? " at its NCCL operation " + at : " at operation " + at)
-                    + (late >= 0 ? ", rank " + late + " late, interrupt after " + delayMillis + " ms" : "")
+                    + (kind == Fault.HANG_ABORT ? ", the abort of rank " + late + " hangs"
+                    : late >= 0 ? ", rank " + late + " late, interrupt after " + delayMillis + " ms" : "")
                     + ", watchdog " + watchdog.toMillis() + " ms";
         }
     }
@@ -193,14 +241,19 @@ class ThreadsSoakTest {
                  int maxLead, List<Op> ops, Injected fault) {
         ThreadsOptions options() {
             Duration watchdog = fault == null ? LONG_WATCHDOG : fault.watchdog();
+            CommunicatorOptions communicator = CommunicatorOptions.defaults().withWatchdog(watchdog)
+                    .withConsistencyChecks(fault != null && fault.kind() == Fault.MISMATCH);
+            if (fault != null && fault.kind() == Fault.HANG_ABORT) {
+                communicator = communicator.withCloseTimeout(HANG_ABORT_CLOSE);
+            }
             return ThreadsOptions.defaults().withMemcpyAllGather(memcpyAllGather).withMemcpySendRecv(memcpySendRecv)
-                    .withMaxLead(maxLead).withCommunicator(CommunicatorOptions.defaults().withWatchdog(watchdog));
+                    .withMaxLead(maxLead).withCommunicator(communicator);
         }
 
         /** How failures name the round: enough to replay it. */
         String where() {
             return "soak seed " + runSeed + " round " + index + " (-Djnccl.soak.seed=" + runSeed + " -Djnccl.soak.round="
-                    + index + ")";
+                    + index + (ONLY_FAULTS.isBlank() ? "" : " -Djnccl.soak.faults=" + ONLY_FAULTS) + ")";
         }
 
         @Override
@@ -221,10 +274,11 @@ class ThreadsSoakTest {
             Fault kind = null;
             if (random.nextInt(10) < 4) {
                 List<Fault> faults = Arrays.stream(Fault.values())
-                        .filter(f -> host || (f != Fault.HOST_HANG && f != Fault.HOST_FAIL)).toList();
-                kind = faults.get(random.nextInt(faults.size()));
+                        .filter(f -> host || !f.hostOnly())
+                        .filter(f -> ONLY_FAULTS.isBlank() || List.of(ONLY_FAULTS.split(",")).contains(f.name())).toList();
+                kind = faults.isEmpty() ? null : faults.get(random.nextInt(faults.size()));
             }
-            boolean splits = kind != Fault.HOST_HANG && kind != Fault.HOST_FAIL; // faults would hit the children too
+            boolean splits = kind == null || !kind.hostOnly(); // faults would hit the children too
             List<Op> ops = new ArrayList<>();
             int count = 3 + random.nextInt(8);
             for (int i = 0; i < count; i++) {
@@ -256,6 +310,20 @@ class ThreadsSoakTest {
                 case NEVER_ARRIVES -> {
                     ops.add(early, new Host(HostKind.BARRIER, 0));
                     yield new Injected(kind, rank, early, -1, 0, Duration.ofSeconds(1));
+                }
+                case LAG, LEAVES_EARLY, HANG_ABORT -> {
+                    ops.add(early, new Convenience(new Cmd(Kind.ALL_REDUCE, DType.FP32, ReduceOp.SUM,
+                            64 + random.nextInt(4000), 0)));
+                    // HANG_ABORT: the laggard's own abort hangs (in user code, it is surely aborted by the pack; a
+                    // rank that fails inside a call may close its communicator instead).
+                    yield new Injected(kind, rank, early, kind == Fault.HANG_ABORT ? rank : -1, 0, shortWatchdog);
+                }
+                case MISMATCH -> {
+                    // The faulty rank all-reduces one element more (Injection.variant).
+                    int at = random.nextInt(ops.size() + 1);
+                    ops.add(at, new Convenience(new Cmd(Kind.ALL_REDUCE, DType.FP32, ReduceOp.SUM,
+                            64 + random.nextInt(4000), 0)));
+                    yield new Injected(kind, rank, at, -1, 0, LONG_WATCHDOG);
                 }
                 case HOST_HANG, HOST_FAIL -> {
                     long guaranteed = ncclOperations(ops.subList(0, Math.min(ops.size(), 3)));
@@ -345,7 +413,7 @@ class ThreadsSoakTest {
         assumeTrue(Files.isDirectory(Path.of("/proc/self/fd")), "the resource checks read /proc/self");
         long runSeed = FIXED_SEED != null ? FIXED_SEED : System.nanoTime() ^ 0x5DEECE66DL;
         boolean host = Packs.onHost();
-        List<DType> dtypes = Arrays.stream(DType.values()).filter(JncclRuntime.query()::supports).toList();
+        List<DType> dtypes = dtypes();
         System.out.println("soak seed " + runSeed + ": " + (ONLY_ROUND != null ? "round " + ONLY_ROUND + " only"
                 : SECONDS + " s") + " (-Djnccl.soak.seed=" + runSeed + " replays it), backend " + Packs.backend());
         if (ONLY_ROUND != null) {
@@ -368,7 +436,10 @@ class ThreadsSoakTest {
         }
         Usage end = Usage.now();
         String where = "soak seed " + runSeed + " after " + rounds + " rounds";
-        System.out.println(where + ": " + tally + "; baseline " + baseline + ", end " + end);
+        System.out.println(where + ": " + TRANSACTIONS.get() + " transactions and convenience operations (summed over"
+                + " ranks), rounds by fault " + tally + ", verdicts checked " + VERDICTS.get() + ", aborts that hung and were abandoned "
+                + ABORTS_HUNG.get() + "; baseline " + baseline
+                + ", end " + end);
         assertTrue(end.fds() <= baseline.fds() + 8, () -> where + ": open file descriptors grew from " + baseline.fds()
                 + " to " + end.fds());
         assertTrue(end.threads() <= baseline.threads() + 8, () -> where + ": threads grew from " + baseline.threads()
@@ -394,6 +465,8 @@ class ThreadsSoakTest {
                     throw new AssertionFailedError(round.where() + " failed without an injected fault: "
                             + outcome.thrown(), outcome.thrown());
                 }
+            } else if (round.fault().kind() == Fault.HANG_ABORT) {
+                checkInChildJvm(round);
             } else {
                 checkFaulty(round);
             }
@@ -412,6 +485,63 @@ class ThreadsSoakTest {
         }
         System.out.println("  round " + round.index() + " done in " + TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start)
                 + " ms");
+    }
+
+    /**
+     * A round whose abort hangs runs in a child JVM ({@link HangAbortRound}): the emulation's thread
+     * blocked in ncclCommAbort stays there for good, which this JVM's leak checks would count. The
+     * child checks the round as {@link #checkFaulty} does; here its output must say it passed, with
+     * the abandoned abort in its log.
+     */
+    private static void checkInChildJvm(Round round) {
+        ChildJvm.Result result;
+        try {
+            result = ChildJvm.run(List.of("--enable-native-access=ALL-UNNAMED", "-Djnccl.backend=host",
+                            "-Djnccl.soak.faults=" + ONLY_FAULTS),
+                    Map.of("JNCCL_HOST_FAULT", "hang-abort", "JNCCL_HOST_FAULT_RANK", Integer.toString(round.fault().late())),
+                    HangAbortRound.class, Long.toString(round.runSeed()), Integer.toString(round.index()));
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new AssertionFailedError(round.where() + ": interrupted", e);
+        }
+        String output = result.output();
+        Matcher passed = Pattern.compile("(?m)^PASS transactions (\\d+) verdicts (\\d+)$").matcher(output);
+        assertTrue(result.exitCode() == 0 && passed.find(), () -> round.where() + ": the round's JVM failed (exit "
+                + result.exitCode() + "):\n" + output);
+        int hanging = round.fault().late();
+        boolean hit = output.contains("ncclCommAbort of rank " + hanging + " hangs for ever");
+        assertTrue(!hit || output.contains("rank " + hanging + ": ncclCommAbort did not return within "
+                + HANG_ABORT_CLOSE.toMillis() + " ms"), () -> round.where() + ": no abandoned abort in\n" + output);
+        if (hit) {
+            ABORTS_HUNG.incrementAndGet();
+        }
+        TRANSACTIONS.addAndGet(Long.parseLong(passed.group(1)));
+        VERDICTS.addAndGet(Long.parseLong(passed.group(2)));
+    }
+
+    /** The JVM of a HANG_ABORT round: plans round {@code args[1]} of run {@code args[0]} and checks it. */
+    public static final class HangAbortRound {
+        private HangAbortRound() {}
+
+        /**
+         * Checks the round; prints {@code PASS transactions T verdicts V} when it passed.
+         *
+         * @param args the run's seed and the round's index
+         */
+        public static void main(String[] args) {
+            Round round = Round.plan(Long.parseLong(args[0]), Integer.parseInt(args[1]), true, dtypes());
+            System.out.println(round);
+            checkFaulty(round);
+            System.out.println("PASS transactions " + TRANSACTIONS.get() + " verdicts " + VERDICTS.get());
+            System.out.flush();
+        }
+    }
+
+    /** The dtypes the loaded backend supports: what every plan draws from. */
+    private static List<DType> dtypes() {
+        return Arrays.stream(DType.values()).filter(JncclRuntime.query()::supports).toList();
     }
 
     /** What a pack left: join's exception (null: none), each rank's own exception, and how long it took. */
@@ -447,9 +577,10 @@ class ThreadsSoakTest {
             RankContext c = new RankContext(comm, round.seed()).leftoversTo(leftovers::add);
             try {
                 injection.started(comm.rank());
-                for (int i = 0; i < round.ops().size(); i++) {
+                for (int i = 0; i < round.ops().size() && !injection.leaves(comm.rank(), i); i++) {
                     injection.before(c, i);
-                    run(c, round.ops().get(i), "op" + i, injection.hook(comm.rank(), i));
+                    run(c, injection.variant(comm.rank(), i, round.ops().get(i)), "op" + i,
+                            injection.hook(comm.rank(), i));
                 }
             } catch (Throwable t) {
                 byRank.put(comm.rank(), t);
@@ -504,7 +635,8 @@ class ThreadsSoakTest {
     /** A faulty round: join throws in time, with the expected exception of every rank. */
     private static void checkFaulty(Round round) {
         Injected fault = round.fault();
-        Duration bound = JOIN_SLACK.plus(fault.shortWatchdog() ? fault.watchdog() : Duration.ofMillis(fault.delayMillis()));
+        Duration bound = JOIN_SLACK.plus(fault.shortWatchdog() ? fault.watchdog() : Duration.ofMillis(fault.delayMillis()))
+                .plus(fault.kind() == Fault.HANG_ABORT ? HANG_ABORT_CLOSE.multipliedBy(2) : Duration.ZERO);
         Outcome outcome = launch(round, bound);
         Throwable thrown = outcome.thrown();
         if (thrown == null) {
@@ -523,8 +655,10 @@ class ThreadsSoakTest {
         // One per rank; when a communicator's abort is what failed the pack first, the pack's own record
         // of that comes first and the rank's own exception is attached to it.
         int first = outcome.rankOf(thrown);
+        // (A rank that left early threw nothing itself: the pack's release of its finish stands for it.)
         int expected = first >= 0 ? round.world() : round.world() + 1;
-        assertEquals(expected, all.size(), () -> round.where() + ": join() must rethrow one exception per rank"
+        boolean leftEarly = fault.kind() == Fault.LEAVES_EARLY && all.size() == expected - 1;
+        assertEquals(leftEarly ? expected - 1 : expected, all.size(), () -> round.where() + ": join() must rethrow one exception per rank"
                 + (first >= 0 ? "" : " and the pack's first failure") + ": " + listed);
         switch (fault.kind()) {
             case THROW, INTERRUPT_IN_BARRIER, INTERRUPT_IN_AWAIT -> assertEquals(fault.rank(), first,
@@ -557,6 +691,79 @@ class ThreadsSoakTest {
                         + " nor the first failed rank " + first + ": " + describe(t));
             }
         }
+        VERDICTS.addAndGet(checkVerdict(round, all));
+    }
+
+    /**
+     * LAG, HANG_ABORT, LEAVES_EARLY and MISMATCH: every exception (each rank's, join()'s) is a
+     * {@link CommunicatorAbortedException} whose first line is the same verdict, naming the faulty rank
+     * and the value: the transaction it never reached (its count + 1) or the count after which it left
+     * (as its summary in the diagnosis says), or the count it all-reduced against the others'.
+     *
+     * @return how many verdicts were checked
+     */
+    private static int checkVerdict(Round round, List<Throwable> all) {
+        Injected fault = round.fault();
+        Pattern expected = verdictPattern(round);
+        if (expected == null) {
+            return 0;
+        }
+        String verdict = null;
+        for (Throwable t : all) {
+            String message = t.getMessage() == null ? "" : t.getMessage();
+            // The diagnosis' verdict is the first line; the consistency check's comes after "communicator of rank R
+            // aborted: ", and so does the launcher's own on a rank that left while the others wait in a host-side call.
+            boolean inside = fault.kind() == Fault.MISMATCH || fault.kind() == Fault.LEAVES_EARLY;
+            String line = inside ? message : message.lines().findFirst().orElse("");
+            Matcher m = expected.matcher(line);
+            assertTrue(t instanceof CommunicatorAbortedException && m.find(), () -> round.where() + ": no verdict "
+                    + expected + " in " + describe(t));
+            line = inside ? m.group() : line;
+            if (verdict == null) {
+                verdict = line;
+                if (fault.kind() != Fault.MISMATCH && m.groupCount() > 0 && m.group(1) != null) {
+                    long value = Long.parseLong(m.group(1));
+                    long executed = faultySummary(round, t).executed();
+                    assertEquals(fault.kind() == Fault.LEAVES_EARLY ? executed : executed + 1, value,
+                            () -> round.where() + ": the verdict's transaction count against rank " + fault.rank()
+                                    + "'s summary: " + describe(t));
+                }
+            }
+            assertEquals(verdict, line, () -> round.where() + ": not the same verdict on every rank: " + describe(t));
+        }
+        return all.size();
+    }
+
+    /**
+     * The verdict of a round with a verdict-checked fault, or null: what the first line of every exception's
+     * message is (LAG, HANG_ABORT, LEAVES_EARLY: group 1 is the count), or what each message holds (MISMATCH).
+     */
+    private static Pattern verdictPattern(Round round) {
+        Injected fault = round.fault();
+        String rank = "rank " + fault.rank();
+        return switch (fault.kind()) {
+            case LAG, HANG_ABORT -> Pattern.compile("^" + rank + " never reached (?:transaction #(\\d+)|the launcher's"
+                    + " pace) \\(it is in user code: at ThreadsSoakTest\\$Injection\\.before\\(ThreadsSoakTest\\.java:\\d+\\)\\)$");
+            case LEAVES_EARLY -> Pattern.compile("^" + rank + " closed its communicator after (\\d+) transaction\\(s\\)|"
+                    + rank + " returned from its work while rank ");
+            case MISMATCH -> {
+                int unit = ((Convenience) round.ops().get(fault.at())).command().unit();
+                // Either group may come first: both must be there, each with its rank(s) and count.
+                yield Pattern.compile("transaction #\\d+ refused before NCCL ran it \\(consistency check, jnccl\\.debug="
+                        + "detail\\): the count of collective 1 differs: (?=.*\\b" + rank + " all-reduces " + (unit + 1)
+                        + " FP32 with SUM\\b)(?=.*\\branks [^;]* all-reduce " + unit + " FP32 with SUM\\b)");
+            }
+            default -> null;
+        };
+    }
+
+    /** The faulty rank's summary in the diagnosis {@code t} carries. */
+    private static RankSummary faultySummary(Round round, Throwable t) {
+        Diagnosis diagnosis = ((CommunicatorAbortedException) t).diagnosis().orElseThrow(() -> new AssertionFailedError(
+                round.where() + ": no diagnosis on " + describe(t)));
+        return diagnosis.summaries().stream().filter(s -> s.rank() == round.fault().rank()).findFirst()
+                .orElseThrow(() -> new AssertionFailedError(round.where() + ": no summary of the faulty rank in "
+                        + diagnosis.describe()));
     }
 
     private static String describe(Throwable t) {
@@ -614,7 +821,8 @@ class ThreadsSoakTest {
                 throw new IllegalStateException("injected: rank " + c.rank + " throws at operation " + index + " of "
                         + where);
             }
-            boolean holdsBack = (fault.kind() == Fault.NEVER_ARRIVES && c.rank == fault.rank()) || c.rank == fault.late();
+            boolean holdsBack = (fault.kind().holdsBack() && c.rank == fault.rank())
+                    || (c.rank == fault.late() && fault.kind() != Fault.HANG_ABORT);
             if (holdsBack) {
                 try {
                     if (!never.await(LATCH_SECONDS, TimeUnit.SECONDS)) {
@@ -628,6 +836,20 @@ class ThreadsSoakTest {
             if (fault.kind() == Fault.INTERRUPT_IN_BARRIER && c.rank == fault.rank()) {
                 waiting.countDown();
             }
+        }
+
+        /** Whether rank {@code rank} returns from its work before operation {@code index} (LEAVES_EARLY). */
+        boolean leaves(int rank, int index) {
+            return fault != null && fault.kind() == Fault.LEAVES_EARLY && rank == fault.rank() && index == fault.at();
+        }
+
+        /** Operation {@code index} as rank {@code rank} runs it: for MISMATCH, the faulty rank's has one element more. */
+        Op variant(int rank, int index, Op op) {
+            if (fault != null && fault.kind() == Fault.MISMATCH && rank == fault.rank() && index == fault.at()
+                    && op instanceof Convenience(Cmd cmd)) {
+                return new Convenience(new Cmd(cmd.kind(), cmd.dtype(), cmd.op(), cmd.unit() + 1, cmd.param()));
+            }
+            return op;
         }
 
         /**
@@ -658,8 +880,12 @@ class ThreadsSoakTest {
     /** Runs {@code op} on this rank and checks its results; {@code beforeExecute} runs just before a transaction's execute. */
     private static void run(RankContext c, Op op, String tag, Runnable beforeExecute) {
         switch (op) {
-            case Tx tx -> transaction(c, tx, tag, beforeExecute);
+            case Tx tx -> {
+                TRANSACTIONS.incrementAndGet();
+                transaction(c, tx, tag, beforeExecute);
+            }
             case Convenience conv -> {
+                TRANSACTIONS.incrementAndGet();
                 Staged staged = stage(c, conv.command(), tag);
                 staged.convenience().accept(c.compute());
                 awaitCompute(c);
