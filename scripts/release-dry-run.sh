@@ -39,7 +39,13 @@ maven_build release-dry-run.sh "$work/stamp" -Prelease -DskipTests -Djnccl.skipS
   -DskipUpload=true -Dmaven.install.skip=true deploy
 cd - >/dev/null
 mkdir -p target/release-dry-run
-cp "$work/src/target/central-publishing/central-bundle.zip" target/release-dry-run/
+cp "$work/src/target/jnccl-build.log" target/release-dry-run/build.log
+bundle=$(find "$work/src" -name central-bundle.zip -path '*central-publishing*' | head -1)
+if [ -z "$bundle" ]; then
+  echo "release-dry-run.sh: the build made no central-bundle.zip; its log: target/release-dry-run/build.log" >&2
+  exit 1
+fi
+cp "$bundle" target/release-dry-run/
 modules=jnccl-parent,jnccl-bom,jnccl-bindings,jnccl-core,jnccl-threads,jnccl-mpi,jnccl-spark,jnccl-examples
 "$JAVA_HOME/bin/java" scripts/lib/CheckRelease.java target/release-dry-run/central-bundle.zip --signed \
   --expect "$modules" --absent jnccl-test-support,jnccl-integration-tests
