@@ -46,6 +46,6 @@ if [ -z "$bundle" ]; then
   exit 1
 fi
 cp "$bundle" target/release-dry-run/
-modules=jnccl-parent,jnccl-bom,jnccl-bindings,jnccl-core,jnccl-threads,jnccl-mpi,jnccl-spark,jnccl-examples
+modules=jnccl-parent,jnccl-bom,jnccl-bindings,jnccl-core,jnccl-threads,jnccl-mpi,jnccl-spark,jnccl-junit,jnccl-examples
 "$JAVA_HOME/bin/java" scripts/lib/CheckRelease.java target/release-dry-run/central-bundle.zip --signed \
   --expect "$modules" --absent jnccl-test-support,jnccl-integration-tests
