@@ -4,6 +4,7 @@ import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.internal.Deadlines;
 import java.time.Duration;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.BooleanSupplier;
 import java.util.function.LongFunction;
@@ -100,9 +101,7 @@ final class Watchdog {
         long timeoutNanos = Deadlines.toNanos(timeout);
         long intervalNanos = Deadlines.toNanos(interval);
         while (open.getAsBoolean()) {
-            try {
-                TimeUnit.NANOSECONDS.sleep(intervalNanos);
-            } catch (InterruptedException e) {
+            if (!pause(intervalNanos)) {
                 return;
             }
             try {
@@ -121,6 +120,23 @@ final class Watchdog {
                 return;
             }
         }
+    }
+
+    /**
+     * Waits one interval; false once the thread is interrupted ({@link #stop}). Parks rather than
+     * sleeps: {@code Thread.sleep} makes a JFR event object on every call (40 bytes, which only C2's
+     * escape analysis removes, and at the default interval C2 compiles this loop after tens of
+     * minutes), and a poll is to allocate nothing.
+     */
+    private static boolean pause(long nanos) {
+        long deadline = System.nanoTime() + nanos;
+        for (long left = nanos; left > 0; left = deadline - System.nanoTime()) {
+            LockSupport.parkNanos(left);
+            if (Thread.currentThread().isInterrupted()) {
+                return false;
+            }
+        }
+        return true;
     }
 
     /** One look; the reason to abort, or null. */

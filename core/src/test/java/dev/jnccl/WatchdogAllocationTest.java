@@ -7,6 +7,7 @@ import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
 import java.lang.reflect.Field;
 import java.time.Duration;
+import java.util.Arrays;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -15,16 +16,17 @@ import org.junit.jupiter.api.Test;
  * which the caller pays in collections. Measured with the watchdog thread's allocation counter
  * ({@code com.sun.management.ThreadMXBean}), never with a clock, over windows of polls while the test
  * thread executes transactions (so that every poll probes completion and finds probes pending):
- * the fewest bytes per poll over the windows must be below one byte, so an object every few dozen
- * polls fails, while a stray allocation of the runtime in one window does not.
+ * the median over the windows must be below one byte per poll, so an object every few dozen polls
+ * fails, while a stray allocation of the runtime in a few windows does not. The median, not the
+ * fewest: at its default interval the watchdog runs interpreted or C1-compiled code for tens of
+ * minutes before C2 compiles its poll, so an allocation that only escape analysis removes (such
+ * as {@code Thread.sleep}'s JFR event object) is garbage in practice and must fail here, before C2.
  */
 class WatchdogAllocationTest {
     private static final Duration INTERVAL = Duration.ofMillis(1);
     private static final int WARM_UP_POLLS = 500;
-    private static final int WINDOWS = 6;
+    private static final int WINDOWS = 9;
     private static final int POLLS_PER_WINDOW = 100;
-    /** How long windows go on while none is clean yet (a loaded machine may compile late). */
-    private static final long MEASURE_NANOS = 20_000_000_000L;
     private static final int BATCH = 64;
     private static final double BOUND_BYTES_PER_POLL = 1;
 
@@ -52,25 +54,19 @@ class WatchdogAllocationTest {
 
     private static void measure(Busy busy, Watchdog watchdog, AllocationCounter counter) {
         long id = watchdog.threadId();
-        double fewest = Double.MAX_VALUE;
-        StringBuilder windows = new StringBuilder();
-        long start = System.nanoTime();
-        int w = 0;
-        while (w < WINDOWS || (fewest >= BOUND_BYTES_PER_POLL && System.nanoTime() - start < MEASURE_NANOS)) {
-            w++;
+        double[] perPoll = new double[WINDOWS];
+        for (int w = 0; w < WINDOWS; w++) {
             long polls = watchdog.polls();
             long bytes = counter.threadAllocatedBytes(id);
             busy.untilPolls(watchdog, POLLS_PER_WINDOW);
-            double perPoll = (double) (counter.threadAllocatedBytes(id) - bytes) / (watchdog.polls() - polls);
-            if (w <= 2 * WINDOWS) {
-                windows.append(String.format(" %.2f", perPoll));
-            }
-            fewest = Math.min(fewest, perPoll);
+            perPoll[w] = (double) (counter.threadAllocatedBytes(id) - bytes) / (watchdog.polls() - polls);
         }
-        assertTrue(fewest < BOUND_BYTES_PER_POLL, "bytes the watchdog thread allocated per poll in windows of "
-                + POLLS_PER_WINDOW + " polls (" + w + " windows; the first " + Math.min(w, 2 * WINDOWS) + "):"
-                + windows + "; fewest " + String.format("%.2f", fewest) + "; expected fewer than "
-                + BOUND_BYTES_PER_POLL + " (nothing) in at least one window");
+        double[] sorted = perPoll.clone();
+        Arrays.sort(sorted);
+        double median = sorted[WINDOWS / 2];
+        assertTrue(median < BOUND_BYTES_PER_POLL, "bytes the watchdog thread allocated per poll in " + WINDOWS
+                + " windows of " + POLLS_PER_WINDOW + " polls: " + Arrays.toString(perPoll) + "; median " + median
+                + ", expected fewer than " + BOUND_BYTES_PER_POLL + " (nothing)");
     }
 
     private static Watchdog watchdogOf(Communicator comm) throws ReflectiveOperationException {

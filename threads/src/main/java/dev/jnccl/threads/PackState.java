@@ -15,6 +15,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLongArray;
 import java.util.concurrent.atomic.AtomicReference;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -70,7 +71,13 @@ final class PackState {
     private final AtomicReference<Diagnosis> diagnosis = new AtomicReference<>();
     private final Communicator[] communicators;
     private final Object[] slots;
-    private final long[] started;
+    /**
+     * Per rank: the transaction it started last (Long.MAX_VALUE once it starts no more). Written
+     * without the lock by the throttle's fast path, so a volatile array.
+     */
+    private final AtomicLongArray started;
+    /** How many ranks wait in the throttle (written under lock): only then does a start wake anyone. */
+    private volatile int throttled;
     /**
      * Per rank: the transactions it had when its work returned or its communicator closed, -1 while
      * it works (guarded by lock). A peer that executed more waits for collectives it will never join.
@@ -108,7 +115,7 @@ final class PackState {
         this.readsDone = new CudaEvent[size];
         this.communicators = new Communicator[size];
         this.slots = new Object[size];
-        this.started = new long[size];
+        this.started = new AtomicLongArray(size);
         this.closedAfter = new long[size];
         Arrays.fill(closedAfter, -1);
         this.workReturned = new boolean[size];
@@ -597,42 +604,75 @@ final class PackState {
         settle(rank, awaitLead(rank, sequence, maxLead, timeoutNanos));
     }
 
+    /**
+     * The throttle's fast path takes no lock: a transaction within the lead (nearly every one) only
+     * publishes its number and, when a rank waits in the throttle, wakes it. A rank that must wait
+     * counts itself in {@link #throttled} before it reads the others' numbers, and a start writes its
+     * number before it reads that count (both volatile), so no wake-up is lost; the wait is bounded
+     * (100 ms) all the same.
+     */
     private RuntimeException awaitLead(int rank, long sequence, int maxLead, long timeoutNanos) {
-        long start = System.nanoTime();
+        started.set(rank, sequence);
+        if (throttled > 0) {
+            synchronized (lock) {
+                lock.notifyAll();
+            }
+        }
+        if (failure.get() == null && sequence - slowestStart() <= maxLead) {
+            return null;
+        }
         synchronized (lock) {
-            started[rank] = sequence;
-            lock.notifyAll();
-            while (true) {
+            throttled++;
+            try {
+                return awaitLeadLocked(rank, sequence, maxLead, timeoutNanos);
+            } finally {
+                throttled--;
+            }
+        }
+    }
+
+    /** {@return the lowest transaction number any rank started} */
+    private long slowestStart() {
+        long slowest = Long.MAX_VALUE;
+        for (int r = 0; r < size; r++) {
+            slowest = Math.min(slowest, started.get(r));
+        }
+        return slowest;
+    }
+
+    /** The throttle's wait, holding the lock, until no rank is more than {@code maxLead} behind. */
+    private RuntimeException awaitLeadLocked(int rank, long sequence, int maxLead, long timeoutNanos) {
+        long start = System.nanoTime();
+        while (true) {
+            if (failure.get() != null) {
+                return released("transaction throttle", rank);
+            }
+            long slowest = Long.MAX_VALUE;
+            int behind = -1;
+            for (int r = 0; r < size; r++) {
+                if (started.get(r) < slowest) {
+                    slowest = started.get(r);
+                    behind = r;
+                }
+            }
+            if (sequence - slowest <= maxLead) {
+                return null;
+            }
+            long waited = System.nanoTime() - start;
+            if (waited >= timeoutNanos) {
+                return new PastDeadline("transaction #" + sequence + " of " + who(rank)
+                        + " waited " + TimeUnit.NANOSECONDS.toMillis(waited) + " ms for rank " + behind
+                        + " (at transaction #" + slowest + ") to come within ThreadsOptions.maxLead " + maxLead);
+            }
+            try {
+                TimeUnit.NANOSECONDS.timedWait(lock, Math.min(timeoutNanos - waited, TimeUnit.MILLISECONDS.toNanos(100)));
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
                 if (failure.get() != null) {
-                    return released("transaction throttle", rank);
+                    return released("transaction throttle", rank); // the pack's own interrupt of its ranks
                 }
-                long slowest = Long.MAX_VALUE;
-                int behind = -1;
-                for (int r = 0; r < size; r++) {
-                    if (started[r] < slowest) {
-                        slowest = started[r];
-                        behind = r;
-                    }
-                }
-                if (sequence - slowest <= maxLead) {
-                    return null;
-                }
-                long waited = System.nanoTime() - start;
-                if (waited >= timeoutNanos) {
-                    return new PastDeadline("transaction #" + sequence + " of " + who(rank)
-                            + " waited " + TimeUnit.NANOSECONDS.toMillis(waited) + " ms for rank " + behind
-                            + " (at transaction #" + slowest + ") to come within ThreadsOptions.maxLead " + maxLead);
-                }
-                try {
-                    TimeUnit.NANOSECONDS.timedWait(lock, Math.min(timeoutNanos - waited, TimeUnit.MILLISECONDS.toNanos(100)));
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                    if (failure.get() != null) {
-                        return released("transaction throttle", rank); // the pack's own interrupt of its ranks
-                    }
-                    return new CommunicatorAbortedException("transaction #" + sequence + " of " + who(rank)
-                            + " was interrupted while it waited for rank " + behind + " (ThreadsOptions.maxLead)", e);
-                }
+                return new CommunicatorAbortedException("transaction #" + sequence + " of " + who(rank)
+                        + " was interrupted while it waited for rank " + behind + " (ThreadsOptions.maxLead)", e);
             }
         }
     }
@@ -676,10 +716,10 @@ final class PackState {
     void finish(int rank) {
         synchronized (lock) {
             if (closedAfter[rank] < 0) {
-                closedAfter[rank] = started[rank];
+                closedAfter[rank] = started.get(rank);
                 workReturned[rank] = true;
             }
-            started[rank] = Long.MAX_VALUE;
+            started.set(rank, Long.MAX_VALUE);
             lock.notifyAll();
         }
         barrier(FINISH, rank, Long.MAX_VALUE);
@@ -694,7 +734,7 @@ final class PackState {
         synchronized (lock) {
             closedAfter[rank] = executed;
             workReturned[rank] = false;
-            started[rank] = Long.MAX_VALUE;
+            started.set(rank, Long.MAX_VALUE);
             lock.notifyAll();
         }
     }
@@ -722,7 +762,7 @@ final class PackState {
     /** A rank that is done never holds the others back in the throttle. */
     void finished(int rank) {
         synchronized (lock) {
-            started[rank] = Long.MAX_VALUE;
+            started.set(rank, Long.MAX_VALUE);
             lock.notifyAll();
         }
     }
