@@ -395,6 +395,21 @@ class SparkCommunicatorsTest {
             hostSide();
         }
 
+        /** One all-reduce and one host all-gather, element by element: what every stage must get right. */
+        void allReduceAndHostGather() {
+            int n = world * 1000;
+            try (CudaStream stream = CudaStream.create(); DeviceMemory a = DeviceMemory.allocate(DType.FP32, n)) {
+                upload(a, data(rank, 99, n));
+                comm.allReduce(a.tensor(DType.FP32), ReduceOp.SUM, stream);
+                stream.synchronize();
+                compare("allReduce", reduce(99, n, Float::sum), download(a, n), 0, n);
+            }
+            long[] all = comm.allGatherLongsHost(seed + rank);
+            for (int r = 0; r < world; r++) {
+                assertEquals(seed + r, all[r], "allGatherLongsHost: rank " + r + " on rank " + rank);
+            }
+        }
+
         private void hostSide() {
             comm.barrier();
             List<byte[]> expected = new ArrayList<>();
