@@ -165,7 +165,12 @@ class SparkCommunicatorsTest {
     /** Rank 0 never joins; rank 1's all-reduce waits until its watchdog aborts it (recorded in ABORTS). */
     private static void hangOnRank0(Communicator comm) throws InterruptedException {
         if (comm.rank() == 0) {
-            Thread.sleep(60_000); // Spark kills it when rank 1's task fails
+            // Spark kills it when rank 1's task fails, without interrupting its thread (a failed barrier
+            // stage's kill does not): work outside jnccl must look, or it holds its task slot.
+            BarrierTaskContext context = BarrierTaskContext.get();
+            for (int i = 0; i < 1200 && !context.isInterrupted(); i++) {
+                Thread.sleep(50);
+            }
             return;
         }
         try (CudaStream stream = CudaStream.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 16)) {
