@@ -22,7 +22,8 @@ import org.junit.jupiter.api.Timeout;
  * each executor takes it, and {@code spark.task.resource.gpu.amount=0.5} puts two tasks on it: four
  * ranks on device 0 over two executor processes. NCCL refuses that unless 2.30+ with
  * {@code NCCL_MULTI_RANK_GPU_ENABLE=1}; the emulation follows the same variable, which the executors
- * get here, so the stage runs, every operation checked element by element.
+ * get here, so the stage runs: an all-reduce and a host gather, checked element by element (every
+ * operation across executors is {@link SparkClusterTest}'s).
  */
 @Timeout(value = 3, unit = TimeUnit.MINUTES)
 class SparkClusterGpuResourcesTest {
@@ -53,7 +54,7 @@ class SparkClusterGpuResourcesTest {
         long seed = System.nanoTime();
         // withDevice(5) loses: the GPU that Spark assigned to the task is what the cluster reserved for it.
         List<String> results = SparkCommunicators.run(spark, 4, SparkOptions.defaults().withDevice(5), comm -> {
-            new SparkCommunicatorsTest.RankChecks(comm, seed).all();
+            new SparkCommunicatorsTest.RankChecks(comm, seed).allReduceAndHostGather();
             return ProcessHandle.current().pid() + " " + comm.device() + " "
                     + Arrays.toString(BarrierTaskContext.get().resources().get("gpu").get().addresses());
         });

@@ -165,7 +165,12 @@ class SparkCommunicatorsTest {
     /** Rank 0 never joins; rank 1's all-reduce waits until its watchdog aborts it (recorded in ABORTS). */
     private static void hangOnRank0(Communicator comm) throws InterruptedException {
         if (comm.rank() == 0) {
-            Thread.sleep(60_000); // Spark kills it when rank 1's task fails
+            // Spark kills it when rank 1's task fails, without interrupting its thread (a failed barrier
+            // stage's kill does not): work outside jnccl must look, or it holds its task slot.
+            BarrierTaskContext context = BarrierTaskContext.get();
+            for (int i = 0; i < 1200 && !context.isInterrupted(); i++) {
+                Thread.sleep(50);
+            }
             return;
         }
         try (CudaStream stream = CudaStream.create(); DeviceMemory memory = DeviceMemory.allocate(DType.FP32, 16)) {
@@ -393,6 +398,21 @@ class SparkCommunicatorsTest {
                 assertEquals(max[1], got[1], "reduceMax, rank " + rank + ", seed " + seed);
             }
             hostSide();
+        }
+
+        /** One all-reduce and one host all-gather, element by element: what every stage must get right. */
+        void allReduceAndHostGather() {
+            int n = world * 1000;
+            try (CudaStream stream = CudaStream.create(); DeviceMemory a = DeviceMemory.allocate(DType.FP32, n)) {
+                upload(a, data(rank, 99, n));
+                comm.allReduce(a.tensor(DType.FP32), ReduceOp.SUM, stream);
+                stream.synchronize();
+                compare("allReduce", reduce(99, n, Float::sum), download(a, n), 0, n);
+            }
+            long[] all = comm.allGatherLongsHost(seed + rank);
+            for (int r = 0; r < world; r++) {
+                assertEquals(seed + r, all[r], "allGatherLongsHost: rank " + r + " on rank " + rank);
+            }
         }
 
         private void hostSide() {
