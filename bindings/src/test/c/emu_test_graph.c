@@ -359,9 +359,19 @@ static void test_launch_order(void) {
   cudaGraphExec_t x = end_and_instantiate(s);
   CK(cudaGraphLaunch(x, s));
   CK(cudaGraphLaunch(x, s2)); /* waits for the first launch, which waits for the gate */
+  /* The first launch's host call starts when its stream thread gets a core, which on a loaded machine
+   * under a sanitizer can take far longer than a fixed pause: wait for it (bounded), then give a
+   * wrongly unordered second launch time to run too. */
+  int ran = 0;
+  for (int waited = 0; waited < 10000 && ran == 0; waited += 5) {
+    pthread_mutex_lock(&gt.mu);
+    ran = gt.ran;
+    pthread_mutex_unlock(&gt.mu);
+    if (ran == 0) sleep_ms(5);
+  }
   sleep_ms(30);
   pthread_mutex_lock(&gt.mu);
-  int ran = gt.ran;
+  ran = gt.ran;
   pthread_mutex_unlock(&gt.mu);
   EXPECT(ran == 1, "the second launch ran before the first finished (%d host calls)", ran);
   EXPECT_CUDA(cudaStreamQuery(s2), cudaErrorNotReady);
