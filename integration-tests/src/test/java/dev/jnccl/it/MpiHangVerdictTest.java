@@ -109,6 +109,7 @@ class MpiHangVerdictTest {
     @MethodSource("jobs")
     void aKilledRankIsNamedAsGone(MpiJobs.Launcher launcher, boolean detail) throws Exception {
         assumeTrue(launcher == MpiJobs.Launcher.OPEN_MPI, "MPICH's hydra ends the survivors when a rank is killed");
+        Packs.assumeDevices(WORLD);
         try (MpiJobs.Job job = jobs(launcher, detail).survivorsRunOn().start(MpiVerdictRank.class, "killed", WORLD)) {
             Matcher running = job.awaitLine("RUNNING pid=(\\d+)", MpiWorldsChecks.JOB_TIMEOUT);
             ProcessHandle.of(Long.parseLong(running.group(1))).ifPresent(ProcessHandle::destroyForcibly); // SIGKILL
@@ -128,6 +129,7 @@ class MpiHangVerdictTest {
 
     /** The job's output, once it ended non-zero within {@link #END_SECONDS} of the second collective's start. */
     private static String run(MpiJobs jobs, String scenario) throws Exception {
+        Packs.assumeDevices(WORLD); // one process per device (the emulation's devices, inherited by the job)
         try (MpiJobs.Job job = jobs.start(MpiVerdictRank.class, scenario, WORLD)) {
             String output = MpiWorldsChecks.awaitFailureWithin(job, "(?m)^PID \\d+$", END_SECONDS + 60);
             assertFalse(output.contains("UNEXPECTED"), output);
