@@ -13,6 +13,8 @@
 #   killed-w3     rank 2 of 3 is SIGKILLed: the job ends within the watchdog timeout + 30 s, no process left
 #   absent-w3     rank 2 of 3 never comes to a barrier: the others name it at the deadline (3 s), the job ends
 #   late-create-w3  rank 2 of 3 creates late: the others' create names it at the init timeout, the job ends
+#   verdicts-w3   MpiHangVerdictTest: a mismatched count, a skipped collective, a lagging, early or killed rank
+#                 named by the same verdict on every rank (with and without JNCCL_DEBUG=detail)
 #   example-w4    mpirun -np 4 bin/run-example --launcher mpi: every element checked, last line OK
 # then `ALL PASSED` (exit 0) or `FAILED: parts...` (exit 1). Logs and JUnit reports go to $OUT when
 # set, else /tmp/jnccl-gpu-mpi.
@@ -67,15 +69,16 @@ failed=()
 part() { # name, status
   if [ "$2" = 0 ]; then echo "PASS $1"; else echo "FAIL $1 (log: $out/$1.log)"; failed+=("$1"); fi
 }
-junit() { # part name, method selector of GpuMpiWorldsTest
-  local name=$1 method=$2
+junit() { # part name, method selector of GpuMpiWorldsTest [, a selector (--select-...=...) whose skips are expected]
+  local name=$1 method=$2 select=${3:-} not_run="skipped|aborted|failed"
+  [ -n "$select" ] && not_run="failed"
   "$java" --enable-native-access=ALL-UNNAMED -Djnccl.backend="$backend" -Djnccl.it.mpi.backend="$backend" \
     -Djnccl.it.mpi.library.OPEN_MPI="$MPI_LIBRARY" ${JAVA_OPTS:-} \
     -jar "$bundle/tools/junit-console.jar" execute -cp "$cp" --details=summary --disable-banner \
-    --reports-dir="$out/$name" --select-method "dev.jnccl.it.GpuMpiWorldsTest#$method" > "$out/$name.log" 2>&1
+    --reports-dir="$out/$name" "${select:---select-method=dev.jnccl.it.GpuMpiWorldsTest#$method}" > "$out/$name.log" 2>&1
   local code=$?
   grep -qE "tests successful" "$out/$name.log" || code=1
-  grep -qE "[1-9][0-9]* tests (skipped|aborted|failed)" "$out/$name.log" && code=1
+  grep -qE "[1-9][0-9]* tests ($not_run)" "$out/$name.log" && code=1
   grep -E "tests (successful|failed|skipped|aborted)" "$out/$name.log" | tr -s " []" " " | paste -sd, - | sed "s/^/   /"
   part "$name" "$code"
 }
@@ -88,6 +91,9 @@ junit late-close-w3 aRankThatClosesLateStillClosesCleanly
 junit killed-w3 aKilledRankEndsTheJob
 junit absent-w3 aRankAbsentFromABarrierIsNamedAtTheDeadline
 junit late-create-w3 aRankThatCreatesLateIsNamedAtTheInitDeadline
+# Hang forensics at W=3 on real NCCL (a mismatched count, a skipped collective, a lagging, early or
+# killed rank, with and without JNCCL_DEBUG=detail): the MPICH cases and the emulation's stuck fault skip.
+junit verdicts-w3 - "--select-class=dev.jnccl.it.MpiHangVerdictTest"
 
 # The example: one process per rank, all on device 0, each its own NCCL "node".
 # shellcheck disable=SC2086 # MPI_FLAGS is a list of flags

@@ -44,15 +44,26 @@ class MpiHangVerdictTest {
         return cases.stream();
     }
 
+    /**
+     * {@code host} (the default: the emulation, one device per process) or {@code cuda}: real NCCL, every
+     * process on GPU 0 with its own {@code NCCL_HOSTID} over the socket transport (scripts/gpu/gpu-mpi-test.sh).
+     */
+    private static final String BACKEND = System.getProperty("jnccl.it.mpi.backend", "host");
+    private static final boolean REAL_NCCL = !BACKEND.equals("host");
+
     private static MpiJobs jobs(MpiJobs.Launcher launcher, boolean detail, String... fault) {
         Map<String, String> environment = new TreeMap<>();
+        if (REAL_NCCL) {
+            environment.put("NCCL_SOCKET_IFNAME", "lo");
+            environment.put("NCCL_NVLS_ENABLE", "0");
+        }
         if (detail) {
             environment.put("JNCCL_DEBUG", "detail");
         }
         for (int i = 0; i < fault.length; i += 2) {
             environment.put(fault[i], fault[i + 1]);
         }
-        return new MpiJobs(launcher, "host", false, environment);
+        return new MpiJobs(launcher, BACKEND, REAL_NCCL, environment);
     }
 
     @ParameterizedTest(name = "{0}, detail {1}")
@@ -85,10 +96,32 @@ class MpiHangVerdictTest {
         assertTrue(output.contains("RETURNED rank=2"), output);
     }
 
+    /**
+     * Rank 2 all-reduces one element fewer. Real NCCL runs it without a check and hangs: the watchdog's
+     * diagnosis names both counts. The emulation refuses it as it meets the ranks' arguments, with its
+     * own verdict; the consistency check refuses it before NCCL runs it.
+     */
+    @ParameterizedTest(name = "{0}, detail {1}")
+    @MethodSource("jobs")
+    void aMismatchedCountIsNamedWithBothCounts(MpiJobs.Launcher launcher, boolean detail) throws Exception {
+        String output = run(jobs(launcher, detail), "mismatch");
+        String shortCount = MpiVerdictRank.COUNT - 1 + "";
+        if (detail) {
+            assertEveryRankContains(output, "refused before NCCL ran it (consistency check", "rank 2 all-reduces "
+                    + shortCount + " FP32");
+        } else if (REAL_NCCL) {
+            assertEveryRankLeadsWith(output, "transaction #2 differs: ", 0, 1, 2);
+            assertEveryRankContains(output, "rank 2 allReduce SUM FP32 " + shortCount + " elements");
+        } else {
+            assertEveryRankContains(output, "collective #", " differs", "rank 2 ncclAllReduce " + shortCount);
+        }
+    }
+
     @ParameterizedTest(name = "{0}, detail {1}")
     @MethodSource("jobs")
     void everyRankStuckInACollectiveBlamesNcclOrTheTransport(MpiJobs.Launcher launcher, boolean detail)
             throws Exception {
+        assumeTrue(!REAL_NCCL, "needs the host emulation's fault JNCCL_HOST_FAULT=hang");
         String output = run(jobs(launcher, detail, "JNCCL_HOST_FAULT", "hang", "JNCCL_HOST_FAULT_RANK", "2",
                 "JNCCL_HOST_FAULT_AT", "2"), "stuck");
         assertEveryRankLeadsWith(output, "every rank is inside transaction #2 with the same commands: NCCL or the"
@@ -109,7 +142,7 @@ class MpiHangVerdictTest {
     @MethodSource("jobs")
     void aKilledRankIsNamedAsGone(MpiJobs.Launcher launcher, boolean detail) throws Exception {
         assumeTrue(launcher == MpiJobs.Launcher.OPEN_MPI, "MPICH's hydra ends the survivors when a rank is killed");
-        Packs.assumeDevices(WORLD);
+        assumeDevices();
         try (MpiJobs.Job job = jobs(launcher, detail).survivorsRunOn().start(MpiVerdictRank.class, "killed", WORLD)) {
             Matcher running = job.awaitLine("RUNNING pid=(\\d+)", MpiWorldsChecks.JOB_TIMEOUT);
             ProcessHandle.of(Long.parseLong(running.group(1))).ifPresent(ProcessHandle::destroyForcibly); // SIGKILL
@@ -129,13 +162,31 @@ class MpiHangVerdictTest {
 
     /** The job's output, once it ended non-zero within {@link #END_SECONDS} of the second collective's start. */
     private static String run(MpiJobs jobs, String scenario) throws Exception {
-        Packs.assumeDevices(WORLD); // one process per device (the emulation's devices, inherited by the job)
+        assumeDevices();
         try (MpiJobs.Job job = jobs.start(MpiVerdictRank.class, scenario, WORLD)) {
             String output = MpiWorldsChecks.awaitFailureWithin(job, "(?m)^PID \\d+$", END_SECONDS + 60);
             assertFalse(output.contains("UNEXPECTED"), output);
             assertTrue(output.contains("ending the MPI job (MPI_Abort"), output);
             job.assertNoRankLeft(Duration.ofSeconds(15));
             return output;
+        }
+    }
+
+    /** On the emulation one process per device (its devices, inherited by the job); real NCCL shares GPU 0. */
+    private static void assumeDevices() {
+        if (!REAL_NCCL) {
+            Packs.assumeDevices(WORLD);
+        }
+    }
+
+    /** Every rank printed an exception whose message contains each of {@code parts}. */
+    private static void assertEveryRankContains(String output, String... parts) {
+        for (int rank = 0; rank < WORLD; rank++) {
+            Matcher line = Pattern.compile("(?m)^ABORTED rank=" + rank + " (.*)$").matcher(output);
+            assertTrue(line.find(), "rank " + rank + " reported no exception\n" + output);
+            for (String part : parts) {
+                assertTrue(line.group(1).contains(part), "rank " + rank + " lacks '" + part + "': " + line.group(1));
+            }
         }
     }
 

@@ -19,6 +19,7 @@ import java.time.Duration;
  *   <li>{@code lag}: the culprit idles the same way, then goes on to the all-reduce, too late;</li>
  *   <li>{@code early}: the culprit returns from its work (its communicator closes after 1 transaction);</li>
  *   <li>{@code killed}: the culprit prints {@code RUNNING pid=P} and idles until the test SIGKILLs it;</li>
+ *   <li>{@code mismatch}: the culprit all-reduces {@value #COUNT} - 1 elements, the others {@value #COUNT};</li>
  *   <li>{@code stuck}: every rank all-reduces, and the host emulation hangs it on the culprit's
  *       stream ({@code JNCCL_HOST_FAULT=hang}, set by the test).</li>
  * </ul>
@@ -89,6 +90,8 @@ public final class MpiVerdictRank {
                 comm.allReduce(second, ReduceOp.SUM, c.compute());
             }
             case "stuck" -> comm.allReduce(second, ReduceOp.SUM, c.compute());
+            case "mismatch" -> comm.allReduce(culprit ? c.upload(Data.fp32(c.seed(comm.rank(), "short"), COUNT - 1))
+                    : second, ReduceOp.SUM, c.compute());
             default -> throw new IllegalArgumentException("unknown scenario " + scenario);
         }
         comm.synchronize();
