@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeFalse;
 
 import dev.jnccl.testsupport.ChildJvm;
 import java.nio.file.Files;
@@ -33,6 +34,7 @@ class MpiDiagnosisDumpTest {
     @EnumSource(value = MpiJobs.Launcher.class, names = "OPEN_MPI")
     void theToolOverAKilledJobsFolderNamesTheKilledRank(MpiJobs.Launcher launcher, @TempDir Path folder)
             throws Exception {
+        assumeFalse(Packs.SHARE_DEVICES, "one device per process: runs in the default execution");
         MpiJobs jobs = new MpiJobs(launcher, "host", false, Map.of());
         try (MpiJobs.Job job = jobs.start("killed", 3, "-Djnccl.diagnosis.dir=" + folder)) {
             Matcher running = job.awaitLine("RUNNING rank=2 pid=(\\d+)", Duration.ofSeconds(120));

@@ -18,8 +18,8 @@ import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
 import org.junit.jupiter.api.Test;
@@ -46,19 +46,7 @@ class ThreadsDiagnosisDumpTest {
 
     /** The offline tool on {@code folder}: its exit status and output. */
     static ChildJvm.Result diagnose(Path folder) throws IOException, InterruptedException {
-        List<String> command = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "-cp", ChildJvm.classPath(Communicator.class), "dev.jnccl.DiagnoseDumps", folder.toString()));
-        Path log = Files.createTempFile("jnccl-diagnose-", ".log");
-        try {
-            Process process = ChildJvm.builder(command, log).start();
-            if (!process.waitFor(60, TimeUnit.SECONDS)) {
-                process.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
-                fail("the diagnosis tool did not end within 60 s: " + command);
-            }
-            return new ChildJvm.Result(process.exitValue(), Files.readString(log));
-        } finally {
-            Files.deleteIfExists(log);
-        }
+        return ChildJvm.runNamed(List.of(), Map.of(), Communicator.class, "dev.jnccl.DiagnoseDumps", folder.toString());
     }
 
     /** The tool's verdict on {@code folder}, which must be exit 0 and a first line "verdict: ...". */

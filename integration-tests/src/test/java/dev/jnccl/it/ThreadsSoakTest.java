@@ -517,6 +517,7 @@ class ThreadsSoakTest {
         if (hit) {
             ABORTS_HUNG.incrementAndGet();
         }
+        System.out.println("  the ncclCommAbort of rank " + hanging + (hit ? " hung and was abandoned" : " was not called"));
         TRANSACTIONS.addAndGet(Long.parseLong(passed.group(1)));
         VERDICTS.addAndGet(Long.parseLong(passed.group(2)));
     }

@@ -31,7 +31,16 @@ public final class ChildJvm {
      */
     public static Result run(List<String> jvmArgs, Map<String, String> environment, Class<?> main, String... args)
             throws IOException, InterruptedException {
-        List<String> command = command(jvmArgs, main, args);
+        return runNamed(jvmArgs, environment, main, main.getName(), args);
+    }
+
+    /**
+     * As {@link #run(List, Map, Class, String...)} for a main class named {@code main} that the test
+     * cannot name as a class (a package-private tool of a library), found on {@code classPathOf}'s class path.
+     */
+    public static Result runNamed(List<String> jvmArgs, Map<String, String> environment, Class<?> classPathOf,
+                                  String main, String... args) throws IOException, InterruptedException {
+        List<String> command = commandNamed(jvmArgs, classPathOf, main, args);
         // Output goes to a file, so a child that hangs cannot block this thread on a pipe read:
         // the wait below is what bounds it.
         Path log = Files.createTempFile("jnccl-child-", ".log");
@@ -61,12 +70,16 @@ public final class ChildJvm {
      * @return the command, a mutable list
      */
     public static List<String> command(List<String> jvmArgs, Class<?> main, String... args) {
+        return commandNamed(jvmArgs, main, main.getName(), args);
+    }
+
+    private static List<String> commandNamed(List<String> jvmArgs, Class<?> classPathOf, String main, String... args) {
         List<String> command = new ArrayList<>();
         command.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
         command.addAll(jvmArgs);
         command.add("-cp");
-        command.add(classPath(main));
-        command.add(main.getName());
+        command.add(classPath(classPathOf));
+        command.add(main);
         command.addAll(List.of(args));
         return command;
     }
