@@ -137,6 +137,16 @@ launcher run-example dev.jnccl.examples.RingAllToAll \
 launcher bench dev.jnccl.examples.bench.CollectiveBenchmark \
   "jnccl's nccl-tests compatible benchmark: bench OP [nccl-tests flags] (-h)."
 
+# The offline diagnosis of a job's dumps (scripts/diagnose.sh's twin): core alone, no native library.
+cat > "$stage/bin/diagnose" <<'EOF'
+#!/bin/sh
+# jnccl's offline diagnosis: diagnose FOLDER, where the ranks wrote jnccl-rank-R-of-W.json
+# (-Djnccl.diagnosis.dir, JNCCL_DIAGNOSIS_DIR): prints the verdict and a table of the ranks.
+here=$(dirname "$0")/..
+exec "$here/runtime/bin/java" -cp "$here/lib/*" dev.jnccl.DiagnoseDumps "$@"
+EOF
+chmod +x "$stage/bin/diagnose"
+
 cp scripts/lib/bundle-gpu-tests.sh "$stage/bin/gpu-tests"
 chmod +x "$stage/bin/gpu-tests"
 
