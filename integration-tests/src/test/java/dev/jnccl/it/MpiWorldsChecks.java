@@ -22,10 +22,6 @@ abstract class MpiWorldsChecks {
         jobs(launcher).runAndPass("ops", world, JOB_TIMEOUT);
     }
 
-    void deviceOverride(MpiJobs.Launcher launcher) throws Exception {
-        jobs(launcher).runAndPass("device-override", 2, JOB_TIMEOUT);
-    }
-
     void errorString(MpiJobs.Launcher launcher) throws Exception {
         jobs(launcher).runAndPass("error-string", 2, JOB_TIMEOUT);
     }
