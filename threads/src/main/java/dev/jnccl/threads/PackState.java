@@ -3,6 +3,7 @@ package dev.jnccl.threads;
 import dev.jnccl.Communicator;
 import dev.jnccl.CommunicatorAbortedException;
 import dev.jnccl.Diagnosis;
+import dev.jnccl.JncclException;
 import dev.jnccl.RankSummary;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.internal.Backoff;
@@ -14,6 +15,8 @@ import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.SortedMap;
+import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLongArray;
 import java.util.concurrent.atomic.AtomicReference;
@@ -33,6 +36,13 @@ import org.slf4j.LoggerFactory;
  * them), and every exception that releases a rank because of the pack's failure first waits,
  * bounded by the close timeout, until every rank's {@code readsDone} has completed
  * ({@link #awaitReadsDrained}); so does each rank's close, hence {@link ThreadsPack#join()}.
+ *
+ * <p>With {@link ThreadsOptions#withContinueWithoutFailedRanks} a failing rank is <i>lost</i>
+ * ({@link #lose}) instead of failing the pack: it is left out of the barriers from then on (so the
+ * survivors' end of work meets without it), every communicator of the pack is aborted with the loss
+ * (their host sides answer {@link #lostRanks}, so calls on them throw {@code RankLostException}),
+ * and the packs split or shrunk from this one lose the rank too. The survivors carry on in the
+ * packs of their shrunk communicators.
  */
 final class PackState {
     private static final Logger LOG = LoggerFactory.getLogger(PackState.class);
@@ -52,6 +62,12 @@ final class PackState {
 
     private final int size;
     private final Duration drainTimeout;
+    /** The fewest ranks this pack goes on with after losing some; 0: a failing rank fails the pack. */
+    private final int minWorld;
+    /** Per rank: why it was lost, or null while it is not (guarded by lock). */
+    private final Throwable[] lost;
+    /** How many ranks are lost (written under lock; volatile for the waits' checks). */
+    private volatile int lostCount;
     /** The pack this one was split from (see {@link #child}), or null. */
     private final PackState parent;
     /** Per rank of this pack: its rank in {@link #parent}; null without a parent. */
@@ -102,12 +118,22 @@ final class PackState {
      *                     buffers (the communicators' close timeout)
      */
     PackState(int size, Duration drainTimeout) {
-        this(size, drainTimeout, null, null);
+        this(size, drainTimeout, 0, null, null);
     }
 
-    private PackState(int size, Duration drainTimeout, PackState parent, int[] parentRanks) {
+    /**
+     * @param minWorld the fewest ranks the pack goes on with after losing some (see {@link #lose}); 0
+     *                 for off
+     */
+    PackState(int size, Duration drainTimeout, int minWorld) {
+        this(size, drainTimeout, minWorld, null, null);
+    }
+
+    private PackState(int size, Duration drainTimeout, int minWorld, PackState parent, int[] parentRanks) {
         this.size = size;
         this.drainTimeout = drainTimeout;
+        this.minWorld = minWorld;
+        this.lost = new Throwable[size];
         this.parent = parent;
         this.parentRanks = parentRanks;
         this.readLocks = new Object[size];
@@ -156,8 +182,9 @@ final class PackState {
     PackState child(long split, int color, List<Integer> members) {
         PackState child;
         synchronized (lock) {
+            // A child goes on down to one rank: whether the job can go on is the root pack's minimum.
             child = children.computeIfAbsent(split + "/" + color, key -> new PackState(members.size(), drainTimeout,
-                    this, members.stream().mapToInt(Integer::intValue).toArray()));
+                    Math.min(minWorld, 1), this, members.stream().mapToInt(Integer::intValue).toArray()));
         }
         Failure failed = failure.get();
         if (failed != null) {
@@ -223,7 +250,7 @@ final class PackState {
         }
 
         // The packs related by splits fail too (each only once: the first failure wins in each).
-        if (parent != null && rank >= 0) {
+        if (parent != null && rank >= 0 && !parent.abortedForLoss()) {
             parent.diagnosed(failed.diagnosis());
             parent.failed(new Failure(parentRanks[rank], failed.error(), failed.who(), failed.diagnosis()));
         }
@@ -260,16 +287,151 @@ final class PackState {
     }
 
     /**
+     * Rank {@code rank} has failed for good ({@code error}: its work threw, or its thread was
+     * interrupted). With the pack's minimum world off this is {@link #fail}. Otherwise the rank is
+     * lost: it leaves the barriers (a survivors' end of work no longer waits for it), the ranks
+     * waiting in other host-side calls are released, the packs split from this one lose it too, and
+     * every communicator of the pack is aborted with the loss (its host side answers
+     * {@link #lostRanks} from then on). A loss that leaves fewer than the minimum world fails the
+     * pack, naming every lost rank. Returns whether this call lost the rank or failed the pack.
+     */
+    boolean lose(int rank, Throwable error) {
+        if (minWorld == 0) {
+            return fail(rank, error);
+        }
+        Communicator[] toAbort;
+        List<PackState> splits;
+        synchronized (lock) {
+            if (failure.get() != null || lost[rank] != null) {
+                return false;
+            }
+            lost[rank] = error;
+            lostCount++;
+            if (size - lostCount >= minWorld) {
+                leaveBarrier(rank);
+                toAbort = communicators.clone();
+                splits = List.copyOf(children.values());
+            } else {
+                toAbort = null;
+                splits = List.of();
+            }
+        }
+        if (toAbort == null) {
+            return fail(rank, belowMinimum(rank, error));
+        }
+        String reason = who(rank) + " was lost: " + error + "; the survivors go on without " + lostRanks()
+                + " (RankLostException.recover)";
+        LOG.warn("{}", reason, error);
+        for (PackState child : splits) {
+            child.loseParentRank(rank, error);
+        }
+        for (Communicator communicator : toAbort) {
+            abortQuietly(communicator, reason);
+        }
+        return true;
+    }
+
+    /** A lost rank is no longer waited for: its place in the barrier goes, and the others' waits end. Holds the lock. */
+    private void leaveBarrier(int rank) {
+        started.set(rank, Long.MAX_VALUE);
+        if (present[rank]) {
+            present[rank] = false;
+            arrived--;
+        }
+        if (arrived > 0 && !FINISH.equals(generationOperation)) {
+            // Ranks in a host-side call of the aborted communicators: released by the loss (see awaitOthers).
+            arrived = 0;
+            Arrays.fill(present, false);
+            generation++;
+        } else if (arrived > 0 && arrived == size - lostCount) {
+            completeGeneration();
+        }
+        lock.notifyAll();
+    }
+
+    /** Every rank still in the pack has arrived: the barrier opens. Holds the lock. */
+    private void completeGeneration() {
+        arrived = 0;
+        Arrays.fill(present, false);
+        generation++;
+        lock.notifyAll();
+    }
+
+    /** Parent rank {@code parentRank} is lost: so is its rank in this (split or shrunk) pack, if a member. */
+    private void loseParentRank(int parentRank, Throwable error) {
+        for (int r = 0; r < size; r++) {
+            if (parentRanks[r] == parentRank) {
+                lose(r, error);
+            }
+        }
+    }
+
+    /** The pack's failure when a loss leaves too few ranks: names every lost rank, the earlier ones' errors suppressed. */
+    private JncclException belowMinimum(int rank, Throwable error) {
+        List<Integer> gone = lostRanks();
+        JncclException failed = new JncclException(who(rank) + " failed (" + error + ") and ranks " + gone
+                + " are lost: " + (size - gone.size()) + " of " + size + " ranks remain, fewer than"
+                + " ThreadsOptions.minWorld " + minWorld, error);
+        synchronized (lock) {
+            for (int r = 0; r < size; r++) {
+                if (r != rank && lost[r] != null) {
+                    failed.addSuppressed(lost[r]);
+                }
+            }
+        }
+        return failed;
+    }
+
+    /** {@return the ranks lost so far, sorted, in this pack's numbering} */
+    List<Integer> lostRanks() {
+        List<Integer> gone = new ArrayList<>();
+        synchronized (lock) {
+            for (int r = 0; r < size; r++) {
+                if (lost[r] != null) {
+                    gone.add(r);
+                }
+            }
+        }
+        return gone;
+    }
+
+    /** {@return each lost rank with what it threw, in rank order} */
+    SortedMap<Integer, Throwable> lostErrors() {
+        SortedMap<Integer, Throwable> errors = new TreeMap<>();
+        synchronized (lock) {
+            for (int r = 0; r < size; r++) {
+                if (lost[r] != null) {
+                    errors.put(r, lost[r]);
+                }
+            }
+        }
+        return errors;
+    }
+
+    /**
+     * Whether the pack's communicators are aborted because ranks were lost (and the pack has not
+     * failed): their aborts and the exceptions that follow must not fail the pack.
+     */
+    boolean abortedForLoss() {
+        return lostCount > 0 && failure.get() == null;
+    }
+
+    /**
      * Aborts {@code communicator} (null: none) for the pack's failure. An abort that throws is
      * logged and the next one goes on: each rank's communicator is aborted and each rank released
      * whatever one abort did, and the failure the ranks report stays the pack's first.
      */
     private static void abortQuietly(Communicator communicator, Failure failed) {
+        abortQuietly(communicator, reason(failed));
+    }
+
+    /** Aborts {@code communicator} (null: none) for {@code reason}, logging an abort that throws. */
+    private static void abortQuietly(Communicator communicator, String reason) {
         if (communicator == null) {
             return;
         }
         try {
-            communicator.abort(reason(failed));
+            communicator.abort(reason);
         } catch (RuntimeException e) {
             LOG.warn("rank {}: aborting its communicator for the pack's failure failed; the pack goes on releasing"
                     + " its ranks", communicator.rank(), e);
@@ -404,7 +566,11 @@ final class PackState {
             failure = diagnosedDeadline(rank, past.getMessage());
         }
         // fail() aborts communicators, which take their owners' locks: never call it holding ours.
-        fail(rank, failure);
+        if (failure.getCause() instanceof InterruptedException) {
+            lose(rank, failure); // this rank's thread was interrupted: lost, where the pack goes on without it
+        } else if (!abortedForLoss()) {
+            fail(rank, failure); // after a loss every communicator of the pack is aborted: this rank's failure is moot
+        }
         awaitReadsDrained(rank);
         throw failure;
     }
@@ -497,6 +663,9 @@ final class PackState {
             if (failure.get() != null) {
                 return released(operation, rank);
             }
+            if (releasedByLoss(operation)) {
+                return lossRelease(operation, rank);
+            }
             // Checked and counted under one lock hold, so two ranks cannot both see an empty barrier.
             if (arrived == 0) {
                 generationOperation = operation;
@@ -506,16 +675,16 @@ final class PackState {
             }
             long mine = generation;
             present[rank] = true;
-            if (++arrived == size) {
-                arrived = 0;
-                Arrays.fill(present, false);
-                generation++;
-                lock.notifyAll();
+            if (++arrived == size - lostCount) {
+                completeGeneration();
                 return null;
             }
             while (generation == mine) {
                 if (failure.get() != null) {
                     return released(operation, rank);
+                }
+                if (releasedByLoss(operation)) {
+                    return lossRelease(operation, rank);
                 }
                 long waited = System.nanoTime() - start;
                 if (waited >= timeoutNanos) {
@@ -537,8 +706,22 @@ final class PackState {
                             + absent() + " had not arrived", e);
                 }
             }
-            return null;
+            return releasedByLoss(operation) ? lossRelease(operation, rank) : null;
         }
+    }
+
+    /**
+     * Whether a wait in {@code operation} ends because ranks were lost: every host-side call of the
+     * pack's (aborted) communicators does; the end of the survivors' work meets without the lost.
+     */
+    private boolean releasedByLoss(String operation) {
+        return lostCount > 0 && !operation.equals(FINISH);
+    }
+
+    /** What a rank released by a loss throws (see {@link #settle}: it does not fail the pack). */
+    private CommunicatorAbortedException lossRelease(String operation, int rank) {
+        return new CommunicatorAbortedException(operation + " on " + who(rank) + " released: ranks " + lostRanks()
+                + " were lost", lostErrors().values().stream().findFirst().orElse(null));
     }
 
     /**
@@ -646,6 +829,9 @@ final class PackState {
         while (true) {
             if (failure.get() != null) {
                 return released("transaction throttle", rank);
+            }
+            if (releasedByLoss("transaction throttle")) {
+                return lossRelease("transaction throttle", rank);
             }
             long slowest = Long.MAX_VALUE;
             int behind = -1;

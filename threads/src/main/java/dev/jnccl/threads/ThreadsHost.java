@@ -155,14 +155,31 @@ final class ThreadsHost implements HostSide, RankEvents, Failures {
         return pack.diagnosed(diagnosis);
     }
 
+    /** The pack's lost ranks (see {@link PackState#lose}): with them, calls on an aborted communicator throw RankLostException. */
+    public List<Integer> lostRanks() {
+        return pack.lostRanks();
+    }
+
     @Override
     public Diagnosis diagnosis() {
         return pack.diagnosis();
     }
 
+    /**
+     * The pack fails with this rank's abort, unless the abort is the pack's loss of other ranks (see
+     * {@link PackState#lose}), or this rank's own thread was interrupted (NCCL's wait ended for it):
+     * then this rank is lost, where the pack goes on without failed ranks.
+     */
     @Override
     public void aborting(String reason) {
-        pack.fail(rank, failure(reason));
+        if (pack.abortedForLoss()) {
+            return;
+        }
+        if (owner.isInterrupted()) {
+            pack.lose(rank, failure(reason));
+        } else {
+            pack.fail(rank, failure(reason));
+        }
         if (Thread.currentThread() == owner) {
             // This rank failed in its own call (a CUDA or NCCL error): its exception is about to reach user code.
             pack.awaitReadsDrained(rank);
@@ -172,7 +189,9 @@ final class ThreadsHost implements HostSide, RankEvents, Failures {
     @Override
     public void beforeAbortedException(String reason) {
         // The abort may be this communicator's own (watchdog): make it the pack's failure before draining.
-        pack.fail(rank, failure(reason));
+        if (!pack.abortedForLoss()) {
+            pack.fail(rank, failure(reason));
+        }
         pack.awaitReadsDrained(rank);
     }
 
