@@ -156,6 +156,7 @@ final class ThreadsHost implements HostSide, RankEvents, Failures {
     }
 
     /** The pack's lost ranks (see {@link PackState#lose}): with them, calls on an aborted communicator throw RankLostException. */
+    @Override
     public List<Integer> lostRanks() {
         return pack.lostRanks();
     }
