@@ -72,6 +72,8 @@ final class PackState {
     private final PackState parent;
     /** Per rank of this pack: its rank in {@link #parent}; null without a parent. */
     private final int[] parentRanks;
+    /** Whether this is the pack of a split (else of a shrink's survivors, or the root). */
+    private final boolean split;
     /** The packs of the communicators split from this pack's, by split number and color (guarded by lock). */
     private final Map<String, PackState> children = new HashMap<>();
     /** The packs of the survivors of this pack's shrinks, by shrink number and members (guarded by lock). */
@@ -120,7 +122,7 @@ final class PackState {
      *                     buffers (the communicators' close timeout)
      */
     PackState(int size, Duration drainTimeout) {
-        this(size, drainTimeout, 0, null, null);
+        this(size, drainTimeout, 0, null, null, false);
     }
 
     /**
@@ -128,10 +130,12 @@ final class PackState {
      *                 for off
      */
     PackState(int size, Duration drainTimeout, int minWorld) {
-        this(size, drainTimeout, minWorld, null, null);
+        this(size, drainTimeout, minWorld, null, null, false);
     }
 
-    private PackState(int size, Duration drainTimeout, int minWorld, PackState parent, int[] parentRanks) {
+    private PackState(int size, Duration drainTimeout, int minWorld, PackState parent, int[] parentRanks,
+                      boolean split) {
+        this.split = split;
         this.size = size;
         this.drainTimeout = drainTimeout;
         this.minWorld = minWorld;
@@ -186,7 +190,7 @@ final class PackState {
         synchronized (lock) {
             // A child goes on down to one rank: whether the job can go on is the root pack's minimum.
             child = children.computeIfAbsent(split + "/" + color, key -> new PackState(members.size(), drainTimeout,
-                    Math.min(minWorld, 1), this, members.stream().mapToInt(Integer::intValue).toArray()));
+                    Math.min(minWorld, 1), this, members.stream().mapToInt(Integer::intValue).toArray(), true));
         }
         Failure failed = failure.get();
         if (failed != null) {
@@ -198,16 +202,31 @@ final class PackState {
     /**
      * The shared state of the survivors of shrink number {@code shrink} of this pack's communicators
      * (the first survivor to ask creates it): its ranks are {@code members} only, so it never waits
-     * for an excluded rank. A failure among the survivors fails this pack too (see {@link #failed});
-     * this pack's failure does not reach the survivors (it is usually the loss they answer).
+     * for an excluded rank. A failure among the survivors fails this pack too (see {@link #failed}), and
+     * this pack's failure fails theirs (with a minimum world, a loss is no failure: see {@link #lose};
+     * a later loss of a survivor reaches their pack as a loss too).
      *
      * @param members the survivors' ranks in this pack, in their new rank order
      */
     PackState survivors(long shrink, List<Integer> members) {
+        PackState survivors;
         synchronized (lock) {
-            return shrunk.computeIfAbsent(shrink + "/" + members, key -> new PackState(members.size(), drainTimeout,
-                    this, members.stream().mapToInt(Integer::intValue).toArray()));
+            survivors = shrunk.computeIfAbsent(shrink + "/" + members, key -> new PackState(members.size(),
+                    drainTimeout, Math.min(minWorld, 1), this, members.stream().mapToInt(Integer::intValue).toArray(),
+                    false));
         }
+        Failure failed = failure.get();
+        if (failed != null) {
+            survivors.failFromParent(failed);
+        }
+        return survivors;
+    }
+
+    /** The packs split or shrunk from this one. Holds the lock. */
+    private List<PackState> descendants() {
+        List<PackState> all = new ArrayList<>(children.values());
+        all.addAll(shrunk.values());
+        return all;
     }
 
     private void failFromParent(Failure failed) {
@@ -263,11 +282,12 @@ final class PackState {
         synchronized (lock) {
             lock.notifyAll();
             toAbort = communicators.clone();
-            splits = List.copyOf(children.values());
+            splits = descendants();
         }
 
         // The packs related by splits fail too (each only once: the first failure wins in each).
-        if (parent != null && rank >= 0 && !parent.abortedForLoss()) {
+        // A split's failure that follows its parent's loss (the parent's abort reached it) is not the parent's.
+        if (parent != null && rank >= 0 && !(split && parent.abortedForLoss())) {
             parent.diagnosed(failed.diagnosis());
             parent.failed(new Failure(parentRanks[rank], failed.error(), failed.who(), failed.diagnosis()));
         }
@@ -327,7 +347,7 @@ final class PackState {
             if (size - lostCount >= minWorld) {
                 leaveBarrier(rank);
                 toAbort = communicators.clone();
-                splits = List.copyOf(children.values());
+                splits = descendants();
             } else {
                 toAbort = null;
                 splits = List.of();
