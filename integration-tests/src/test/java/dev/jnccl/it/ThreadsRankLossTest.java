@@ -144,8 +144,8 @@ class ThreadsRankLossTest {
     }
 
     /**
-     * One rank: every step all-reduces this step's input over the current members; the victim fails
-     * at its step. A survivor that gets RankLostException recovers, drops the lost members, and the
+     * One rank: every step all-reduces this step's input over the current members, and a barrier
+     * ends the work; the victim fails at its step. A survivor that gets RankLostException recovers, drops the lost members, and the
      * survivors go on from the earliest step any of them has not finished (one may have finished a
      * step the lost rank contributed to before it went).
      */
@@ -153,15 +153,21 @@ class ThreadsRankLossTest {
         int original = first.rank();
         List<Integer> members = new ArrayList<>(IntStream.range(0, WORLD).boxed().toList());
         Communicator comm = first;
-        try (Arena arena = Arena.ofConfined(); DeviceMemory memory = DeviceMemory.allocate(DType.INT32, COUNT)) {
+        // Device memory lives for one step only: the victim must not free device memory on its way out while a
+        // peer on the same device waits in a collective for it (cudaFree waits for the whole device).
+        try (Arena arena = Arena.ofConfined()) {
             MemorySegment host = arena.allocate(ValueLayout.JAVA_INT, COUNT);
             long step = 0;
-            while (step < STEPS) {
+            while (step <= STEPS) {
                 if (original == round.victim() && step == round.step()) {
                     fail(round);
                 }
                 try {
-                    allReduceChecked(comm, memory, host, round, members, (int) step);
+                    if (step < STEPS) {
+                        allReduceChecked(comm, host, round, members, (int) step);
+                    } else {
+                        comm.barrier(); // a victim whose last all-reduce went out before its interrupt never gets here
+                    }
                     step++;
                 } catch (RankLostException e) {
                     for (int lost : e.lostRanks().reversed()) {
@@ -184,13 +190,15 @@ class ThreadsRankLossTest {
         Thread.currentThread().interrupt(); // the next wait of this rank ends with the interrupt
     }
 
-    private static void allReduceChecked(Communicator comm, DeviceMemory memory, MemorySegment host, Round round,
-                                         List<Integer> members, int step) {
+    private static void allReduceChecked(Communicator comm, MemorySegment host, Round round, List<Integer> members,
+                                         int step) {
         MemorySegment.copy(input(round.seed(), members.get(comm.rank()), step), 0, host, ValueLayout.JAVA_INT, 0, COUNT);
-        memory.copyFromHost(host);
-        comm.allReduce(memory.tensor(DType.INT32), ReduceOp.SUM, comm.stream());
-        comm.synchronize();
-        memory.copyToHost(host);
+        try (DeviceMemory memory = DeviceMemory.allocate(DType.INT32, COUNT)) {
+            memory.copyFromHost(host);
+            comm.allReduce(memory.tensor(DType.INT32), ReduceOp.SUM, comm.stream());
+            comm.synchronize();
+            memory.copyToHost(host);
+        }
         int[] expected = new int[COUNT];
         for (int member : members) {
             int[] theirs = input(round.seed(), member, step);
