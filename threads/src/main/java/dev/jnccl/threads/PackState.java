@@ -342,15 +342,15 @@ final class PackState {
             if (failure.get() != null || lost[rank] != null) {
                 return false;
             }
-            lost[rank] = error;
-            lostCount++;
-            if (size - lostCount >= minWorld) {
+            if (size - lostCount - 1 < minWorld) {
+                toAbort = null; // not marked lost: waiting ranks must be released by the failure, not by a loss
+                splits = List.of();
+            } else {
+                lost[rank] = error;
+                lostCount++;
                 leaveBarrier(rank);
                 toAbort = communicators.clone();
                 splits = descendants();
-            } else {
-                toAbort = null;
-                splits = List.of();
             }
         }
         if (toAbort == null) {
@@ -405,7 +405,9 @@ final class PackState {
 
     /** The pack's failure when a loss leaves too few ranks: names every lost rank, the earlier ones' errors suppressed. */
     private JncclException belowMinimum(int rank, Throwable error) {
-        List<Integer> gone = lostRanks();
+        List<Integer> gone = new ArrayList<>(lostRanks());
+        gone.add(rank);
+        gone.sort(null);
         JncclException failed = new JncclException(who(rank) + " failed (" + error + ") and ranks " + gone
                 + " are lost: " + (size - gone.size()) + " of " + size + " ranks remain, fewer than"
                 + " ThreadsOptions.minWorld " + minWorld, error);
