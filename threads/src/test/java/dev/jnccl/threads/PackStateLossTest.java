@@ -140,6 +140,20 @@ class PackStateLossTest {
     }
 
     @Test
+    void aSurvivorsPackLosesALaterLostMemberAndFailsWithTheRootBelowTheMinimum() {
+        PackState pack = new PackState(4, DRAIN, 2);
+        pack.lose(0, new IllegalStateException("rank 0 threw"));
+        PackState survivors = pack.survivors(1, List.of(1, 2, 3));
+        IllegalStateException second = new IllegalStateException("rank 2 threw");
+        assertTrue(pack.lose(2, second));
+        assertEquals(List.of(1), survivors.lostRanks(), "old rank 2 is rank 1 of the survivors");
+        assertNull(survivors.failure());
+        assertTrue(pack.lose(3, new IllegalStateException("rank 3 threw")), "1 of 4 left: below 2");
+        assertNotNull(pack.failure());
+        assertNotNull(survivors.failure(), "the root's failure reaches the survivors' pack");
+    }
+
+    @Test
     void aSplitLosesTheRankInItsOwnNumberingAndItsFailureThenDoesNotFailThePack() {
         PackState pack = new PackState(4, DRAIN, 2);
         PackState odd = pack.child(1, 1, List.of(1, 3));
