@@ -10,6 +10,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.jnccl.Communicator;
+import dev.jnccl.CommunicatorOptions;
 import dev.jnccl.DType;
 import dev.jnccl.JncclException;
 import dev.jnccl.RankLostException;
@@ -34,7 +35,8 @@ import org.junit.jupiter.api.Timeout;
 
 /**
  * Threads mode going on without a lost rank ({@link ThreadsOptions#withContinueWithoutFailedRanks}):
- * at world 4 a seeded random rank throws, or is interrupted, at a seeded random step; the other
+ * at world 4 a seeded random rank throws, is interrupted, or hangs in user code (the survivors'
+ * watchdog names it, the pack interrupts it) at a seeded random step; the other
  * three get {@link RankLostException}, recover, agree on the step to go on from, and finish every
  * step with all-reduces of random integers checked element by element against the sum of the
  * members' inputs. Repeated over seeds; no pack thread, native thread or /dev/shm segment is left.
@@ -46,8 +48,15 @@ class ThreadsRankLossTest {
     private static final int COUNT = 4096;
     private static final int ROUNDS_PER_FAULT = 3;
 
-    /** How the lost rank goes. */
-    enum Fault { THROWS, INTERRUPTED }
+    /** How the lost rank goes (HANGS: it sleeps in user code until the survivors' watchdog names it). */
+    enum Fault { THROWS, INTERRUPTED, HANGS }
+
+    /**
+     * The watchdog that ends a hang in HANGS rounds: short, so that the round takes seconds, long
+     * enough that a rank merely slow on a loaded machine is not named (the other rounds keep the
+     * default: a slow rank named hung would be lost instead of the victim).
+     */
+    private static final Duration WATCHDOG = Duration.ofSeconds(3);
 
     /** One round: which rank goes how, at which step (all from the seed). */
     record Round(long seed, Fault fault, int victim, int step) {
@@ -58,13 +67,13 @@ class ThreadsRankLossTest {
     }
 
     @Test
-    void theSurvivorsOfAThrowingOrInterruptedRankRecoverAndFinishWithCheckedSums() throws Exception {
+    void theSurvivorsOfAThrowingInterruptedOrHungRankRecoverAndFinishWithCheckedSums() throws Exception {
         long base = Packs.newSeed();
         runRound(Round.plan(base, Fault.THROWS)); // loads the libraries and the JVM's lazy threads first
         ThreadsSoakTest.Usage baseline = ThreadsSoakTest.Usage.now();
         int index = 1;
         for (Fault fault : Fault.values()) {
-            for (int round = 0; round < ROUNDS_PER_FAULT; round++) {
+            for (int round = 0; round < (fault == Fault.HANGS ? 2 : ROUNDS_PER_FAULT); round++) {
                 runRound(Round.plan(base + index++, fault));
             }
         }
@@ -107,8 +116,12 @@ class ThreadsRankLossTest {
 
     private static void runRound(Round round) throws Exception {
         ThreadsOptions options = Packs.placed(WORLD, ThreadsOptions.defaults().withContinueWithoutFailedRanks(2));
+        if (round.fault() == Fault.HANGS) {
+            options = options.withCommunicator(CommunicatorOptions.defaults().withWatchdog(WATCHDOG));
+        }
+        ThreadsOptions launched = options;
         List<Integer>[] finalMembers = finalMembersHolder();
-        try (ThreadsPack pack = ThreadsCommunicators.launch(WORLD, options, comm -> rank(comm, round, finalMembers))) {
+        try (ThreadsPack pack = ThreadsCommunicators.launch(WORLD, launched, comm -> rank(comm, round, finalMembers))) {
             pack.join();
             Map<Integer, Throwable> lost = pack.lostRanks();
             assertEquals(Set.of(round.victim()), lost.keySet(), round::toString);
@@ -127,6 +140,12 @@ class ThreadsRankLossTest {
         assertNotNull(error, round::toString);
         if (round.fault() == Fault.THROWS) {
             assertInstanceOf(InjectedFailure.class, error, round::toString);
+            return;
+        }
+        if (round.fault() == Fault.HANGS) {
+            // What the pack recorded first: the hang, named by the survivors' watchdog.
+            assertTrue(error.getMessage().contains("rank " + round.victim() + " hung and was interrupted: rank "
+                    + round.victim() + " never reached transaction"), () -> round + ": " + error);
             return;
         }
         for (Throwable t = error; t != null; t = t.getCause()) {
@@ -184,10 +203,18 @@ class ThreadsRankLossTest {
     }
 
     private static void fail(Round round) {
-        if (round.fault() == Fault.THROWS) {
-            throw new InjectedFailure(round);
+        switch (round.fault()) {
+            case THROWS -> throw new InjectedFailure(round);
+            case INTERRUPTED -> Thread.currentThread().interrupt(); // the next wait of this rank ends with it
+            case HANGS -> {
+                try {
+                    Thread.sleep(Duration.ofSeconds(60)); // user code that hangs; the pack interrupts it
+                } catch (InterruptedException e) {
+                    throw new IllegalStateException("hung rank interrupted: " + round, e);
+                }
+                throw new AssertionError(round + ": the hung rank was not interrupted within 60 s");
+            }
         }
-        Thread.currentThread().interrupt(); // the next wait of this rank ends with the interrupt
     }
 
     private static void allReduceChecked(Communicator comm, MemorySegment host, Round round, List<Integer> members,

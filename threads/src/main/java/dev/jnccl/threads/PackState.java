@@ -20,6 +20,8 @@ import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLongArray;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -367,6 +369,51 @@ final class PackState {
         }
         return true;
     }
+
+    /**
+     * A hang that rank {@code reporter}'s watchdog diagnosed: with a minimum world, the ranks the
+     * verdict names as never having reached the call the others wait in (and only those: not a
+     * mismatch, a rank that left, or one that gave no summary) are lost, and their threads
+     * interrupted, so that user code waiting in an interruptible wait ends. Returns whether the pack
+     * now goes on without lost ranks (the reporter's abort is then the loss's, not a failure).
+     */
+    boolean loseHung(int reporter, Diagnosis diagnosis) {
+        if (minWorld == 0 || diagnosis == null) {
+            return false;
+        }
+        List<Integer> culprits = neverReached(diagnosis.verdict());
+        if (culprits.isEmpty() || culprits.contains(reporter) || culprits.stream().anyMatch(r -> r >= size)) {
+            return false;
+        }
+        for (int culprit : culprits) {
+            Thread thread;
+            synchronized (lock) {
+                thread = working[culprit];
+            }
+            lose(culprit, new JncclException(who(culprit) + " hung and was interrupted: " + diagnosis.verdict()));
+            if (thread != null) {
+                thread.interrupt(); // after the loss: whatever its next jnccl call, its communicator is aborted
+            }
+        }
+        return abortedForLoss();
+    }
+
+    /** The ranks of clauses "rank N never reached ..." when every clause of the verdict is one; else none. */
+    static List<Integer> neverReached(String verdict) {
+        List<Integer> ranks = new ArrayList<>();
+        for (String clause : verdict.split("; ")) {
+            Matcher m = NEVER_REACHED.matcher(clause);
+            if (!m.lookingAt()) {
+                return List.of();
+            }
+            ranks.add(Integer.parseInt(m.group(1)));
+        }
+        return ranks;
+    }
+
+    /** The verdict's clause for a rank that lags (see {@link Diagnosis}). */
+    private static final Pattern NEVER_REACHED = Pattern.compile(
+            "rank (\\d+) never reached ");
 
     /** A lost rank is no longer waited for: its place in the barrier goes, and the others' waits end. Holds the lock. */
     private void leaveBarrier(int rank) {
@@ -940,6 +987,9 @@ final class PackState {
      */
     void finish(int rank) {
         synchronized (lock) {
+            if (lost[rank] != null) {
+                return; // a hung rank that returned after all: the survivors went on without it
+            }
             if (closedAfter[rank] < 0) {
                 closedAfter[rank] = started.get(rank);
                 workReturned[rank] = true;

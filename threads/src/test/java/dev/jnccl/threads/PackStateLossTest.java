@@ -9,6 +9,7 @@ import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import dev.jnccl.CommunicatorAbortedException;
+import dev.jnccl.Diagnosis;
 import dev.jnccl.JncclException;
 import java.time.Duration;
 import java.util.List;
@@ -151,6 +152,36 @@ class PackStateLossTest {
         assertTrue(pack.lose(3, new IllegalStateException("rank 3 threw")), "1 of 4 left: below 2");
         assertNotNull(pack.failure());
         assertNotNull(survivors.failure(), "the root's failure reaches the survivors' pack");
+    }
+
+    @Test
+    void aHangDiagnosedAsRanksThatNeverReachedTheCallLosesThemAndInterruptsTheirWork() throws Exception {
+        PackState pack = new PackState(3, DRAIN, 2);
+        RankThreads hung = RankThreads.start(3, rank -> {
+            pack.working(rank, true);
+            Thread.sleep(TimeUnit.SECONDS.toMillis(30)); // stands for user code that hangs
+            return null;
+        }, 2);
+        RankThreads.awaitWaiting(hung.thread(0)); // the only thread started: rank 2's
+        Diagnosis verdict = new Diagnosis("rank 2 never reached transaction #7 (it is in user code: at X.y(X.java:1))",
+                List.of(), true);
+        assertFalse(pack.loseHung(2, verdict), "the reporter itself is never the one lost");
+        assertTrue(pack.loseHung(0, verdict));
+        hung.join();
+        assertInstanceOf(InterruptedException.class, hung.error(2));
+        assertEquals(List.of(2), pack.lostRanks());
+        assertTrue(pack.lostErrors().get(2).getMessage().contains("rank 2 hung and was interrupted: rank 2 never reached"));
+        assertNull(pack.failure());
+    }
+
+    @Test
+    void onlyVerdictsOfRanksThatNeverReachedTheCallNameRanksToLose() {
+        assertEquals(List.of(1, 3), PackState.neverReached("rank 1 never reached transaction #4 (idle); rank 3 never"
+                + " reached transaction #4 (it is in user code: at A.b(A.java:2))"));
+        assertEquals(List.of(), PackState.neverReached("rank 1 never reached barrier (x); rank 2 gave no summary: gone"));
+        assertEquals(List.of(), PackState.neverReached("transaction #3 differs: ranks 0,1 allReduce ..., rank 2 ..."));
+        assertFalse(new PackState(3, DRAIN).loseHung(0, new Diagnosis("rank 2 never reached transaction #1 (x)",
+                List.of(), true)), "off without a minimum world");
     }
 
     @Test
