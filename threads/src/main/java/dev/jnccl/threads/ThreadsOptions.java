@@ -193,8 +193,10 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
      * {@link ThreadsPack#join()} returns normally once every survivor's work returned;
      * {@link ThreadsPack#lostRanks()} says which ranks were lost and why. A loss that would leave fewer
      * than {@code minWorld} ranks fails the pack as without this option, its exception naming every
-     * lost rank. A rank that hangs is not lost: the watchdog's diagnosis names it and the pack fails
-     * (a thread stuck in NCCL or in user code cannot be made to leave safely).
+     * lost rank. A rank that hangs is lost when the watchdog's diagnosis names it as never having
+     * reached the call the others wait in: its thread is interrupted, which ends an interruptible wait
+     * of its user code (one that ignores the interrupt keeps its thread; the survivors go on anyway).
+     * Other verdicts (a mismatch, NCCL stuck everywhere) fail the pack as before.
      *
      * @param minWorld the fewest ranks the pack continues with (1 to the pack's size, checked at
      *                 launch), or 0 for off
