@@ -2,6 +2,7 @@ package dev.jnccl;
 
 import dev.jnccl.bindings.LoadedLibraries;
 import dev.jnccl.bindings.NcclFeature;
+import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.internal.Deadlines;
 import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.Membership;
@@ -50,14 +51,23 @@ final class Shrinks {
     private final Communicator face;
     private final int rank;
     private final int worldSize;
+    private final ReentrantLock nativeLock;
+    private final NcclComm comm;
+    private final CudaStream stream;
+    private final LoadedLibraries libraries;
     /** The thread shrinking now, or null. */
     private final AtomicReference<Thread> running = new AtomicReference<>();
     private volatile Done done;
 
-    Shrinks(Communicator face, int rank, int worldSize) {
+    Shrinks(Communicator face, int rank, int worldSize, ReentrantLock nativeLock, NcclComm comm, CudaStream stream,
+            LoadedLibraries libraries) {
         this.face = face;
         this.rank = rank;
         this.worldSize = worldSize;
+        this.nativeLock = nativeLock;
+        this.comm = comm;
+        this.stream = stream;
+        this.libraries = libraries;
     }
 
     /** See {@link Communicator#shrink}. */
@@ -198,15 +208,15 @@ final class Shrinks {
                       long deadline, String reason) {
         HostSide host = parts.host();
         String unfit = setting == Setting.REINIT ? PATH_PROPERTY + "=reinit"
-                : face.unfitForNcclShrink(setting == Setting.AUTO);
+                : unfitForNcclShrink(setting == Setting.AUTO);
         String why = agree(host, unfit, deadline);
         if (why == null) {
             ReentrantLock lock = new ReentrantLock();
             NcclComm shrunk = null;
             String failed = null;
             try {
-                shrunk = face.shrinkInNccl(excluded.stream().mapToInt(Integer::intValue).toArray(),
-                        membership.rank(), membership.worldSize(), Deadlines.remainingNanos(deadline), parts, lock);
+                shrunk = shrinkInNccl(excluded.stream().mapToInt(Integer::intValue).toArray(), membership,
+                        Deadlines.remainingNanos(deadline), parts, lock);
             } catch (RuntimeException e) {
                 failed = "ncclCommShrink failed: " + e.getMessage();
                 LOG.warn("rank {}: {}", rank, failed);
@@ -223,6 +233,44 @@ final class Shrinks {
         }
         face.retire(reason + " (by re-init: " + why + ")");
         return new Made(reinit(host, membership, parts, deadline), "reinit", why);
+    }
+
+    /**
+     * Why NCCL's shrink cannot make this rank's survivors' communicator, or null when it can: NCCL
+     * has it and the communicator's handles are alive; when {@code healthy} (the automatic choice)
+     * also no asynchronous error and nothing pending on the comms stream.
+     */
+    private String unfitForNcclShrink(boolean healthy) {
+        if (!libraries.supports(NcclFeature.SHRINK)) {
+            return "NCCL " + face.ncclVersion() + " has no ncclCommShrink";
+        }
+        nativeLock.lock();
+        try {
+            if (comm.isReleased() || !face.isOpenOrRevoked()) {
+                return "its communicator was aborted" + (face.abortReason() == null ? "" : ": " + face.abortReason());
+            }
+            String failure = healthy ? comm.asyncFailure() : null;
+            if (failure != null) {
+                return failure;
+            }
+            return healthy && !stream.isIdle() ? "work is pending on its comms stream" : null;
+        } catch (RuntimeException e) {
+            return "its state cannot be read: " + e.getMessage();
+        } finally {
+            nativeLock.unlock();
+        }
+    }
+
+    /** NCCL's shrink of the communicator (see {@link NcclComm#shrink}); the survivors' failures cancel the wait. */
+    private NcclComm shrinkInNccl(int[] excluded, Membership membership, long timeoutNanos, RankParts parts,
+                                  ReentrantLock newLock) {
+        nativeLock.lock();
+        try {
+            return comm.shrink(excluded, membership.rank(), membership.worldSize(),
+                    java.time.Duration.ofNanos(timeoutNanos), parts.failures()::cancellation, newLock);
+        } finally {
+            nativeLock.unlock();
+        }
     }
 
     /**
