@@ -227,8 +227,19 @@ public final class Communicator implements AutoCloseable {
     static Communicator successor(Membership survivors, RankParts parts, ReentrantLock lock,
                                   Function<ReentrantLock, NcclComm> connect) {
         Communicator old = survivors.parent();
-        return attach(new Communicator(survivors.rank(), survivors.worldSize(), old.device, old.options, parts, null,
-                lock, connect));
+        Communicator made;
+        try {
+            made = new Communicator(survivors.rank(), survivors.worldSize(), old.device, old.options, parts, null, lock,
+                    connect);
+        } catch (RuntimeException | Error e) {
+            try {
+                parts.events().closed(true); // the constructor closed the transport; the launcher's side ends too
+            } catch (RuntimeException closing) {
+                e.addSuppressed(closing);
+            }
+            throw e;
+        }
+        return attach(made);
     }
 
     /**

@@ -58,6 +58,8 @@ final class Shrinks {
     /** The thread shrinking now, or null. */
     private final AtomicReference<Thread> running = new AtomicReference<>();
     private volatile Done done;
+    /** The survivors' parts while no communicator owns them (the running shrink's; see {@link #release}). */
+    private RankParts unowned;
 
     Shrinks(Communicator face, int rank, int worldSize, ReentrantLock nativeLock, NcclComm comm, CudaStream stream,
             LoadedLibraries libraries) {
@@ -182,6 +184,7 @@ final class Shrinks {
         RankParts parts = Objects.requireNonNull(face.hostSide().shrink(membership),
                 "shrink: the launcher made no parts");
         String reason = "shrunk to " + members.size() + " ranks without ranks " + excluded;
+        unowned = parts;
         try {
             Made made = make(excluded, membership, parts, setting, deadline, reason);
             LOG.info("rank {} of {}: {} by the {} path in {} ms: now rank {} of {}{}", rank, worldSize, reason,
@@ -191,8 +194,35 @@ final class Shrinks {
             return made.survivors;
         } catch (RuntimeException | Error e) {
             face.retire(reason + " failed: " + e.getMessage());
+            release(e);
             throw e;
         }
+    }
+
+    /**
+     * The survivors' parts that no communicator took (the shrink failed before one was made of
+     * them) are closed as a communicator's close would: the launcher's transport and its
+     * accounting of the survivors (threads mode frees the survivors' shared events once all left).
+     */
+    private void release(Throwable failure) {
+        RankParts parts = unowned;
+        unowned = null;
+        if (parts == null) {
+            return;
+        }
+        try {
+            parts.transport().close();
+            parts.events().closed(true);
+        } catch (RuntimeException e) {
+            failure.addSuppressed(e);
+        }
+    }
+
+    /** The survivors' communicator made of {@code parts}, which it owns from now on (also when this fails). */
+    private Communicator successor(Membership membership, RankParts parts, ReentrantLock lock,
+                                   java.util.function.Function<ReentrantLock, NcclComm> connect) {
+        unowned = null;
+        return Communicator.successor(membership, parts, lock, connect);
     }
 
     /** The survivors' communicator and how it was made ({@code why}: why not by NCCL's shrink, or null). */
@@ -225,7 +255,12 @@ final class Shrinks {
             if (why == null) {
                 NcclComm adopted = shrunk;
                 face.retire(reason);
-                return new Made(Communicator.successor(membership, parts, lock, l -> adopted), "nccl", null);
+                try {
+                    return new Made(successor(membership, parts, lock, l -> adopted), "nccl", null);
+                } catch (RuntimeException | Error e) {
+                    adopted.abort(); // as a split's: a communicator that was not made leaves no NCCL handle
+                    throw e;
+                }
             }
             if (shrunk != null) {
                 shrunk.abort(); // another survivor's shrink failed: nobody keeps this one
@@ -297,7 +332,7 @@ final class Shrinks {
         byte[] mine = membership.rank() == 0 ? UniqueId.generate().bytes() : new byte[0];
         UniqueId id = UniqueId.fromBytes(host.allGather(mine, Deadlines.remainingNanos(deadline)).getFirst());
         java.time.Duration left = java.time.Duration.ofNanos(Deadlines.remainingNanos(deadline));
-        return Communicator.successor(membership, parts, new ReentrantLock(), l -> NcclComm.init(id,
+        return successor(membership, parts, new ReentrantLock(), l -> NcclComm.init(id,
                 membership.rank(), membership.worldSize(), face.device(), face.options(), left,
                 parts.failures()::cancellation, l));
     }
