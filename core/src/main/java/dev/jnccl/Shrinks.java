@@ -58,6 +58,8 @@ final class Shrinks {
     /** The thread shrinking now, or null. */
     private final AtomicReference<Thread> running = new AtomicReference<>();
     private volatile Done done;
+    /** Tests: a failure this rank reports after its NCCL shrink succeeded (the others must then re-init too). */
+    private volatile String injectedFailure;
     /** The survivors' parts while no communicator owns them (the running shrink's; see {@link #release}). */
     private RankParts unowned;
 
@@ -98,6 +100,11 @@ final class Shrinks {
         } finally {
             running.set(null);
         }
+    }
+
+    /** Tests: this rank's NCCL shrink is to fail with {@code why} after NCCL made the new communicator. */
+    void injectNcclFailure(String why) {
+        injectedFailure = why;
     }
 
     /** The communicator a shrink made, or null. */
@@ -247,6 +254,11 @@ final class Shrinks {
             try {
                 shrunk = shrinkInNccl(excluded.stream().mapToInt(Integer::intValue).toArray(), membership,
                         Deadlines.remainingNanos(deadline), parts, lock);
+                if (injectedFailure != null) {
+                    shrunk.abort();
+                    shrunk = null;
+                    throw new IllegalStateException(injectedFailure);
+                }
             } catch (RuntimeException e) {
                 failed = "ncclCommShrink failed: " + e.getMessage();
                 LOG.warn("rank {}: {}", rank, failed);

@@ -80,6 +80,27 @@ class ShrinkTest {
     }
 
     @Test
+    void oneSurvivorsFailedNcclShrinkSendsEverySurvivorToReinit() throws Throwable {
+        assumeTrue(supports(NcclFeature.SHRINK), "the loaded NCCL has no ncclCommShrink");
+        System.setProperty(Shrinks.PATH_PROPERTY, "nccl");
+        long seed = new Random().nextLong();
+        List<Object> results = run(4, new ElasticRanks.Pack(4), 3, (comm, dead) -> {
+            if (comm.rank() == 3) {
+                return null;
+            }
+            if (comm.rank() == 1) {
+                comm.shrinks().injectNcclFailure("injected failure of rank 1 (test)");
+            }
+            Communicator survivors = comm.shrink(3);
+            assertTrue(comm.abortReason().contains("by re-init: rank 1: ncclCommShrink failed: injected failure of rank 1"),
+                    comm.abortReason());
+            ElasticRanks.checkCollectives(survivors, SURVIVORS, seed);
+            return null;
+        });
+        rethrowAny(results);
+    }
+
+    @Test
     void anAbortedCommunicatorShrinksByReinit() throws Throwable {
         long seed = new Random().nextLong();
         List<Object> results = run(4, new ElasticRanks.Pack(4), 3, (comm, dead) -> {
