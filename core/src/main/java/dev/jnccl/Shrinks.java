@@ -185,6 +185,8 @@ final class Shrinks {
      */
     private Communicator run(List<Integer> excluded, Setting setting) {
         long started = System.nanoTime();
+        Events.Shrink event = new Events.Shrink();
+        event.begin();
         long deadline = Deadlines.deadline(face.options().initTimeout());
         List<Integer> members = survivors(excluded);
         Membership membership = new Membership(face, 0, rank, members.indexOf(rank), members);
@@ -197,7 +199,7 @@ final class Shrinks {
             LOG.info("rank {} of {}: {} by the {} path in {} ms: now rank {} of {}{}", rank, worldSize, reason,
                     made.path, TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started), membership.rank(),
                     members.size(), made.why == null ? "" : " (" + made.why + ")");
-            record(excluded, members.size(), made.path, started);
+            record(event, excluded, members.size(), made.path);
             return made.survivors;
         } catch (RuntimeException | Error e) {
             face.retire(reason + " failed: " + e.getMessage());
@@ -359,8 +361,9 @@ final class Shrinks {
         return members;
     }
 
-    private void record(List<Integer> excluded, int toWorld, String path, long started) {
-        Events.Shrink event = new Events.Shrink();
+    /** Commits the JFR {@code jnccl.Shrink} event begun when the shrink began (its duration is the shrink's). */
+    private void record(Events.Shrink event, List<Integer> excluded, int toWorld, String path) {
+        event.end();
         if (event.shouldCommit()) {
             event.rank = rank;
             event.fromWorld = worldSize;

@@ -13,6 +13,8 @@ import dev.jnccl.bindings.NcclFeature;
 import dev.jnccl.bindings.NativeLibraries;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -22,6 +24,9 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import jdk.jfr.Recording;
+import jdk.jfr.consumer.RecordedEvent;
+import jdk.jfr.consumer.RecordingFile;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -98,6 +103,37 @@ class ShrinkTest {
             return null;
         });
         rethrowAny(results);
+    }
+
+    @Test
+    void eachShrinkIsRecordedAsAJfrEvent() throws Throwable {
+        System.setProperty(Shrinks.PATH_PROPERTY, "reinit");
+        Path file = Files.createTempFile("jnccl-shrink-", ".jfr");
+        try (Recording recording = new Recording()) {
+            recording.enable("jnccl.Shrink");
+            recording.start();
+            rethrowAny(run(4, new ElasticRanks.Pack(4), 2, (comm, dead) -> comm.rank() == 2 ? null
+                    : checkedAndNull(comm.shrink(2))));
+            recording.stop();
+            recording.dump(file);
+            List<RecordedEvent> events = RecordingFile.readAllEvents(file).stream()
+                    .filter(e -> e.getEventType().getName().equals("jnccl.Shrink")).toList();
+            assertEquals(List.of(0, 1, 3), events.stream().map(e -> e.getInt("rank")).sorted().toList());
+            for (RecordedEvent event : events) {
+                assertEquals("reinit", event.getString("path"));
+                assertEquals(4, event.getInt("fromWorld"));
+                assertEquals(3, event.getInt("toWorld"));
+                assertEquals("[2]", event.getString("excluded"));
+                assertTrue(event.getDuration().toNanos() > 0, "the event lasts as long as the shrink");
+            }
+        } finally {
+            Files.deleteIfExists(file);
+        }
+    }
+
+    private static Object checkedAndNull(Communicator survivors) {
+        ElasticRanks.checkCollectives(survivors, List.of(0, 1, 3), 5);
+        return null;
     }
 
     @Test
