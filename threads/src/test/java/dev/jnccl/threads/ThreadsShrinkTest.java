@@ -35,7 +35,7 @@ class ThreadsShrinkTest {
     }
 
     @ParameterizedTest
-    @CsvSource({"reinit, false", "auto, false", "nccl, false", "reinit, true"})
+    @CsvSource({"reinit, false", "auto, false", "nccl, false", "reinit, true", "nccl, true"})
     void survivorsShrinkWithoutARankThatNeverCalls(String path, boolean memcpy) {
         System.setProperty("jnccl.shrink.path", path);
         long seed = new Random().nextLong();
