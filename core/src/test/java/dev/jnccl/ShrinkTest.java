@@ -202,6 +202,25 @@ class ShrinkTest {
     }
 
     @Test
+    void aRevokedCommunicatorClosesAndAborts() throws Throwable {
+        assumeTrue(supports(NcclFeature.REVOKE), "the loaded NCCL has no ncclCommRevoke");
+        List<Object> results = run(2, new ElasticRanks.Pack(2), -1, (comm, dead) -> {
+            comm.revoke();
+            CommunicatorAbortedException refused = assertThrows(CommunicatorAbortedException.class, comm::barrier);
+            assertTrue(refused.getMessage().contains("was revoked (Communicator.revoke)"), refused.getMessage());
+            if (comm.rank() == 0) {
+                comm.abort("after the revoke (test)");
+                assertTrue(comm.isAborted());
+                assertTrue(comm.abortReason().contains("after the revoke (test)"), comm.abortReason());
+            }
+            comm.close();
+            assertTrue(comm.isClosed());
+            return null;
+        });
+        rethrowAny(results);
+    }
+
+    @Test
     void everySurvivorRecoversFromRankLostException() throws Throwable {
         long seed = new Random().nextLong();
         ElasticRanks.Pack pack = new ElasticRanks.Pack(4);
