@@ -1,6 +1,7 @@
 package dev.jnccl;
 
 import dev.jnccl.bindings.LoadedLibraries;
+import dev.jnccl.bindings.NcclElasticCalls;
 import dev.jnccl.bindings.NcclFeature;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.internal.Deadlines;
@@ -255,7 +256,7 @@ final class Shrinks {
             String failed = null;
             try {
                 shrunk = shrinkInNccl(excluded.stream().mapToInt(Integer::intValue).toArray(), membership,
-                        Deadlines.remainingNanos(deadline), parts, lock);
+                        setting, Deadlines.remainingNanos(deadline), parts, lock);
                 if (injectedFailure != null) {
                     shrunk.abort();
                     shrunk = null;
@@ -310,12 +311,18 @@ final class Shrinks {
         }
     }
 
-    /** NCCL's shrink of the communicator (see {@link NcclComm#shrink}); the survivors' failures cancel the wait. */
-    private NcclComm shrinkInNccl(int[] excluded, Membership membership, long timeoutNanos, RankParts parts,
-                                  ReentrantLock newLock) {
+    /**
+     * NCCL's shrink of the communicator (see {@link NcclComm#shrink}); the survivors' failures cancel
+     * the wait. A communicator that is not healthy (only {@code jnccl.shrink.path=nccl} gets here with
+     * one) is shrunk with {@code NCCL_SHRINK_ABORT}, as NCCL asks for a communicator in error.
+     */
+    private NcclComm shrinkInNccl(int[] excluded, Membership membership, Setting setting, long timeoutNanos,
+                                  RankParts parts, ReentrantLock newLock) {
+        int flags = setting == Setting.NCCL && unfitForNcclShrink(true) != null ? NcclElasticCalls.NCCL_SHRINK_ABORT
+                : NcclElasticCalls.NCCL_SHRINK_DEFAULT;
         nativeLock.lock();
         try {
-            return comm.shrink(excluded, membership.rank(), membership.worldSize(),
+            return comm.shrink(excluded, flags, membership.rank(), membership.worldSize(),
                     java.time.Duration.ofNanos(timeoutNanos), parts.failures()::cancellation, newLock);
         } finally {
             nativeLock.unlock();

@@ -84,6 +84,39 @@ class ShrinkTest {
         rethrowAny(results);
     }
 
+    /**
+     * The usual case mid-step: the survivors' collective is pending on the dead rank when they shrink.
+     * Automatically that is a re-init (NCCL fails every shrink then); forced onto NCCL's path, the
+     * shrink aborts the pending work first (NCCL_SHRINK_ABORT), and on the emulation it succeeds.
+     */
+    @ParameterizedTest
+    @ValueSource(strings = {"auto", "nccl"})
+    void survivorsWithACollectivePendingOnTheDeadRankShrink(String path) throws Throwable {
+        System.setProperty(Shrinks.PATH_PROPERTY, path);
+        long seed = new Random().nextLong();
+        List<Object> results = run(4, new ElasticRanks.Pack(4), 3, (comm, dead) -> {
+            if (comm.rank() == 3) {
+                return null; // never joins the all-reduce below
+            }
+            try (CudaStream stream = CudaStream.create(); DeviceMemory stuck = DeviceMemory.allocate(DType.INT32, 64)) {
+                try (Transaction tx = comm.begin(stream)) {
+                    tx.allReduce(stuck.tensor(DType.INT32), ReduceOp.SUM);
+                    tx.execute(null);
+                }
+                Communicator survivors = comm.shrink(3);
+                if (path.equals("auto")) {
+                    assertTrue(comm.abortReason().contains("by re-init"), comm.abortReason());
+                    assertTrue(comm.abortReason().contains("work is pending on its comms stream"), comm.abortReason());
+                } else if (supports(NcclFeature.SHRINK)) {
+                    assertFalse(comm.abortReason().contains("by re-init"), "NCCL's shrink ran: " + comm.abortReason());
+                }
+                ElasticRanks.checkCollectives(survivors, SURVIVORS, seed);
+            }
+            return null;
+        });
+        rethrowAny(results);
+    }
+
     @Test
     void oneSurvivorsFailedNcclShrinkSendsEverySurvivorToReinit() throws Throwable {
         assumeTrue(supports(NcclFeature.SHRINK), "the loaded NCCL has no ncclCommShrink");
