@@ -1,7 +1,9 @@
 package dev.jnccl;
 
 import dev.jnccl.bindings.LoadedLibraries;
+import dev.jnccl.bindings.NcclElasticCalls;
 import dev.jnccl.bindings.NcclFeature;
+import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.internal.Deadlines;
 import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.Membership;
@@ -50,14 +52,27 @@ final class Shrinks {
     private final Communicator face;
     private final int rank;
     private final int worldSize;
+    private final ReentrantLock nativeLock;
+    private final NcclComm comm;
+    private final CudaStream stream;
+    private final LoadedLibraries libraries;
     /** The thread shrinking now, or null. */
     private final AtomicReference<Thread> running = new AtomicReference<>();
     private volatile Done done;
+    /** Tests: a failure this rank reports after its NCCL shrink succeeded (the others must then re-init too). */
+    private volatile String injectedFailure;
+    /** The survivors' parts while no communicator owns them (the running shrink's; see {@link #release}). */
+    private RankParts unowned;
 
-    Shrinks(Communicator face, int rank, int worldSize) {
+    Shrinks(Communicator face, int rank, int worldSize, ReentrantLock nativeLock, NcclComm comm, CudaStream stream,
+            LoadedLibraries libraries) {
         this.face = face;
         this.rank = rank;
         this.worldSize = worldSize;
+        this.nativeLock = nativeLock;
+        this.comm = comm;
+        this.stream = stream;
+        this.libraries = libraries;
     }
 
     /** See {@link Communicator#shrink}. */
@@ -86,6 +101,11 @@ final class Shrinks {
         } finally {
             running.set(null);
         }
+    }
+
+    /** Tests: this rank's NCCL shrink is to fail with {@code why} after NCCL made the new communicator. */
+    void injectNcclFailure(String why) {
+        injectedFailure = why;
     }
 
     /** The communicator a shrink made, or null. */
@@ -166,23 +186,53 @@ final class Shrinks {
      */
     private Communicator run(List<Integer> excluded, Setting setting) {
         long started = System.nanoTime();
+        Events.Shrink event = new Events.Shrink();
+        event.begin();
         long deadline = Deadlines.deadline(face.options().initTimeout());
         List<Integer> members = survivors(excluded);
         Membership membership = new Membership(face, 0, rank, members.indexOf(rank), members);
         RankParts parts = Objects.requireNonNull(face.hostSide().shrink(membership),
                 "shrink: the launcher made no parts");
         String reason = "shrunk to " + members.size() + " ranks without ranks " + excluded;
+        unowned = parts;
         try {
             Made made = make(excluded, membership, parts, setting, deadline, reason);
             LOG.info("rank {} of {}: {} by the {} path in {} ms: now rank {} of {}{}", rank, worldSize, reason,
                     made.path, TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started), membership.rank(),
                     members.size(), made.why == null ? "" : " (" + made.why + ")");
-            record(excluded, members.size(), made.path, started);
+            record(event, excluded, members.size(), made.path);
             return made.survivors;
         } catch (RuntimeException | Error e) {
             face.retire(reason + " failed: " + e.getMessage());
+            release(e);
             throw e;
         }
+    }
+
+    /**
+     * The survivors' parts that no communicator took (the shrink failed before one was made of
+     * them) are closed as a communicator's close would: the launcher's transport and its
+     * accounting of the survivors (threads mode frees the survivors' shared events once all left).
+     */
+    private void release(Throwable failure) {
+        RankParts parts = unowned;
+        unowned = null;
+        if (parts == null) {
+            return;
+        }
+        try {
+            parts.transport().close();
+            parts.events().closed(true);
+        } catch (RuntimeException e) {
+            failure.addSuppressed(e);
+        }
+    }
+
+    /** The survivors' communicator made of {@code parts}, which it owns from now on (also when this fails). */
+    private Communicator successor(Membership membership, RankParts parts, ReentrantLock lock,
+                                   java.util.function.Function<ReentrantLock, NcclComm> connect) {
+        unowned = null;
+        return Communicator.successor(membership, parts, lock, connect);
     }
 
     /** The survivors' communicator and how it was made ({@code why}: why not by NCCL's shrink, or null). */
@@ -198,15 +248,20 @@ final class Shrinks {
                       long deadline, String reason) {
         HostSide host = parts.host();
         String unfit = setting == Setting.REINIT ? PATH_PROPERTY + "=reinit"
-                : face.unfitForNcclShrink(setting == Setting.AUTO);
+                : unfitForNcclShrink(setting == Setting.AUTO);
         String why = agree(host, unfit, deadline);
         if (why == null) {
             ReentrantLock lock = new ReentrantLock();
             NcclComm shrunk = null;
             String failed = null;
             try {
-                shrunk = face.shrinkInNccl(excluded.stream().mapToInt(Integer::intValue).toArray(),
-                        membership.rank(), membership.worldSize(), Deadlines.remainingNanos(deadline), parts, lock);
+                shrunk = shrinkInNccl(excluded.stream().mapToInt(Integer::intValue).toArray(), membership,
+                        setting, Deadlines.remainingNanos(deadline), parts, lock);
+                if (injectedFailure != null) {
+                    shrunk.abort();
+                    shrunk = null;
+                    throw new IllegalStateException(injectedFailure);
+                }
             } catch (RuntimeException e) {
                 failed = "ncclCommShrink failed: " + e.getMessage();
                 LOG.warn("rank {}: {}", rank, failed);
@@ -215,7 +270,12 @@ final class Shrinks {
             if (why == null) {
                 NcclComm adopted = shrunk;
                 face.retire(reason);
-                return new Made(Communicator.successor(membership, parts, lock, l -> adopted), "nccl", null);
+                try {
+                    return new Made(successor(membership, parts, lock, l -> adopted), "nccl", null);
+                } catch (RuntimeException | Error e) {
+                    adopted.abort(); // as a split's: a communicator that was not made leaves no NCCL handle
+                    throw e;
+                }
             }
             if (shrunk != null) {
                 shrunk.abort(); // another survivor's shrink failed: nobody keeps this one
@@ -223,6 +283,50 @@ final class Shrinks {
         }
         face.retire(reason + " (by re-init: " + why + ")");
         return new Made(reinit(host, membership, parts, deadline), "reinit", why);
+    }
+
+    /**
+     * Why NCCL's shrink cannot make this rank's survivors' communicator, or null when it can: NCCL
+     * has it and the communicator's handles are alive; when {@code healthy} (the automatic choice)
+     * also no asynchronous error and nothing pending on the comms stream.
+     */
+    private String unfitForNcclShrink(boolean healthy) {
+        if (!libraries.supports(NcclFeature.SHRINK)) {
+            return "NCCL " + face.ncclVersion() + " has no ncclCommShrink";
+        }
+        nativeLock.lock();
+        try {
+            if (comm.isReleased() || !face.isOpenOrRevoked()) {
+                return "its communicator was aborted" + (face.abortReason() == null ? "" : ": " + face.abortReason());
+            }
+            String failure = healthy ? comm.asyncFailure() : null;
+            if (failure != null) {
+                return failure;
+            }
+            return healthy && !stream.isIdle() ? "work is pending on its comms stream" : null;
+        } catch (RuntimeException e) {
+            return "its state cannot be read: " + e.getMessage();
+        } finally {
+            nativeLock.unlock();
+        }
+    }
+
+    /**
+     * NCCL's shrink of the communicator (see {@link NcclComm#shrink}); the survivors' failures cancel
+     * the wait. A communicator that is not healthy (only {@code jnccl.shrink.path=nccl} gets here with
+     * one) is shrunk with {@code NCCL_SHRINK_ABORT}, as NCCL asks for a communicator in error.
+     */
+    private NcclComm shrinkInNccl(int[] excluded, Membership membership, Setting setting, long timeoutNanos,
+                                  RankParts parts, ReentrantLock newLock) {
+        int flags = setting == Setting.NCCL && unfitForNcclShrink(true) != null ? NcclElasticCalls.NCCL_SHRINK_ABORT
+                : NcclElasticCalls.NCCL_SHRINK_DEFAULT;
+        nativeLock.lock();
+        try {
+            return comm.shrink(excluded, flags, membership.rank(), membership.worldSize(),
+                    java.time.Duration.ofNanos(timeoutNanos), parts.failures()::cancellation, newLock);
+        } finally {
+            nativeLock.unlock();
+        }
     }
 
     /**
@@ -249,7 +353,7 @@ final class Shrinks {
         byte[] mine = membership.rank() == 0 ? UniqueId.generate().bytes() : new byte[0];
         UniqueId id = UniqueId.fromBytes(host.allGather(mine, Deadlines.remainingNanos(deadline)).getFirst());
         java.time.Duration left = java.time.Duration.ofNanos(Deadlines.remainingNanos(deadline));
-        return Communicator.successor(membership, parts, new ReentrantLock(), l -> NcclComm.init(id,
+        return successor(membership, parts, new ReentrantLock(), l -> NcclComm.init(id,
                 membership.rank(), membership.worldSize(), face.device(), face.options(), left,
                 parts.failures()::cancellation, l));
     }
@@ -264,8 +368,9 @@ final class Shrinks {
         return members;
     }
 
-    private void record(List<Integer> excluded, int toWorld, String path, long started) {
-        Events.Shrink event = new Events.Shrink();
+    /** Commits the JFR {@code jnccl.Shrink} event begun when the shrink began (its duration is the shrink's). */
+    private void record(Events.Shrink event, List<Integer> excluded, int toWorld, String path) {
+        event.end();
         if (event.shouldCommit()) {
             event.rank = rank;
             event.fromWorld = worldSize;
