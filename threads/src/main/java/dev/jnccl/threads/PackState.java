@@ -288,8 +288,7 @@ final class PackState {
         }
 
         // The packs related by splits fail too (each only once: the first failure wins in each).
-        // A split's failure that follows its parent's loss (the parent's abort reached it) is not the parent's.
-        if (parent != null && rank >= 0 && !(split && parent.abortedForLoss())) {
+        if (failsParent(rank)) {
             parent.diagnosed(failed.diagnosis());
             parent.failed(new Failure(parentRanks[rank], failed.error(), failed.who(), failed.diagnosis()));
         }
@@ -323,6 +322,14 @@ final class PackState {
             }
         }
         return true;
+    }
+
+    /**
+     * Whether this pack's failure of {@code rank} fails its parent too: not a split's that follows the
+     * parent's loss (the parent's abort reached the split), nor one the parent's own failure caused.
+     */
+    private boolean failsParent(int rank) {
+        return parent != null && rank >= 0 && !(split && parent.abortedForLoss());
     }
 
     /**
@@ -415,7 +422,7 @@ final class PackState {
     private static final Pattern NEVER_REACHED = Pattern.compile(
             "rank (\\d+) never reached ");
 
-    /** A lost rank is no longer waited for: its place in the barrier goes, and the others' waits end. Holds the lock. */
+    /** A lost rank is no longer waited for: its place in the barrier goes, the others' waits end. Holds the lock. */
     private void leaveBarrier(int rank) {
         started.set(rank, Long.MAX_VALUE);
         if (present[rank]) {
@@ -450,7 +457,7 @@ final class PackState {
         }
     }
 
-    /** The pack's failure when a loss leaves too few ranks: names every lost rank, the earlier ones' errors suppressed. */
+    /** The pack's failure when a loss leaves too few ranks: names every lost rank, earlier ones' errors suppressed. */
     private JncclException belowMinimum(int rank, Throwable error) {
         List<Integer> gone = new ArrayList<>(lostRanks());
         gone.add(rank);
@@ -746,11 +753,9 @@ final class PackState {
     private RuntimeException awaitOthers(String operation, int rank, long timeoutNanos) {
         long start = System.nanoTime();
         synchronized (lock) {
-            if (failure.get() != null) {
-                return released(operation, rank);
-            }
-            if (releasedByLoss(operation)) {
-                return lossRelease(operation, rank);
+            RuntimeException early = releasedNow(operation, rank);
+            if (early != null) {
+                return early;
             }
             // Checked and counted under one lock hold, so two ranks cannot both see an empty barrier.
             if (arrived == 0) {
@@ -766,11 +771,9 @@ final class PackState {
                 return null;
             }
             while (generation == mine) {
-                if (failure.get() != null) {
-                    return released(operation, rank);
-                }
-                if (releasedByLoss(operation)) {
-                    return lossRelease(operation, rank);
+                RuntimeException released = releasedNow(operation, rank);
+                if (released != null) {
+                    return released;
                 }
                 long waited = System.nanoTime() - start;
                 if (waited >= timeoutNanos) {
@@ -794,6 +797,14 @@ final class PackState {
             }
             return releasedByLoss(operation) ? lossRelease(operation, rank) : null;
         }
+    }
+
+    /** What ends a wait in {@code operation} now: the pack's failure or a loss; null when neither. */
+    private RuntimeException releasedNow(String operation, int rank) {
+        if (failure.get() != null) {
+            return released(operation, rank);
+        }
+        return releasedByLoss(operation) ? lossRelease(operation, rank) : null;
     }
 
     /**
