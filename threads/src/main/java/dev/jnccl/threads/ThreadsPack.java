@@ -50,7 +50,8 @@ public final class ThreadsPack implements AutoCloseable {
 
     /**
      * The ranks the pack went on without (see {@link ThreadsOptions#withContinueWithoutFailedRanks}),
-     * each with what made it lost: what its work threw, or the exception of its interrupted wait.
+     * each with what made it lost: what its work threw, the exception of its interrupted wait, or
+     * (a hung rank) the watchdog's verdict that named it.
      * Empty when none was lost (always with that option off). A snapshot: ranks lost later are not
      * in it.
      *
