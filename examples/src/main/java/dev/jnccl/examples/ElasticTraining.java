@@ -6,6 +6,7 @@ import dev.jnccl.DType;
 import dev.jnccl.JncclRuntime;
 import dev.jnccl.RankLostException;
 import dev.jnccl.ReduceOp;
+import dev.jnccl.cuda.Cuda;
 import dev.jnccl.cuda.DeviceMemory;
 import dev.jnccl.threads.ThreadsCommunicators;
 import dev.jnccl.threads.ThreadsOptions;
@@ -57,12 +58,18 @@ public final class ElasticTraining {
     record Result(double[] weights, double[] losses, int[] worlds) {}
 
     /**
-     * Runs the example: 4 ranks on the host emulation, else one per visible GPU (at least 2).
+     * Runs the example: 4 ranks on the host emulation, else one per visible GPU (at least 3).
      *
      * @param args ignored
      */
     public static void main(String[] args) {
         int gpus = JncclRuntime.query().backend() == Backend.HOST ? 4 : 0;
+        if (gpus == 0 && Cuda.deviceCount() < 3) {
+            // One rank is lost and the pack goes on with at least 2 (withContinueWithoutFailedRanks(2)).
+            System.err.println("ElasticTraining needs 3 or more GPUs (" + Cuda.deviceCount() + " visible), or the host"
+                    + " emulation (-Djnccl.backend=host)");
+            System.exit(2);
+        }
         List<Result> survivors = train(gpus);
         Result first = survivors.getFirst();
         double error = maxDifference(first.weights(), reference(first.worlds()).weights());
