@@ -1,6 +1,7 @@
 package dev.jnccl;
 
 import dev.jnccl.bindings.LoadedLibraries;
+import dev.jnccl.bindings.NcclFeature;
 import dev.jnccl.cuda.Cuda;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.cuda.CudaGraph;
@@ -58,7 +59,8 @@ import org.slf4j.LoggerFactory;
 public final class Communicator implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(Communicator.class);
 
-    private enum State { OPEN, ABORTED, CLOSED }
+    /** REVOKED: NCCL's work was revoked ({@link #revoke}); only shrink, abort and close remain. */
+    private enum State { OPEN, REVOKED, ABORTED, CLOSED }
 
     static {
         Modes.install(Communicator::create);
@@ -106,6 +108,8 @@ public final class Communicator implements AutoCloseable {
     private final Waits waits;
     /** What the calling thread does, this rank's summary and the diagnosis of an abort. */
     private final Forensics forensics;
+    /** The shrink to the survivors and the communicator it made. */
+    private final Shrinks shrinks;
 
     private volatile State state = State.OPEN;
     private volatile String abortReason;
@@ -132,6 +136,7 @@ public final class Communicator implements AutoCloseable {
     private Communicator(int rank, int worldSize, int device, CommunicatorOptions options, RankParts parts,
                          Communicator parent, ReentrantLock lock, Function<ReentrantLock, NcclComm> connect) {
         this.checks = new Checks(rank, worldSize, device);
+        this.shrinks = new Shrinks(this, rank, worldSize);
         this.log = new TransactionLog(rank, this);
         this.libraries = checks.libraries();
         this.rank = rank;
@@ -209,6 +214,18 @@ public final class Communicator implements AutoCloseable {
             throw e;
         }
         return communicator;
+    }
+
+    /**
+     * The survivors' communicator of a {@link #shrink}, rank {@code survivors.rank()} of
+     * {@code survivors.worldSize()}, on the same device with the same options, its NCCL communicator
+     * made by {@code connect} (NCCL's shrink, or a re-init) under {@code lock}, attached to its launcher.
+     */
+    static Communicator successor(Membership survivors, RankParts parts, ReentrantLock lock,
+                                  Function<ReentrantLock, NcclComm> connect) {
+        Communicator old = survivors.parent();
+        return attach(new Communicator(survivors.rank(), survivors.worldSize(), old.device, old.options, parts, null,
+                lock, connect));
     }
 
     /**
@@ -845,7 +862,7 @@ public final class Communicator implements AutoCloseable {
             return call.get();
         } catch (CommunicatorAbortedException e) {
             abort(e.getMessage(), e.diagnosis().orElse(null));
-            throw e;
+            throw lossOr(e);
         } finally {
             forensics.exit(before);
         }
@@ -962,6 +979,206 @@ public final class Communicator implements AutoCloseable {
         return Optional.ofNullable(parent);
     }
 
+    // ---------------------------------------------------------------- lost ranks
+
+    /**
+     * Revokes this communicator ({@code ncclCommRevoke}, NCCL 2.28.7+): NCCL ends the work in flight
+     * and refuses new work, so that a {@link #shrink} (or the close) does not wait behind a
+     * collective stuck on a lost rank. Afterwards transactions, convenience operations and host-side
+     * calls throw {@link CommunicatorAbortedException} ("revoked"); {@link #shrink}, {@link #abort}
+     * and {@link #close} work. Local: the other ranks need not call it. Idempotent.
+     *
+     * @throws UnsupportedOperationException when the loaded NCCL has no ncclCommRevoke (the message
+     *         names the version it needs and the one loaded)
+     * @throws IllegalStateException         when a transaction is open or this communicator is closed
+     * @throws CommunicatorAbortedException  when this communicator was aborted
+     * @throws NcclException                 when NCCL refuses
+     */
+    public void revoke() {
+        Shrinks.requireFeature("revoke", NcclFeature.REVOKE, libraries);
+        nativeLock.lock();
+        try {
+            synchronized (lifecycle) {
+                if (state == State.REVOKED) {
+                    return;
+                }
+            }
+            requireUsable("revoke");
+            log.requireNoneOpen("revoke");
+            comm.revoke(Deadlines.deadline(options.closeTimeout()), options.closeTimeout());
+            synchronized (lifecycle) {
+                if (state == State.OPEN) {
+                    state = State.REVOKED;
+                    abortReason = "revoked (Communicator.revoke)";
+                }
+            }
+        } finally {
+            nativeLock.unlock();
+        }
+        LOG.info("rank {} of {}: communicator revoked", rank, worldSize);
+    }
+
+    /**
+     * The survivors' communicator without {@code excludedRanks}: collective over the survivors only
+     * (every rank not excluded calls it; the excluded ranks need not, they may be dead), ranks
+     * renumbered in the order of their ranks here (as NCCL's {@code ncclCommShrink}), on the same
+     * device with the same options; its host side (barrier, gathers, splits) meets among the
+     * survivors. Works on an aborted or {@linkplain #revoke revoked} communicator too: the usual case
+     * after a rank was lost (see {@link RankLostException#recover()}).
+     *
+     * <p>Made by NCCL's shrink (NCCL 2.27+) while this communicator is healthy (not aborted, no
+     * asynchronous error, nothing pending on its comms stream), else by a re-init: the survivors'
+     * rank 0 makes a fresh unique id, their host side hands it over, each inits a new communicator.
+     * Which path ran is logged (INFO) and recorded in the JFR event {@code jnccl.Shrink}; the system
+     * property {@code jnccl.shrink.path} ({@code auto}, {@code nccl}, {@code reinit}) overrides it.
+     *
+     * <p>This communicator is aborted afterwards (reason "shrunk to N ranks without ranks [..]"),
+     * also when the shrink fails; it is never destroyed (NCCL's advice after a shrink), and its
+     * launcher does not take that abort for a failure. Closing it closes the survivors' communicator
+     * too (closing that one first is fine). Bounded by {@link CommunicatorOptions#initTimeout()};
+     * an interrupt ends it with {@link CommunicatorAbortedException}, the interrupt status kept, this
+     * communicator aborted and no new one made. Shrinking again with the same ranks returns the same
+     * communicator; with other ranks, shrink the survivors' communicator instead.
+     *
+     * @param excludedRanks the ranks to leave out, in this communicator's numbering
+     * @return the survivors' communicator (closed with this one, or by the caller)
+     * @throws IllegalArgumentException      for null, no ranks, a rank out of range, a rank named twice,
+     *                                       this rank, or every rank, before anything else
+     * @throws IllegalStateException         when a transaction is open, another thread is shrinking this
+     *                                       communicator, it is closed, or it was shrunk without other ranks
+     * @throws UnsupportedOperationException when the launcher cannot shrink
+     * @throws CommunicatorAbortedException  when the survivors did not all arrive in time, on interrupt,
+     *                                       or when a survivor failed
+     * @throws NcclException                 when NCCL refuses the new communicator
+     */
+    public Communicator shrink(int... excludedRanks) {
+        return shrinks.shrink(excludedRanks);
+    }
+
+    /** The state a shrink needs: not closed, no transaction open. */
+    void requireShrinkable() {
+        if (state == State.CLOSED) {
+            throw new IllegalStateException("shrink: communicator of rank " + rank + " is closed");
+        }
+        nativeLock.lock();
+        try {
+            log.requireNoneOpen("shrink");
+        } finally {
+            nativeLock.unlock();
+        }
+    }
+
+    /** {@return the launcher's host side (a shrink asks it for the survivors' parts)} */
+    HostSide hostSide() {
+        return host;
+    }
+
+    /**
+     * Why NCCL's shrink cannot make this rank's survivors' communicator, or null when it can: NCCL
+     * has it and this communicator's handles are alive; when {@code healthy} (the automatic choice)
+     * also not aborted, no asynchronous error, nothing pending on the comms stream.
+     */
+    String unfitForNcclShrink(boolean healthy) {
+        if (!libraries.supports(NcclFeature.SHRINK)) {
+            return "NCCL " + ncclVersion() + " has no ncclCommShrink";
+        }
+        nativeLock.lock();
+        try {
+            if (comm.isReleased() || state == State.ABORTED || state == State.CLOSED) {
+                return "its communicator was aborted" + (abortReason == null ? "" : ": " + abortReason);
+            }
+            String failure = healthy ? comm.asyncFailure() : null;
+            if (failure != null) {
+                return failure;
+            }
+            return healthy && !stream.isIdle() ? "work is pending on its comms stream" : null;
+        } catch (RuntimeException e) {
+            return "its state cannot be read: " + e.getMessage();
+        } finally {
+            nativeLock.unlock();
+        }
+    }
+
+    /** NCCL's shrink of this communicator: see {@link NcclComm#shrink}; the parts' failures cancel the wait. */
+    NcclComm shrinkInNccl(int[] excluded, int newRank, int newSize, long timeoutNanos, RankParts parts,
+                          ReentrantLock newLock) {
+        nativeLock.lock();
+        try {
+            return comm.shrink(excluded, newRank, newSize, java.time.Duration.ofNanos(timeoutNanos),
+                    parts.failures()::cancellation, newLock);
+        } finally {
+            nativeLock.unlock();
+        }
+    }
+
+    /**
+     * Ends this communicator for a shrink: aborted in NCCL (never destroyed) with {@code reason}
+     * (after an earlier abort's reason), but without the launcher's failure handling: the loss it
+     * answers is known already, and the survivors go on (MPI mode would end the job).
+     */
+    void retire(String reason) {
+        synchronized (lifecycle) {
+            if (state == State.CLOSED) {
+                return;
+            }
+            abortReason = state == State.ABORTED ? abortReason + "; then " + reason : reason;
+            state = State.ABORTED;
+        }
+        for (Communicator child : children.live()) {
+            child.retire("the communicator it was split from (rank " + rank + ") was " + reason);
+        }
+        LOG.info("rank {} (device {}): communicator retired: {}", rank, device, reason);
+        String abandoned = comm.abort();
+        if (abandoned != null) {
+            abortReason = abortReason + "; then " + abandoned;
+        }
+    }
+
+    /**
+     * The exception of a call that finds this communicator aborted: {@link RankLostException} when
+     * its launcher says ranks were lost (this rank not among them), else {@link CommunicatorAbortedException}.
+     */
+    private CommunicatorAbortedException abortedException(String message, Throwable cause, Diagnosis known) {
+        List<Integer> lost = lostRanks();
+        return lost.isEmpty() ? new CommunicatorAbortedException(message, cause, known)
+                : new RankLostException(message + "\n  lost ranks " + lost + " (recover with RankLostException.recover())",
+                        cause, known, this, lost);
+    }
+
+    /** {@code failure} as {@link RankLostException} when it is an abort and ranks were lost (see {@link #abortedException}). */
+    RuntimeException lossOr(RuntimeException failure) {
+        if (failure instanceof CommunicatorAbortedException aborted && !(failure instanceof RankLostException)) {
+            List<Integer> lost = lostRanks();
+            if (!lost.isEmpty()) {
+                return new RankLostException(aborted.getMessage() + "\n  lost ranks " + lost
+                        + " (recover with RankLostException.recover())", aborted, aborted.diagnosis().orElse(null),
+                        this, lost);
+            }
+        }
+        return failure;
+    }
+
+    /** The launcher's lost ranks, when usable for a recovery: sorted, in range, not this rank; else empty. */
+    private List<Integer> lostRanks() {
+        List<Integer> lost;
+        try {
+            lost = failures.lostRanks();
+        } catch (RuntimeException e) {
+            LOG.warn("rank {}: the launcher's lost ranks could not be read", rank, e);
+            return List.of();
+        }
+        if (lost == null || lost.isEmpty() || lost.contains(rank)) {
+            return List.of();
+        }
+        try {
+            Shrinks.checkExcluded(lost.stream().mapToInt(Integer::intValue).toArray(), rank, worldSize);
+        } catch (IllegalArgumentException e) {
+            LOG.warn("rank {}: the launcher's lost ranks {} are not a recovery: {}", rank, lost, e.getMessage());
+            return List.of();
+        }
+        return lost.stream().sorted().toList();
+    }
+
     // ---------------------------------------------------------------- abort and close
 
     /**
@@ -1007,7 +1224,7 @@ public final class Communicator implements AutoCloseable {
         String explained = Diagnoses.lead(known, failures.explainAbort(reason));
         RankSummary before = forensics.beforeAbort();
         synchronized (lifecycle) {
-            if (state != State.OPEN) {
+            if (state == State.ABORTED || state == State.CLOSED) {
                 return;
             }
             abortReason = explained;
@@ -1061,6 +1278,10 @@ public final class Communicator implements AutoCloseable {
         }
         waits.refuseInsideCapture("close"); // the close waits for the comms stream: CUDA forbids it in a capture
         replays.refuseOpenGraphs(rank, worldSize);
+        Communicator survivors = shrinks.survivors();
+        if (survivors != null) {
+            survivors.close(); // made by this one's shrink: the launcher that closes this one closes it too
+        }
         for (Communicator child : children.live()) {
             child.close(); // bounded and idempotent like this one
         }
@@ -1092,6 +1313,8 @@ public final class Communicator implements AutoCloseable {
         try {
             if (state == State.OPEN) {
                 finalizeOrAbort(deadline);
+            } else if (state == State.REVOKED) {
+                retire("closed after it was revoked"); // NCCL's work is revoked: nothing to finalize
             }
             synchronized (lifecycle) {
                 state = State.CLOSED;
@@ -1161,8 +1384,12 @@ public final class Communicator implements AutoCloseable {
         if (current == State.ABORTED) {
             failures.beforeAbortedException(abortReason);
             Diagnosis known = diagnosis;
-            return new CommunicatorAbortedException(Diagnoses.lead(known, operation + ": communicator of rank " + rank
+            return abortedException(Diagnoses.lead(known, operation + ": communicator of rank " + rank
                     + " was aborted: " + abortReason), null, known);
+        }
+        if (current == State.REVOKED) {
+            return new CommunicatorAbortedException(operation + ": communicator of rank " + rank + " was revoked"
+                    + " (Communicator.revoke): only shrink, abort and close remain");
         }
         return new IllegalStateException(operation + ": communicator of rank " + rank + " is closed");
     }
@@ -1179,7 +1406,7 @@ public final class Communicator implements AutoCloseable {
             cause = interrupted;
         }
         Diagnosis known = diagnosis;
-        return new CommunicatorAbortedException(Diagnoses.lead(known, operation + ": communicator of rank " + rank
+        return abortedException(Diagnoses.lead(known, operation + ": communicator of rank " + rank
                 + " was aborted while the call was in NCCL: " + abortReason), cause, known);
     }
 
@@ -1197,7 +1424,7 @@ public final class Communicator implements AutoCloseable {
         if (halfDone && !(failure instanceof CommunicatorAbortedException)) {
             abort(operation + " failed: " + failure.getMessage());
         }
-        return failure;
+        return lossOr(failure);
     }
 
     // ---------------------------------------------------------------- registration

@@ -9,7 +9,7 @@ import java.util.Optional;
  * the abort (see {@link Diagnosis}), the message's first line is the verdict and
  * {@link #diagnosis()} gives the whole diagnosis.
  */
-public final class CommunicatorAbortedException extends JncclException {
+public class CommunicatorAbortedException extends JncclException {
     private static final long serialVersionUID = 1L;
 
     /** The diagnosis of the abort, or null. */

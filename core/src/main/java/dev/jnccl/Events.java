@@ -134,6 +134,28 @@ final class Events {
         public Abort() {}
     }
 
+    /** A shrink (see {@link dev.jnccl.Communicator#shrink}): the JFR event {@code jnccl.Shrink}. */
+    @Name("jnccl.Shrink")
+    @Label("Shrink")
+    @Category({"jnccl"})
+    @Description("A communicator shrunk to its survivors: which path made the new one, and how long it took")
+    @StackTrace(false)
+    public static final class Shrink extends Event {
+        /** This rank in the old communicator. */
+        @Label("Rank") public int rank;
+        /** The old number of ranks. */
+        @Label("From World") public int fromWorld;
+        /** The survivors' number of ranks. */
+        @Label("To World") public int toWorld;
+        /** The excluded ranks, as "[1, 3]". */
+        @Label("Excluded Ranks") public String excluded;
+        /** The path that made the new communicator: nccl (ncclCommShrink) or reinit. */
+        @Label("Path") public String path;
+
+        /** Creates the event. */
+        public Shrink() {}
+    }
+
     /**
      * The diagnosis of an abort (see {@link dev.jnccl.Diagnosis}), recorded by the rank that made it:
      * the JFR event {@code jnccl.Diagnosis}.

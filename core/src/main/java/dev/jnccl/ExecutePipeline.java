@@ -141,7 +141,7 @@ final class ExecutePipeline {
         }
         log.commands().clear();
         log.ended(number, true);
-        return failure;
+        return face.lossOr(failure);
     }
 
     /**

@@ -6,6 +6,7 @@ import static java.lang.foreign.ValueLayout.JAVA_LONG;
 
 import dev.jnccl.bindings.NcclConfigs;
 import dev.jnccl.bindings.NcclBufferCalls;
+import dev.jnccl.bindings.NcclElasticCalls;
 import dev.jnccl.bindings.NcclRedOps;
 import dev.jnccl.bindings.nccl.Nccl;
 import dev.jnccl.bindings.nccl.ncclConfig_t;
@@ -216,37 +217,140 @@ final class NcclComm {
      */
     NcclComm split(int color, int key, int childRank, int childSize, Duration timeout,
                           Supplier<String> cancellation, ReentrantLock childLock) {
+        return derive("ncclCommSplit", into -> startSplit(color, key, into), color >= 0, childRank, childSize,
+                timeout, cancellation, childLock);
+    }
+
+    /**
+     * ncclCommShrink of this communicator's non-blocking handle ({@code NCCL_SHRINK_DEFAULT}): the
+     * survivors (every rank not in {@code excluded}, each of which calls it) get a new communicator
+     * in this one's mode, ranked in the order of their ranks here; the excluded ranks never call.
+     * The wait, the lock, the deadline and what a failure leaves are {@link #split}'s.
+     *
+     * @param excluded the excluded ranks (checked by the caller)
+     * @param newRank  this rank among the survivors
+     * @param newSize  the number of survivors
+     * @throws NcclException                when NCCL refuses
+     * @throws CommunicatorAbortedException at the deadline, on cancellation, or when this one is aborted
+     */
+    NcclComm shrink(int[] excluded, int newRank, int newSize, Duration timeout, Supplier<String> cancellation,
+                    ReentrantLock newLock) {
+        return derive("ncclCommShrink", into -> startShrink(excluded, into), true, newRank, newSize, timeout,
+                cancellation, newLock);
+    }
+
+    /**
+     * A new communicator made by a job of NCCL on this communicator's non-blocking handle (split,
+     * shrink): {@code start} starts the job with the new communicator's config and output slot and
+     * returns the handle it runs on; the job is awaited on that handle, then (for a {@code member})
+     * the new handle is awaited in the slot and adopted (see {@link #split}).
+     */
+    private NcclComm derive(String function, java.util.function.Function<NcclComm, MemorySegment> start,
+                            boolean member, int newRank, int newSize, Duration timeout, Supplier<String> cancellation,
+                            ReentrantLock newLock) {
         long deadline = Deadlines.deadline(timeout);
-        NcclComm result = new NcclComm(childRank, childSize, device, tuning, childLock);
-        boolean settled = true; // whether no split job of NCCL can still write result's slot
+        NcclComm result = new NcclComm(newRank, newSize, device, tuning, newLock);
+        boolean settled = true; // whether no job of NCCL can still write result's slot
         boolean done = false;
         try {
-            MemorySegment source = startSplit(color, key, result);
+            MemorySegment source = start.apply(result);
             settled = false;
-            int status = awaitSplitJob(deadline, timeout, cancellation);
+            int status = awaitDerivingJob(function, deadline, timeout, cancellation);
             settled = true;
             if (status != SUCCESS) {
-                // The handle polled was source: a split only ever sees parent cleared, never replaced.
-                throw failure(status, "ncclCommSplit", source);
+                // The handle polled was source: a job only ever sees parent cleared, never replaced.
+                throw failure(status, function, source);
             }
-            if (color < 0) {
+            if (!member) {
                 return null;
             }
             MemorySegment handle = awaitPublished(result.childSlot, deadline, timeout, cancellation,
-                    "for ncclCommSplit to publish the new communicator");
-            result.adoptSplit(handle, deadline, timeout, cancellation);
+                    "for " + function + " to publish the new communicator");
+            result.adoptSplit(handle, function, deadline, timeout, cancellation);
             done = true;
             return result;
         } finally {
             if (!done) {
                 if (!settled && !abortHandles()) {
-                    // NCCL joins the split job in the abort, which has not returned: result's slot
-                    // may still be written, so result is discarded once (if ever) it does.
+                    // NCCL joins the job in the abort, which has not returned: result's slot may
+                    // still be written, so result is discarded once (if ever) it does.
                     aborting.afterReturn(result::discardSplit);
                 } else {
-                    result.discardSplit(); // the split job has ended: result's slot is final
+                    result.discardSplit(); // the job has ended: result's slot is final
                 }
             }
+        }
+    }
+
+    /**
+     * Starts NCCL's shrink job of this communicator's non-blocking handle, with {@code into}'s config
+     * and output slot; returns the handle shrunk. The exclude list lives in {@code into}'s arena: the
+     * job may read it after the call returns. When it throws, no job runs.
+     */
+    private MemorySegment startShrink(int[] excluded, NcclComm into) {
+        MemorySegment source = parent;
+        if (source == null) {
+            throw new CommunicatorAbortedException("ncclCommShrink: the communicator of rank " + rank
+                    + " was aborted");
+        }
+        try (Arena call = Arena.ofConfined()) {
+            MemorySegment config = into.config(call, 0);
+            MemorySegment list = into.arena.allocateFrom(JAVA_INT, excluded);
+            into.childSlot.set(ADDRESS, 0, MemorySegment.NULL);
+            int started = NcclElasticCalls.ncclCommShrink(source, list, excluded.length, into.childSlot, config,
+                    NcclElasticCalls.NCCL_SHRINK_DEFAULT);
+            if (started != SUCCESS && started != IN_PROGRESS) {
+                throw failure(started, "ncclCommShrink", source);
+            }
+        }
+        return source;
+    }
+
+    /**
+     * ncclCommRevoke (flags 0) of the work communicator and, in {@code BLOCKING_SPLIT} mode, of its
+     * non-blocking parent: NCCL ends the work in flight and refuses new work; shrink, abort and
+     * destroy still work. A non-blocking handle's revoke is waited for (lock released while backing
+     * off) until it leaves ncclInProgress, before {@code deadline}. Caller holds the lock.
+     *
+     * @throws NcclException                when NCCL refuses the revoke of the work communicator
+     * @throws CommunicatorAbortedException when aborted meanwhile or past the deadline
+     */
+    void revoke(long deadline, Duration timeout) {
+        MemorySegment work = work("ncclCommRevoke");
+        revokeOne(work, deadline, timeout);
+        MemorySegment nonBlocking = parent;
+        if (nonBlocking != null && !nonBlocking.equals(work)) {
+            try {
+                revokeOne(nonBlocking, deadline, timeout);
+            } catch (NcclException e) {
+                LOG.warn("rank {}: ncclCommRevoke of the non-blocking communicator failed (the work communicator is"
+                        + " revoked): {}", rank, e.getMessage());
+            }
+        }
+    }
+
+    /**
+     * One handle's revoke: a refusal throws; an accepted revoke of a non-blocking handle is awaited
+     * until NCCL's state leaves ncclInProgress (whatever it then reports: a revoked communicator's
+     * state is NCCL's business, and what follows is a shrink, an abort or a close).
+     */
+    private void revokeOne(MemorySegment handle, long deadline, Duration timeout) {
+        int result = NcclElasticCalls.ncclCommRevoke(handle, 0);
+        if (result != SUCCESS && result != IN_PROGRESS) {
+            throw failure(result, "ncclCommRevoke", handle);
+        }
+        long spins = 0;
+        while (result == IN_PROGRESS) {
+            if (Deadlines.passed(deadline)) {
+                throw new CommunicatorAbortedException("revoke: ncclCommRevoke of rank " + rank + " did not finish"
+                        + " within " + Deadlines.toMillis(timeout) + " ms (CommunicatorOptions.closeTimeout)");
+            }
+            pauseUnlocked(spins++);
+            if (parent == null) {
+                throw new CommunicatorAbortedException("revoke: the communicator of rank " + rank
+                        + " was aborted while NCCL revoked it");
+            }
+            result = asyncError(handle);
         }
     }
 
@@ -278,19 +382,19 @@ final class NcclComm {
      * returns that state: ncclSuccess or NCCL's error. Releases the lock while it backs off, so an
      * abort can get in. Throws while the job may still run: aborted meanwhile, deadline, cancellation.
      */
-    private int awaitSplitJob(long deadline, Duration timeout, Supplier<String> cancellation) {
+    private int awaitDerivingJob(String function, long deadline, Duration timeout, Supplier<String> cancellation) {
         long spins = 0;
         while (true) {
             MemorySegment handle = parent;
             if (handle == null) {
-                throw new CommunicatorAbortedException("ncclCommSplit: the communicator of rank " + rank
-                        + " was aborted while splitting");
+                throw new CommunicatorAbortedException(function + ": the communicator of rank " + rank
+                        + " was aborted while NCCL made the new communicator");
             }
             int status = asyncError(handle);
             if (status != IN_PROGRESS) {
                 return status;
             }
-            checkInitDeadline(deadline, timeout, cancellation, "for the other ranks to call split");
+            checkInitDeadline(deadline, timeout, cancellation, "for the other ranks to call " + function);
             pauseUnlocked(spins++);
         }
     }
@@ -315,10 +419,11 @@ final class NcclComm {
      * non-blocking communicator, waits until it is ready and, in {@code BLOCKING_SPLIT} mode, splits
      * its blocking child.
      */
-    private void adoptSplit(MemorySegment handle, long deadline, Duration timeout, Supplier<String> cancellation) {
+    private void adoptSplit(MemorySegment handle, String function, long deadline, Duration timeout,
+                            Supplier<String> cancellation) {
         childSlot.set(ADDRESS, 0, MemorySegment.NULL);
         parent = handle;
-        awaitInit(handle, "ncclCommSplit", deadline, timeout, cancellation,
+        awaitInit(handle, function, deadline, timeout, cancellation,
                 "for the new communicator to become ready");
         splitBlocking(deadline, timeout, cancellation);
     }

@@ -95,6 +95,22 @@ public interface Failures {
     default void beforeAbortedException(String reason) {}
 
     /**
+     * The ranks of this communicator that the launcher knows to be lost (a failed or interrupted
+     * rank thread, a dead process), in this communicator's numbering, sorted; empty by default. It is
+     * how a launcher aborts a communicator "with these ranks lost": it makes this answer them, then
+     * aborts the communicator ({@link Communicator#abort}); from then on every call that finds the
+     * communicator aborted (also one aborted earlier, by its watchdog or NCCL's error) throws
+     * {@link dev.jnccl.RankLostException} instead of {@link dev.jnccl.CommunicatorAbortedException},
+     * and the survivors recover with {@link Communicator#shrink}. Asked only on the way to such an
+     * exception, on any thread, possibly holding the communicator's lock: must not wait.
+     *
+     * @return the lost ranks, sorted, or an empty list
+     */
+    default List<Integer> lostRanks() {
+        return List.of();
+    }
+
+    /**
      * Every rank's summary for the diagnosis of an abort, gathered over a channel that does not need
      * NCCL (the NCCL communicator may be stuck), within {@code timeoutNanos}: a rank that does not
      * answer in time is given as absent ({@link Diagnoses#absent}), never waited for beyond it. The

@@ -87,4 +87,20 @@ public interface HostSide {
      *         ({@link Communicator#split} then throws it)
      */
     RankParts split(Membership membership);
+
+    /**
+     * The parts of this rank's communicator of a {@link Communicator#shrink}, on every survivor,
+     * before the survivors' communicator is made (its host side carries the new unique id of the
+     * re-init path). The new host side meets among the survivors only and must never wait for an
+     * excluded rank (it may be dead). {@code survivors} has color 0, this rank's old rank as key,
+     * and the survivors' old ranks, in order, as members.
+     *
+     * @param survivors this rank's place among the survivors
+     * @return the survivors' communicator's parts
+     * @throws UnsupportedOperationException when this launcher cannot shrink (the default)
+     */
+    default RankParts shrink(Membership survivors) {
+        throw new UnsupportedOperationException("shrink: this launcher cannot shrink (" + getClass().getSimpleName()
+                + " has no host side for the survivors)");
+    }
 }

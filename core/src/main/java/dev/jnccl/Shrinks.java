@@ -1,0 +1,278 @@
+package dev.jnccl;
+
+import dev.jnccl.bindings.LoadedLibraries;
+import dev.jnccl.bindings.NcclFeature;
+import dev.jnccl.internal.Deadlines;
+import dev.jnccl.spi.HostSide;
+import dev.jnccl.spi.Membership;
+import dev.jnccl.spi.RankParts;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Objects;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.locks.ReentrantLock;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The shrink of one {@link Communicator} to its survivors ({@link Communicator#shrink}): the checks,
+ * the choice of path, the survivors' agreement, the new communicator, and the one result (a second
+ * shrink with the same ranks returns it again: {@link RankLostException#recover()} is idempotent).
+ *
+ * <p>Two paths make the survivors' communicator. <b>nccl</b>: {@code ncclCommShrink} of this
+ * communicator (NCCL 2.27+), fast, but only while it is healthy: once a collective is pending on a
+ * dead rank, NCCL fails every shrink ("remote process exited"), so a communicator that is aborted,
+ * reports an asynchronous error or still has work on its comms stream takes the other path.
+ * <b>reinit</b>: always available; the new rank 0 makes a fresh unique id, the survivors' host side
+ * hands it to every survivor, each inits a new communicator on the same device with the same options.
+ * The survivors agree over their host side before either path (every survivor must take the same
+ * one), and after the nccl path (one survivor's failure sends them all to reinit, nobody keeps a
+ * half-made communicator). This communicator is aborted afterwards, never destroyed (destroying the
+ * parent of an aborting shrink hangs on newer NCCL).
+ *
+ * <p>The system property {@code jnccl.shrink.path} picks: {@code auto} (the default, as above),
+ * {@code nccl} (NCCL's shrink whenever this communicator's handles are alive and NCCL has it, healthy
+ * or not; for tests of that path), {@code reinit} (never NCCL's shrink).
+ */
+final class Shrinks {
+    private static final Logger LOG = LoggerFactory.getLogger(Shrinks.class);
+    /** The system property that picks the path. */
+    static final String PATH_PROPERTY = "jnccl.shrink.path";
+
+    /** The setting of {@link #PATH_PROPERTY}. */
+    enum Setting { AUTO, NCCL, REINIT }
+
+    /** A shrink made: its excluded ranks and the survivors' communicator. */
+    private record Done(List<Integer> excluded, Communicator survivors) {}
+
+    private final Communicator face;
+    private final int rank;
+    private final int worldSize;
+    /** The thread shrinking now, or null. */
+    private final AtomicReference<Thread> running = new AtomicReference<>();
+    private volatile Done done;
+
+    Shrinks(Communicator face, int rank, int worldSize) {
+        this.face = face;
+        this.rank = rank;
+        this.worldSize = worldSize;
+    }
+
+    /** See {@link Communicator#shrink}. */
+    Communicator shrink(int[] excludedRanks) {
+        List<Integer> excluded = checkExcluded(excludedRanks, rank, worldSize);
+        Setting setting = setting();
+        Done made = done;
+        if (made != null) {
+            return same(made, excluded);
+        }
+        Thread me = Thread.currentThread();
+        Thread other = running.compareAndExchange(null, me);
+        if (other != null) {
+            throw new IllegalStateException("shrink: thread " + other.getName() + " is already shrinking the"
+                    + " communicator of rank " + rank + " of " + worldSize);
+        }
+        try {
+            made = done; // a shrink that ended between the first look and the claim
+            if (made != null) {
+                return same(made, excluded);
+            }
+            face.requireShrinkable();
+            Communicator survivors = run(excluded, setting);
+            done = new Done(excluded, survivors);
+            return survivors;
+        } finally {
+            running.set(null);
+        }
+    }
+
+    /** The communicator a shrink made, or null. */
+    Communicator survivors() {
+        Done made = done;
+        return made == null ? null : made.survivors();
+    }
+
+    private Communicator same(Done made, List<Integer> excluded) {
+        if (!made.excluded().equals(excluded)) {
+            throw new IllegalStateException("shrink: the communicator of rank " + rank + " of " + worldSize
+                    + " was already shrunk without ranks " + made.excluded() + "; it cannot be shrunk again without "
+                    + excluded + " (shrink the survivors' communicator instead)");
+        }
+        return made.survivors();
+    }
+
+    /**
+     * The excluded ranks, checked and sorted: given, not empty, each in range, no duplicates, not this
+     * rank, not every rank.
+     */
+    static List<Integer> checkExcluded(int[] excludedRanks, int rank, int worldSize) {
+        if (excludedRanks == null) {
+            throw new IllegalArgumentException("shrink: excludedRanks is null");
+        }
+        if (excludedRanks.length == 0) {
+            throw new IllegalArgumentException("shrink: excludedRanks is empty: name at least one rank in [0, "
+                    + worldSize + ") to exclude");
+        }
+        if (excludedRanks.length >= worldSize) {
+            throw new IllegalArgumentException("shrink: excludedRanks " + Arrays.toString(excludedRanks) + " names "
+                    + excludedRanks.length + " ranks of a world of " + worldSize + ": at least one must survive");
+        }
+        int[] sorted = excludedRanks.clone();
+        Arrays.sort(sorted);
+        for (int i = 0; i < sorted.length; i++) {
+            int excluded = sorted[i];
+            if (excluded < 0 || excluded >= worldSize) {
+                throw new IllegalArgumentException("shrink: excluded rank " + excluded + " out of range [0, "
+                        + worldSize + ")");
+            }
+            if (i > 0 && sorted[i - 1] == excluded) {
+                throw new IllegalArgumentException("shrink: excluded rank " + excluded + " is named twice in "
+                        + Arrays.toString(excludedRanks));
+            }
+            if (excluded == rank) {
+                throw new IllegalArgumentException("shrink: excluded rank " + excluded + " is this rank: only"
+                        + " survivors call shrink");
+            }
+        }
+        return Arrays.stream(sorted).boxed().toList();
+    }
+
+    /** Refuses {@code operation} when the loaded NCCL lacks {@code feature}, naming the version it needs and the one loaded. */
+    static void requireFeature(String operation, NcclFeature feature, LoadedLibraries libraries) {
+        if (!libraries.supports(feature)) {
+            throw new UnsupportedOperationException(operation + ": needs NCCL " + LibraryVersion.of(feature.sinceVersion())
+                    + " or newer (" + feature.name() + "); the loaded NCCL is " + LibraryVersion.of(libraries.ncclVersion())
+                    + " (" + libraries.ncclPath() + ")");
+        }
+    }
+
+    /** {@return the setting of {@link #PATH_PROPERTY}, checked} */
+    static Setting setting() {
+        String value = System.getProperty(PATH_PROPERTY, "auto");
+        return switch (value.trim().toLowerCase(java.util.Locale.ROOT)) {
+            case "auto", "" -> Setting.AUTO;
+            case "nccl" -> Setting.NCCL;
+            case "reinit" -> Setting.REINIT;
+            default -> throw new IllegalArgumentException("shrink: " + PATH_PROPERTY + " is \"" + value
+                    + "\"; allowed: auto, nccl, reinit");
+        };
+    }
+
+    /**
+     * The shrink itself, bounded by the init timeout: the survivors' host side first, then the path
+     * they agree on. Whatever fails, this communicator ends aborted and no new one is left.
+     */
+    private Communicator run(List<Integer> excluded, Setting setting) {
+        long started = System.nanoTime();
+        long deadline = Deadlines.deadline(face.options().initTimeout());
+        List<Integer> members = survivors(excluded);
+        Membership membership = new Membership(face, 0, rank, members.indexOf(rank), members);
+        RankParts parts = Objects.requireNonNull(face.hostSide().shrink(membership),
+                "shrink: the launcher made no parts");
+        String reason = "shrunk to " + members.size() + " ranks without ranks " + excluded;
+        try {
+            Made made = make(excluded, membership, parts, setting, deadline, reason);
+            LOG.info("rank {} of {}: {} by the {} path in {} ms: now rank {} of {}{}", rank, worldSize, reason,
+                    made.path, TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started), membership.rank(),
+                    members.size(), made.why == null ? "" : " (" + made.why + ")");
+            record(excluded, members.size(), made.path, started);
+            return made.survivors;
+        } catch (RuntimeException | Error e) {
+            face.retire(reason + " failed: " + e.getMessage());
+            throw e;
+        }
+    }
+
+    /** The survivors' communicator and how it was made ({@code why}: why not by NCCL's shrink, or null). */
+    private record Made(Communicator survivors, String path, String why) {}
+
+    /**
+     * The survivors agree on the path, and it makes their communicator: NCCL's shrink, kept only when
+     * it succeeded on every survivor (else each aborts its own and they all re-init). This
+     * communicator is retired before the re-init (its pending work, stuck on a lost rank, would
+     * hold the device) and after NCCL's shrink (which needs it alive).
+     */
+    private Made make(List<Integer> excluded, Membership membership, RankParts parts, Setting setting,
+                      long deadline, String reason) {
+        HostSide host = parts.host();
+        String unfit = setting == Setting.REINIT ? PATH_PROPERTY + "=reinit"
+                : face.unfitForNcclShrink(setting == Setting.AUTO);
+        String why = agree(host, unfit, deadline);
+        if (why == null) {
+            ReentrantLock lock = new ReentrantLock();
+            NcclComm shrunk = null;
+            String failed = null;
+            try {
+                shrunk = face.shrinkInNccl(excluded.stream().mapToInt(Integer::intValue).toArray(),
+                        membership.rank(), membership.worldSize(), Deadlines.remainingNanos(deadline), parts, lock);
+            } catch (RuntimeException e) {
+                failed = "ncclCommShrink failed: " + e.getMessage();
+                LOG.warn("rank {}: {}", rank, failed);
+            }
+            why = agree(host, failed, deadline);
+            if (why == null) {
+                NcclComm adopted = shrunk;
+                face.retire(reason);
+                return new Made(Communicator.successor(membership, parts, lock, l -> adopted), "nccl", null);
+            }
+            if (shrunk != null) {
+                shrunk.abort(); // another survivor's shrink failed: nobody keeps this one
+            }
+        }
+        face.retire(reason + " (by re-init: " + why + ")");
+        return new Made(reinit(host, membership, parts, deadline), "reinit", why);
+    }
+
+    /**
+     * Whether every survivor can take the NCCL path: null when all can, else why not (this rank's
+     * reason first, else the first survivor's that said no).
+     */
+    private String agree(HostSide host, String unfit, long deadline) {
+        byte[] mine = unfit == null ? new byte[0] : ("rank " + rank + ": " + unfit)
+                .getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        for (byte[] answer : host.allGather(mine, Deadlines.remainingNanos(deadline))) {
+            if (answer.length > 0) {
+                String no = new String(answer, java.nio.charset.StandardCharsets.UTF_8);
+                return unfit != null ? "rank " + rank + ": " + unfit : no;
+            }
+        }
+        return null;
+    }
+
+    /**
+     * The re-init path: the survivors' new rank 0 makes a unique id, the survivors' host side hands
+     * it to all, and each inits a new communicator (same device and options) before the deadline.
+     */
+    private Communicator reinit(HostSide host, Membership membership, RankParts parts, long deadline) {
+        byte[] mine = membership.rank() == 0 ? UniqueId.generate().bytes() : new byte[0];
+        UniqueId id = UniqueId.fromBytes(host.allGather(mine, Deadlines.remainingNanos(deadline)).getFirst());
+        java.time.Duration left = java.time.Duration.ofNanos(Deadlines.remainingNanos(deadline));
+        return Communicator.successor(membership, parts, new ReentrantLock(), l -> NcclComm.init(id,
+                membership.rank(), membership.worldSize(), face.device(), face.options(), left,
+                parts.failures()::cancellation, l));
+    }
+
+    private List<Integer> survivors(List<Integer> excluded) {
+        List<Integer> members = new ArrayList<>(worldSize - excluded.size());
+        for (int r = 0; r < worldSize; r++) {
+            if (!excluded.contains(r)) {
+                members.add(r);
+            }
+        }
+        return members;
+    }
+
+    private void record(List<Integer> excluded, int toWorld, String path, long started) {
+        Events.Shrink event = new Events.Shrink();
+        if (event.shouldCommit()) {
+            event.rank = rank;
+            event.fromWorld = worldSize;
+            event.toWorld = toWorld;
+            event.excluded = excluded.toString();
+            event.path = path;
+            event.commit();
+        }
+    }
+}
