@@ -66,6 +66,11 @@ import org.slf4j.LoggerFactory;
  * ends the job through {@link #run(MpiOptions, Consumer)}, which aborts for it; code that uses
  * {@link #create} directly should call {@link Communicator#abort} on failure (a process that simply
  * exits non-zero is noticed by mpirun, later).
+ *
+ * <p><b>A process that dies.</b> By default the launcher or jnccl ends the job. With
+ * {@link MpiOptions#withContinueWithoutFailedRanks(int)} and a launcher that keeps the job running
+ * (Open MPI's {@code mpirun --enable-recovery}), the survivors get
+ * {@link dev.jnccl.RankLostException} instead and go on with {@code recover()}.
  */
 public final class MpiCommunicators {
     private static final Logger LOG = LoggerFactory.getLogger(MpiCommunicators.class);
@@ -160,7 +165,8 @@ public final class MpiCommunicators {
                     owner ? "initialised" : "already initialised", owner ? "jnccl" : "the application", rank, size,
                     localRank, localSize, device, source[0]);
             return Modes.communicator(UniqueId.fromBytes(id), rank, size, device, options.communicator(),
-                    MpiHost.parts(mpi, comm, rank, size, owner ? options.communicator().closeTimeout() : null));
+                    MpiHost.parts(mpi, comm, rank, size, owner ? options.communicator().closeTimeout() : null,
+                            options.minWorld()));
         } catch (RuntimeException | Error e) {
             // An all-gather left pending at its deadline still uses the communicator: not freed then.
             if (comm != null && !(e instanceof CommunicatorAbortedException)) {
