@@ -92,8 +92,10 @@ final class MpiHost implements HostSide, RankEvents, Failures {
     private final MpiHost parent;
     /** The ranks found lost when this communicator was aborted (see {@link #explainAbort}); empty: none. */
     private volatile List<Integer> lost = List.of();
-    /** Whether the peers were probed for lost ranks (once per communicator). */
+    /** Whether the peers were probed for lost ranks (once per communicator; guarded by this). */
     private final java.util.concurrent.atomic.AtomicBoolean probed = new java.util.concurrent.atomic.AtomicBoolean();
+    /** The peers the probe found gone (guarded by this). */
+    private List<Integer> probeResult = List.of();
     /** Whether the survivors' host side was made from this one: its end no longer ends the job. */
     private volatile boolean shrunk;
     private final int rank;
@@ -458,17 +460,14 @@ final class MpiHost implements HostSide, RankEvents, Failures {
     }
 
     /**
-     * Once per communicator, when it is still open: every peer is asked for its summary; the ones
-     * that do not answer within {@link #PROBE_MILLIS} are lost. When some are, and at least
-     * {@link MpiOptions#minWorld} ranks remain, {@link #lostRanks} names them from now on and the
-     * abort does not end the job; the reason says so either way.
+     * The reason, saying which ranks are lost: once per communicator, when it is still open, every
+     * peer is asked for its summary; the ones that do not answer within {@link #PROBE_MILLIS} are
+     * lost. When some are, and at least {@link MpiOptions#minWorld} ranks remain, {@link #lostRanks}
+     * names them from now on and the abort does not end the job. Two aborts of this rank at once
+     * (its own thread's and a peer's, say) both wait for the one probe, so whichever wins reports it.
      */
     private String findLost(String reason) {
-        Communicator face = communicator;
-        if (face == null || face.isAborted() || face.isClosed() || !probed.compareAndSet(false, true)) {
-            return reason;
-        }
-        List<Integer> gone = diagnoses.unreachable(TimeUnit.MILLISECONDS.toNanos(PROBE_MILLIS));
+        List<Integer> gone = probeOnce();
         if (gone.isEmpty()) {
             return reason;
         }
@@ -477,10 +476,28 @@ final class MpiHost implements HostSide, RankEvents, Failures {
             return reason + " (" + lostText(gone) + " lost" + scope + ": " + left + " left, fewer than the "
                     + minWorld + " of MpiOptions.withContinueWithoutFailedRanks: the job ends)";
         }
-        lost = List.copyOf(gone);
-        LOG.warn("{}: {} lost{} (no answer within {} ms): the {} survivors go on without {}", who, lostText(gone),
-                scope, PROBE_MILLIS, left, gone.size() == 1 ? "it" : "them");
-        return reason + " (" + lostText(gone) + " lost" + scope + ": its process is gone)";
+        return reason + " (" + lostText(gone) + " lost" + scope + ": " + (gone.size() == 1 ? "its process is"
+                : "their processes are") + " gone)";
+    }
+
+    /** The peers found gone by the first call (bounded by {@link #PROBE_MILLIS}); later calls wait for it. */
+    private synchronized List<Integer> probeOnce() {
+        if (probed.get()) {
+            return probeResult;
+        }
+        probed.set(true);
+        Communicator face = communicator;
+        if (face == null || face.isAborted() || face.isClosed()) {
+            return probeResult;
+        }
+        probeResult = diagnoses.unreachable(TimeUnit.MILLISECONDS.toNanos(PROBE_MILLIS));
+        int left = worldSize - probeResult.size();
+        if (!probeResult.isEmpty() && left >= minWorld) {
+            lost = List.copyOf(probeResult);
+            LOG.warn("{}: {} lost{} (no answer within {} ms): the {} survivors go on without {}", who,
+                    lostText(probeResult), scope, PROBE_MILLIS, left, probeResult.size() == 1 ? "it" : "them");
+        }
+        return probeResult;
     }
 
     private static String lostText(List<Integer> ranks) {

@@ -1,0 +1,59 @@
+package dev.jnccl.it;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+
+/**
+ * MPI mode survives a SIGKILLed process (np 3, host emulation, {@link MpiLostRank}): with
+ * {@code MpiOptions.withContinueWithoutFailedRanks(2)} under Open MPI's {@code mpirun
+ * --enable-recovery}, the survivors' pending all-reduce ends in {@code RankLostException} naming the
+ * killed rank, {@code recover()} gives them a communicator of their own (renumbered), on which
+ * their all-reduces are checked element by element, and both communicators close; the job exits 0
+ * and leaves no process. The middle rank (renumbering) and the last rank are killed in turn. MPICH
+ * is skipped with the reason: its hydra ends or breaks the job at a death whatever its flags (see
+ * docs/elastic-mpi.md).
+ */
+@Timeout(value = 300, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+class MpiLostRankTest {
+    private static final int WORLD = 3;
+
+    @ParameterizedTest(name = "{0}, rank {1} killed")
+    @CsvSource({"OPEN_MPI, 1", "OPEN_MPI, 2", "MPICH, 1"})
+    void survivorsRecoverAndFinishWithCheckedSums(MpiJobs.Launcher launcher, int victim) throws Exception {
+        assumeTrue(launcher == MpiJobs.Launcher.OPEN_MPI, "MPICH's hydra (4.0) ends or breaks the job when a process"
+                + " dies, also with -disable-auto-cleanup, and its MPIR_CVAR_ENABLE_FT fails an assertion in MPI_Test:"
+                + " survivors cannot go on (docs/elastic-mpi.md)");
+        Packs.assumeHost("the emulation notices a dead peer process; real NCCL runs in gpu-mpi-test.sh");
+        Packs.assumeDevices(WORLD);
+        MpiJobs jobs = new MpiJobs(launcher, "host", false, Map.of()).survivorsRunOn();
+        try (MpiJobs.Job job = jobs.start(MpiLostRank.class, Integer.toString(victim), WORLD)) {
+            Matcher running = job.awaitLine("RUNNING pid=(\\d+)", MpiWorldsChecks.JOB_TIMEOUT);
+            ProcessHandle.of(Long.parseLong(running.group(1))).ifPresent(ProcessHandle::destroyForcibly); // SIGKILL
+            int exit = job.awaitExit(Duration.ofSeconds(120));
+            String output = job.output();
+            assertFalse(output.contains("FAILED rank="), output);
+            assertFalse(output.contains("MPI_Abort"), output);
+            List<Integer> survivors = victim == 1 ? List.of(0, 2) : List.of(0, 1);
+            for (int rank : survivors) {
+                assertTrue(output.contains("LOST rank=" + rank + " lost=[" + victim + "]"), "rank " + rank + "\n" + output);
+                assertTrue(output.contains("RECOVERED rank=" + rank + " new=" + survivors.indexOf(rank) + " world=2 PASS"),
+                        "rank " + rank + "\n" + output);
+                assertTrue(output.contains("DONE rank=" + rank), "rank " + rank + "\n" + output);
+            }
+            assertEquals(0, exit, "mpirun's exit code (Open MPI with --enable-recovery exits 0 after a death)\n"
+                    + output);
+            job.assertNoRankLeft(Duration.ofSeconds(15));
+        }
+    }
+}
