@@ -9,7 +9,6 @@ import dev.jnccl.mpi.MpiCommunicators;
 import dev.jnccl.mpi.MpiOptions;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
 
 /**
@@ -96,7 +95,8 @@ public final class MpiLostRank {
 
     /**
      * All-reduce SUM of random data seeded by each member's old rank, checked element by element
-     * against the sum in NCCL's ring order over the members' data ({@code members}: old ranks, in the
+     * (bit for bit on the emulation, within FP32's tolerance on real NCCL) against the sum in NCCL's
+     * ring order over the members' data ({@code members}: old ranks, in the
      * order of the communicator's ranks).
      */
     private static void sumAndCheck(RankContext c, Communicator comm, List<Integer> members, String tag, int oldRank) {
@@ -108,10 +108,7 @@ public final class MpiLostRank {
             inputs.add(Data.fp32(c.seed(member, tag), COUNT));
         }
         float[] expected = Data.reduce(inputs, ReduceOp.SUM, 0, COUNT, Data.Ring.allReduce(COUNT, members.size(), 4));
-        float[] got = c.floats(tensor);
-        if (!Arrays.equals(expected, got)) {
-            throw new IllegalStateException(c.what("all-reduce " + tag + " on rank " + comm.rank() + " of "
-                    + comm.worldSize() + " differs from the reference"));
-        }
+        Verify.floats(c.what("all-reduce " + tag + " on rank " + comm.rank() + " of " + comm.worldSize()), expected,
+                c.floats(tensor), c.exact, null);
     }
 }

@@ -20,13 +20,21 @@ import org.junit.jupiter.params.provider.CsvSource;
  * --enable-recovery}, the survivors' pending all-reduce ends in {@code RankLostException} naming the
  * killed rank, {@code recover()} gives them a communicator of their own (renumbered), on which
  * their all-reduces are checked element by element, and both communicators close; the job exits 0
- * and leaves no process. The middle rank (renumbering) and the last rank are killed in turn. MPICH
+ * and leaves no process. The middle rank (renumbering) and the last rank are killed in turn, each
+ * while the survivors' all-reduce is pending on it. {@code -Djnccl.it.mpi.backend=cuda} runs it on
+ * real NCCL (every process on GPU 0, its own {@code NCCL_HOSTID}). MPICH
  * is skipped with the reason: its hydra ends or breaks the job at a death whatever its flags (see
  * docs/elastic-mpi.md).
  */
 @Timeout(value = 300, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
 class MpiLostRankTest {
     private static final int WORLD = 3;
+    /**
+     * {@code host} (the default: the emulation, one device per process) or {@code cuda}: real NCCL, every
+     * process on GPU 0 with its own {@code NCCL_HOSTID} over the socket transport (scripts/gpu/gpu-mpi-test.sh).
+     */
+    private static final String BACKEND = System.getProperty("jnccl.it.mpi.backend", "host");
+    private static final boolean REAL_NCCL = !BACKEND.equals("host");
 
     @ParameterizedTest(name = "{0}, rank {1} killed")
     @CsvSource({"OPEN_MPI, 1", "OPEN_MPI, 2", "MPICH, 1"})
@@ -34,9 +42,11 @@ class MpiLostRankTest {
         assumeTrue(launcher == MpiJobs.Launcher.OPEN_MPI, "MPICH's hydra (4.0) ends or breaks the job when a process"
                 + " dies, also with -disable-auto-cleanup, and its MPIR_CVAR_ENABLE_FT fails an assertion in MPI_Test:"
                 + " survivors cannot go on (docs/elastic-mpi.md)");
-        Packs.assumeHost("the emulation notices a dead peer process; real NCCL runs in gpu-mpi-test.sh");
-        Packs.assumeDevices(WORLD);
-        MpiJobs jobs = new MpiJobs(launcher, "host", false, Map.of()).survivorsRunOn();
+        if (!REAL_NCCL) {
+            Packs.assumeDevices(WORLD);
+        }
+        MpiJobs jobs = new MpiJobs(launcher, BACKEND, REAL_NCCL, REAL_NCCL
+                ? Map.of("NCCL_SOCKET_IFNAME", "lo", "NCCL_NVLS_ENABLE", "0") : Map.of()).survivorsRunOn();
         try (MpiJobs.Job job = jobs.start(MpiLostRank.class, Integer.toString(victim), WORLD)) {
             Matcher running = job.awaitLine("RUNNING pid=(\\d+)", MpiWorldsChecks.JOB_TIMEOUT);
             ProcessHandle.of(Long.parseLong(running.group(1))).ifPresent(ProcessHandle::destroyForcibly); // SIGKILL

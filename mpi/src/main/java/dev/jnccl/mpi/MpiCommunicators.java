@@ -125,7 +125,7 @@ public final class MpiCommunicators {
      * @throws dev.jnccl.CommunicatorAbortedException when a process did not arrive within the init
      *         timeout (the message names it), or on interrupt
      * @throws IllegalArgumentException when the device override or {@code jnccl.device} is not a
-     *         visible device
+     *         visible device, or {@link MpiOptions#minWorld()} exceeds the job's size
      */
     public static Communicator create(MpiOptions options) {
         Objects.requireNonNull(options, "create: options are null");
@@ -138,6 +138,7 @@ public final class MpiCommunicators {
             int rank = mpi.rank(world);
             int size = mpi.size(world);
             checkLauncher(mpi.abi(), mpi.describe(), size, System::getenv);
+            checkMinWorld(options, size);
             mpi.rememberRank(rank);
             // One deadline for every wait below (see the class comment).
             MpiLibrary.Wait wait = new MpiLibrary.Wait("create",
@@ -309,6 +310,14 @@ public final class MpiCommunicators {
         byte[] both = Arrays.copyOf(first, first.length + second.length);
         System.arraycopy(second, 0, both, first.length, second.length);
         return both;
+    }
+
+    /** Refuses a minimum of survivors above the job's size (before any wait for the other processes). */
+    static void checkMinWorld(MpiOptions options, int size) {
+        if (options.minWorld() > size) {
+            throw new IllegalArgumentException("create: MpiOptions.withContinueWithoutFailedRanks(" + options.minWorld()
+                    + ") exceeds the job's " + size + " processes: allowed 0 (off) or 1 to " + size);
+        }
     }
 
     /** The world size each launcher announces in the environment of the processes it starts, and who sets it. */
