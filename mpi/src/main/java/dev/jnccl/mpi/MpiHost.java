@@ -93,7 +93,7 @@ final class MpiHost implements HostSide, RankEvents, Failures {
     /** The ranks found lost when this communicator was aborted (see {@link #explainAbort}); empty: none. */
     private volatile List<Integer> lost = List.of();
     /** Whether the peers were probed for lost ranks (once per communicator; guarded by this). */
-    private final java.util.concurrent.atomic.AtomicBoolean probed = new java.util.concurrent.atomic.AtomicBoolean();
+    private boolean probed;
     /** The peers the probe found gone (guarded by this). */
     private List<Integer> probeResult = List.of();
     /** Whether the survivors' host side was made from this one: its end no longer ends the job. */
@@ -379,12 +379,7 @@ final class MpiHost implements HostSide, RankEvents, Failures {
             throw new IllegalStateException("split: rank " + rank + " is a member of color " + membership.color()
                     + " for NCCL but MPI_Comm_split gave it no communicator");
         }
-        int mpiRank = mpi.rank(childComm);
-        if (mpiRank != membership.rank() || mpi.size(childComm) != membership.worldSize()) {
-            mpi.free(childComm);
-            throw new IllegalStateException("split: NCCL made rank " + membership.rank() + " of "
-                    + membership.worldSize() + " but MPI_Comm_split rank " + mpiRank + " of " + mpi.size(childComm));
-        }
+        requirePlace(childComm, membership, "split", "MPI_Comm_split");
         return parts(new MpiHost(mpi, childComm, job, null, minWorld, this, jobAborted, membership.rank(),
                 membership.worldSize(), "rank " + membership.parent().rank() + " (rank " + membership.rank()
                 + " of a split)", " of the split"));
@@ -406,12 +401,7 @@ final class MpiHost implements HostSide, RankEvents, Failures {
         mpi.arrive(comm, others, SHRINK_TAG, who, scope, new MpiLibrary.Wait("shrink (the survivors "
                 + survivors.members() + " meet)", timeout, () -> null));
         MpiLibrary.Handle survivorsComm = mpi.createGroup(comm, members, SHRINK_GROUP_TAG);
-        if (mpi.rank(survivorsComm) != survivors.rank() || mpi.size(survivorsComm) != survivors.worldSize()) {
-            String made = "rank " + mpi.rank(survivorsComm) + " of " + mpi.size(survivorsComm);
-            mpi.free(survivorsComm);
-            throw new IllegalStateException("shrink: jnccl made rank " + survivors.rank() + " of "
-                    + survivors.worldSize() + " but MPI_Comm_create_group " + made);
-        }
+        requirePlace(survivorsComm, survivors, "shrink", "MPI_Comm_create_group");
         mpi.setErrorsReturn(survivorsComm);
         shrunk = true;
         if (finalizer != null) {
@@ -420,6 +410,20 @@ final class MpiHost implements HostSide, RankEvents, Failures {
         return parts(new MpiHost(mpi, survivorsComm, job, finalizer, minWorld, null, null, survivors.rank(),
                 survivors.worldSize(), "rank " + survivors.rank() + " (rank " + rank + scope + " before the loss)",
                 ""));
+    }
+
+    /**
+     * Refuses (and frees) the MPI communicator {@code made} by {@code call} unless it gives this rank
+     * the rank and size jnccl's {@code membership} does: the host side must number ranks as NCCL does.
+     */
+    private void requirePlace(MpiLibrary.Handle made, Membership membership, String operation, String call) {
+        int mpiRank = mpi.rank(made);
+        int mpiSize = mpi.size(made);
+        if (mpiRank != membership.rank() || mpiSize != membership.worldSize()) {
+            mpi.free(made);
+            throw new IllegalStateException(operation + ": NCCL made rank " + membership.rank() + " of "
+                    + membership.worldSize() + " but " + call + " rank " + mpiRank + " of " + mpiSize);
+        }
     }
 
     // ---------------------------------------------------------------- failures and diagnoses
@@ -482,10 +486,10 @@ final class MpiHost implements HostSide, RankEvents, Failures {
 
     /** The peers found gone by the first call (bounded by {@link #PROBE_MILLIS}); later calls wait for it. */
     private synchronized List<Integer> probeOnce() {
-        if (probed.get()) {
+        if (probed) {
             return probeResult;
         }
-        probed.set(true);
+        probed = true;
         Communicator face = communicator;
         if (face == null || face.isAborted() || face.isClosed()) {
             return probeResult;
@@ -494,6 +498,9 @@ final class MpiHost implements HostSide, RankEvents, Failures {
         int left = worldSize - probeResult.size();
         if (!probeResult.isEmpty() && left >= minWorld) {
             lost = List.copyOf(probeResult);
+            if (finalizer != null) {
+                finalizer.lost(lostText(probeResult) + " lost");
+            }
             LOG.warn("{}: {} lost{} (no answer within {} ms): the {} survivors go on without {}", who,
                     lostText(probeResult), scope, PROBE_MILLIS, left, probeResult.size() == 1 ? "it" : "them");
         }
