@@ -137,6 +137,8 @@ typedef void (*JNABI(cudaHostFn_t))(void *userData);
 #define JN_NCCL_UNIQUE_ID_BYTES 128
 #define JN_NCCL_SPLIT_NOCOLOR (-1)
 #define JN_NCCL_CONFIG_UNDEF_INT INT_MIN
+#define JN_NCCL_SHRINK_DEFAULT 0x00 /* ncclCommShrink's flags (NCCL 2.27+) */
+#define JN_NCCL_SHRINK_ABORT 0x01
 #define JN_NCCL_CONFIG_MAGIC 0xcafebeefu
 
 typedef struct JNABI(ncclComm) *JNABI(ncclComm_t);

@@ -70,6 +70,14 @@ JNCCL_API ncclResult_t ncclCommDestroy(ncclComm_t comm);
 JNCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm);
 JNCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
                                      ncclConfig_t *config);
+/* Newer than the 2.28.3 ABI the rest copies: ncclCommShrink (2.27), ncclCommRevoke (2.28.7),
+ * ncclCommGetUniqueId and ncclCommGrow (2.29.2); signatures of nccl.h 2.30. */
+JNCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                                      ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
+JNCCL_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
+JNCCL_API ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
+JNCCL_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+                                    ncclComm_t *newcomm, ncclConfig_t *config);
 JNCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
 JNCCL_API const char *ncclGetErrorString(ncclResult_t result);
 JNCCL_API const char *ncclGetLastError(ncclComm_t comm);

@@ -110,6 +110,8 @@ public final class Communicator implements AutoCloseable {
     private final Forensics forensics;
     /** The shrink to the survivors and the communicator it made. */
     private final Shrinks shrinks;
+    /** What the launcher says of lost ranks: {@link RankLostException} instead of a plain abort. */
+    private final LostRanks losses;
 
     private volatile State state = State.OPEN;
     private volatile String abortReason;
@@ -136,7 +138,6 @@ public final class Communicator implements AutoCloseable {
     private Communicator(int rank, int worldSize, int device, CommunicatorOptions options, RankParts parts,
                          Communicator parent, ReentrantLock lock, Function<ReentrantLock, NcclComm> connect) {
         this.checks = new Checks(rank, worldSize, device);
-        this.shrinks = new Shrinks(this, rank, worldSize);
         this.log = new TransactionLog(rank, this);
         this.libraries = checks.libraries();
         this.rank = rank;
@@ -169,6 +170,8 @@ public final class Communicator implements AutoCloseable {
             throw e;
         }
         this.commands = new CommandRunner(comm, stream, libraries, transport, rank, worldSize);
+        this.losses = new LostRanks(this, failures, rank, worldSize);
+        this.shrinks = new Shrinks(this, rank, worldSize, nativeLock, comm, stream, libraries);
         this.registrations = new Registrations(this, nativeLock, comm);
         this.waits = new Waits(this, nativeLock, comm, stream, recorder, forensics, commsDone);
         this.pipeline = new ExecutePipeline(this, log, events, hostTimeoutNanos, nativeLock, stream, transport, commands,
@@ -224,8 +227,19 @@ public final class Communicator implements AutoCloseable {
     static Communicator successor(Membership survivors, RankParts parts, ReentrantLock lock,
                                   Function<ReentrantLock, NcclComm> connect) {
         Communicator old = survivors.parent();
-        return attach(new Communicator(survivors.rank(), survivors.worldSize(), old.device, old.options, parts, null,
-                lock, connect));
+        Communicator made;
+        try {
+            made = new Communicator(survivors.rank(), survivors.worldSize(), old.device, old.options, parts, null, lock,
+                    connect);
+        } catch (RuntimeException | Error e) {
+            try {
+                parts.events().closed(true); // the constructor closed the transport; the launcher's side ends too
+            } catch (RuntimeException closing) {
+                e.addSuppressed(closing);
+            }
+            throw e;
+        }
+        return attach(made);
     }
 
     /**
@@ -862,7 +876,7 @@ public final class Communicator implements AutoCloseable {
             return call.get();
         } catch (CommunicatorAbortedException e) {
             abort(e.getMessage(), e.diagnosis().orElse(null));
-            throw lossOr(e);
+            throw losses.or(e);
         } finally {
             forensics.exit(before);
         }
@@ -1068,47 +1082,20 @@ public final class Communicator implements AutoCloseable {
         }
     }
 
+    /** {@code failure} as {@link RankLostException} when it is an abort and ranks were lost (see {@link LostRanks}). */
+    RuntimeException lossOr(RuntimeException failure) {
+        return losses.or(failure);
+    }
+
+    /** {@return whether NCCL's handles of this communicator are still usable: neither aborted nor closed} */
+    boolean isOpenOrRevoked() {
+        State current = state;
+        return current == State.OPEN || current == State.REVOKED;
+    }
+
     /** {@return the launcher's host side (a shrink asks it for the survivors' parts)} */
     HostSide hostSide() {
         return host;
-    }
-
-    /**
-     * Why NCCL's shrink cannot make this rank's survivors' communicator, or null when it can: NCCL
-     * has it and this communicator's handles are alive; when {@code healthy} (the automatic choice)
-     * also not aborted, no asynchronous error, nothing pending on the comms stream.
-     */
-    String unfitForNcclShrink(boolean healthy) {
-        if (!libraries.supports(NcclFeature.SHRINK)) {
-            return "NCCL " + ncclVersion() + " has no ncclCommShrink";
-        }
-        nativeLock.lock();
-        try {
-            if (comm.isReleased() || state == State.ABORTED || state == State.CLOSED) {
-                return "its communicator was aborted" + (abortReason == null ? "" : ": " + abortReason);
-            }
-            String failure = healthy ? comm.asyncFailure() : null;
-            if (failure != null) {
-                return failure;
-            }
-            return healthy && !stream.isIdle() ? "work is pending on its comms stream" : null;
-        } catch (RuntimeException e) {
-            return "its state cannot be read: " + e.getMessage();
-        } finally {
-            nativeLock.unlock();
-        }
-    }
-
-    /** NCCL's shrink of this communicator: see {@link NcclComm#shrink}; the parts' failures cancel the wait. */
-    NcclComm shrinkInNccl(int[] excluded, int newRank, int newSize, long timeoutNanos, RankParts parts,
-                          ReentrantLock newLock) {
-        nativeLock.lock();
-        try {
-            return comm.shrink(excluded, newRank, newSize, java.time.Duration.ofNanos(timeoutNanos),
-                    parts.failures()::cancellation, newLock);
-        } finally {
-            nativeLock.unlock();
-        }
     }
 
     /**
@@ -1132,51 +1119,6 @@ public final class Communicator implements AutoCloseable {
         if (abandoned != null) {
             abortReason = abortReason + "; then " + abandoned;
         }
-    }
-
-    /**
-     * The exception of a call that finds this communicator aborted: {@link RankLostException} when
-     * its launcher says ranks were lost (this rank not among them), else {@link CommunicatorAbortedException}.
-     */
-    private CommunicatorAbortedException abortedException(String message, Throwable cause, Diagnosis known) {
-        List<Integer> lost = lostRanks();
-        return lost.isEmpty() ? new CommunicatorAbortedException(message, cause, known)
-                : new RankLostException(message + "\n  lost ranks " + lost + " (recover with RankLostException.recover())",
-                        cause, known, this, lost);
-    }
-
-    /** {@code failure} as {@link RankLostException} when it is an abort and ranks were lost (see {@link #abortedException}). */
-    RuntimeException lossOr(RuntimeException failure) {
-        if (failure instanceof CommunicatorAbortedException aborted && !(failure instanceof RankLostException)) {
-            List<Integer> lost = lostRanks();
-            if (!lost.isEmpty()) {
-                return new RankLostException(aborted.getMessage() + "\n  lost ranks " + lost
-                        + " (recover with RankLostException.recover())", aborted, aborted.diagnosis().orElse(null),
-                        this, lost);
-            }
-        }
-        return failure;
-    }
-
-    /** The launcher's lost ranks, when usable for a recovery: sorted, in range, not this rank; else empty. */
-    private List<Integer> lostRanks() {
-        List<Integer> lost;
-        try {
-            lost = failures.lostRanks();
-        } catch (RuntimeException e) {
-            LOG.warn("rank {}: the launcher's lost ranks could not be read", rank, e);
-            return List.of();
-        }
-        if (lost == null || lost.isEmpty() || lost.contains(rank)) {
-            return List.of();
-        }
-        try {
-            Shrinks.checkExcluded(lost.stream().mapToInt(Integer::intValue).toArray(), rank, worldSize);
-        } catch (IllegalArgumentException e) {
-            LOG.warn("rank {}: the launcher's lost ranks {} are not a recovery: {}", rank, lost, e.getMessage());
-            return List.of();
-        }
-        return lost.stream().sorted().toList();
     }
 
     // ---------------------------------------------------------------- abort and close
@@ -1384,7 +1326,7 @@ public final class Communicator implements AutoCloseable {
         if (current == State.ABORTED) {
             failures.beforeAbortedException(abortReason);
             Diagnosis known = diagnosis;
-            return abortedException(Diagnoses.lead(known, operation + ": communicator of rank " + rank
+            return losses.aborted(Diagnoses.lead(known, operation + ": communicator of rank " + rank
                     + " was aborted: " + abortReason), null, known);
         }
         if (current == State.REVOKED) {
@@ -1406,7 +1348,7 @@ public final class Communicator implements AutoCloseable {
             cause = interrupted;
         }
         Diagnosis known = diagnosis;
-        return abortedException(Diagnoses.lead(known, operation + ": communicator of rank " + rank
+        return losses.aborted(Diagnoses.lead(known, operation + ": communicator of rank " + rank
                 + " was aborted while the call was in NCCL: " + abortReason), cause, known);
     }
 
@@ -1424,7 +1366,7 @@ public final class Communicator implements AutoCloseable {
         if (halfDone && !(failure instanceof CommunicatorAbortedException)) {
             abort(operation + " failed: " + failure.getMessage());
         }
-        return lossOr(failure);
+        return losses.or(failure);
     }
 
     // ---------------------------------------------------------------- registration

@@ -394,7 +394,9 @@ final class NcclComm {
             if (status != IN_PROGRESS) {
                 return status;
             }
-            checkInitDeadline(deadline, timeout, cancellation, "for the other ranks to call " + function);
+            // "split", "shrink": the call the other ranks make, as jnccl's users know it
+            checkInitDeadline(deadline, timeout, cancellation, "for the other ranks to call "
+                    + function.substring("ncclComm".length()).toLowerCase(java.util.Locale.ROOT));
             pauseUnlocked(spins++);
         }
     }

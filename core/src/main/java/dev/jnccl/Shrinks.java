@@ -2,6 +2,7 @@ package dev.jnccl;
 
 import dev.jnccl.bindings.LoadedLibraries;
 import dev.jnccl.bindings.NcclFeature;
+import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.internal.Deadlines;
 import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.Membership;
@@ -50,14 +51,25 @@ final class Shrinks {
     private final Communicator face;
     private final int rank;
     private final int worldSize;
+    private final ReentrantLock nativeLock;
+    private final NcclComm comm;
+    private final CudaStream stream;
+    private final LoadedLibraries libraries;
     /** The thread shrinking now, or null. */
     private final AtomicReference<Thread> running = new AtomicReference<>();
     private volatile Done done;
+    /** The survivors' parts while no communicator owns them (the running shrink's; see {@link #release}). */
+    private RankParts unowned;
 
-    Shrinks(Communicator face, int rank, int worldSize) {
+    Shrinks(Communicator face, int rank, int worldSize, ReentrantLock nativeLock, NcclComm comm, CudaStream stream,
+            LoadedLibraries libraries) {
         this.face = face;
         this.rank = rank;
         this.worldSize = worldSize;
+        this.nativeLock = nativeLock;
+        this.comm = comm;
+        this.stream = stream;
+        this.libraries = libraries;
     }
 
     /** See {@link Communicator#shrink}. */
@@ -172,6 +184,7 @@ final class Shrinks {
         RankParts parts = Objects.requireNonNull(face.hostSide().shrink(membership),
                 "shrink: the launcher made no parts");
         String reason = "shrunk to " + members.size() + " ranks without ranks " + excluded;
+        unowned = parts;
         try {
             Made made = make(excluded, membership, parts, setting, deadline, reason);
             LOG.info("rank {} of {}: {} by the {} path in {} ms: now rank {} of {}{}", rank, worldSize, reason,
@@ -181,8 +194,35 @@ final class Shrinks {
             return made.survivors;
         } catch (RuntimeException | Error e) {
             face.retire(reason + " failed: " + e.getMessage());
+            release(e);
             throw e;
         }
+    }
+
+    /**
+     * The survivors' parts that no communicator took (the shrink failed before one was made of
+     * them) are closed as a communicator's close would: the launcher's transport and its
+     * accounting of the survivors (threads mode frees the survivors' shared events once all left).
+     */
+    private void release(Throwable failure) {
+        RankParts parts = unowned;
+        unowned = null;
+        if (parts == null) {
+            return;
+        }
+        try {
+            parts.transport().close();
+            parts.events().closed(true);
+        } catch (RuntimeException e) {
+            failure.addSuppressed(e);
+        }
+    }
+
+    /** The survivors' communicator made of {@code parts}, which it owns from now on (also when this fails). */
+    private Communicator successor(Membership membership, RankParts parts, ReentrantLock lock,
+                                   java.util.function.Function<ReentrantLock, NcclComm> connect) {
+        unowned = null;
+        return Communicator.successor(membership, parts, lock, connect);
     }
 
     /** The survivors' communicator and how it was made ({@code why}: why not by NCCL's shrink, or null). */
@@ -198,15 +238,15 @@ final class Shrinks {
                       long deadline, String reason) {
         HostSide host = parts.host();
         String unfit = setting == Setting.REINIT ? PATH_PROPERTY + "=reinit"
-                : face.unfitForNcclShrink(setting == Setting.AUTO);
+                : unfitForNcclShrink(setting == Setting.AUTO);
         String why = agree(host, unfit, deadline);
         if (why == null) {
             ReentrantLock lock = new ReentrantLock();
             NcclComm shrunk = null;
             String failed = null;
             try {
-                shrunk = face.shrinkInNccl(excluded.stream().mapToInt(Integer::intValue).toArray(),
-                        membership.rank(), membership.worldSize(), Deadlines.remainingNanos(deadline), parts, lock);
+                shrunk = shrinkInNccl(excluded.stream().mapToInt(Integer::intValue).toArray(), membership,
+                        Deadlines.remainingNanos(deadline), parts, lock);
             } catch (RuntimeException e) {
                 failed = "ncclCommShrink failed: " + e.getMessage();
                 LOG.warn("rank {}: {}", rank, failed);
@@ -215,7 +255,12 @@ final class Shrinks {
             if (why == null) {
                 NcclComm adopted = shrunk;
                 face.retire(reason);
-                return new Made(Communicator.successor(membership, parts, lock, l -> adopted), "nccl", null);
+                try {
+                    return new Made(successor(membership, parts, lock, l -> adopted), "nccl", null);
+                } catch (RuntimeException | Error e) {
+                    adopted.abort(); // as a split's: a communicator that was not made leaves no NCCL handle
+                    throw e;
+                }
             }
             if (shrunk != null) {
                 shrunk.abort(); // another survivor's shrink failed: nobody keeps this one
@@ -223,6 +268,44 @@ final class Shrinks {
         }
         face.retire(reason + " (by re-init: " + why + ")");
         return new Made(reinit(host, membership, parts, deadline), "reinit", why);
+    }
+
+    /**
+     * Why NCCL's shrink cannot make this rank's survivors' communicator, or null when it can: NCCL
+     * has it and the communicator's handles are alive; when {@code healthy} (the automatic choice)
+     * also no asynchronous error and nothing pending on the comms stream.
+     */
+    private String unfitForNcclShrink(boolean healthy) {
+        if (!libraries.supports(NcclFeature.SHRINK)) {
+            return "NCCL " + face.ncclVersion() + " has no ncclCommShrink";
+        }
+        nativeLock.lock();
+        try {
+            if (comm.isReleased() || !face.isOpenOrRevoked()) {
+                return "its communicator was aborted" + (face.abortReason() == null ? "" : ": " + face.abortReason());
+            }
+            String failure = healthy ? comm.asyncFailure() : null;
+            if (failure != null) {
+                return failure;
+            }
+            return healthy && !stream.isIdle() ? "work is pending on its comms stream" : null;
+        } catch (RuntimeException e) {
+            return "its state cannot be read: " + e.getMessage();
+        } finally {
+            nativeLock.unlock();
+        }
+    }
+
+    /** NCCL's shrink of the communicator (see {@link NcclComm#shrink}); the survivors' failures cancel the wait. */
+    private NcclComm shrinkInNccl(int[] excluded, Membership membership, long timeoutNanos, RankParts parts,
+                                  ReentrantLock newLock) {
+        nativeLock.lock();
+        try {
+            return comm.shrink(excluded, membership.rank(), membership.worldSize(),
+                    java.time.Duration.ofNanos(timeoutNanos), parts.failures()::cancellation, newLock);
+        } finally {
+            nativeLock.unlock();
+        }
     }
 
     /**
@@ -249,7 +332,7 @@ final class Shrinks {
         byte[] mine = membership.rank() == 0 ? UniqueId.generate().bytes() : new byte[0];
         UniqueId id = UniqueId.fromBytes(host.allGather(mine, Deadlines.remainingNanos(deadline)).getFirst());
         java.time.Duration left = java.time.Duration.ofNanos(Deadlines.remainingNanos(deadline));
-        return Communicator.successor(membership, parts, new ReentrantLock(), l -> NcclComm.init(id,
+        return successor(membership, parts, new ReentrantLock(), l -> NcclComm.init(id,
                 membership.rank(), membership.worldSize(), face.device(), face.options(), left,
                 parts.failures()::cancellation, l));
     }

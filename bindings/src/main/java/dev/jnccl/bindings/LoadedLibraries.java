@@ -21,11 +21,15 @@ public record LoadedLibraries(BackendSetting backend, Path ncclPath, Path cudart
      * Whether the loaded NCCL has {@code feature}.
      *
      * @param feature the feature asked about
-     * @return whether this NCCL version is at least the feature's first version and, for a
-     *         feature that needs a function, the library has it ({@link NcclFeature#isLinked()})
+     * @return whether, for a feature that needs a function, the library has it ({@link
+     *         NcclFeature#isLinked()}) and either this NCCL version is at least the feature's first
+     *         version or the library is the host emulation (which exports exactly the functions it
+     *         implements, some of them newer than the version it reports); for a feature that needs
+     *         no function, whether the version suffices
      */
     public boolean supports(NcclFeature feature) {
-        return feature.isSupportedBy(ncclVersion) && feature.isLinked();
+        boolean emulated = backend == BackendSetting.HOST && feature.needsSymbol();
+        return (emulated || feature.isSupportedBy(ncclVersion)) && feature.isLinked();
     }
 
     /** {@return one line for logs: backend, versions and files} */

@@ -254,7 +254,8 @@ public final class NcclBufferCalls {
         return call(Scatter.HANDLE, sendbuff, recvbuff, count, datatype, root, comm, stream);
     }
 
-    private static MethodHandle link(String name, FunctionDescriptor shape) {
+    /** Links {@code name} in the libraries jnccl loaded; also the other hand-written downcalls'. */
+    static MethodHandle link(String name, FunctionDescriptor shape) {
         NativeAccess.check();
         // The generated bindings' lookup: the libraries jnccl loaded (NCCL or the host emulation).
         MemorySegment address = SymbolLookup.loaderLookup().findOrThrow(name);

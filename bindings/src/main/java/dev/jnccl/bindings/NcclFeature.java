@@ -6,6 +6,12 @@ import java.lang.foreign.SymbolLookup;
  * Optional NCCL features and the first NCCL version that has them. Modules consult this table
  * instead of catching linkage errors. Hardware requirements (e.g. FP8 reductions also need an
  * sm_90 or newer GPU) are NCCL's to check; it answers with ncclInvalidArgument.
+ *
+ * <p>A feature that needs a function is available where that function is linked and either the
+ * reported version suffices or the loaded library is the host emulation ({@link
+ * LoadedLibraries#supports}): the emulation reports the NCCL version whose ABI it copies but
+ * implements some later functions too (shrink, revoke, grow), and it exports exactly the functions
+ * it implements, so there the symbol alone decides.
  */
 public enum NcclFeature {
     /** ncclBfloat16 and the ncclAvg reduction. */
@@ -25,7 +31,13 @@ public enum NcclFeature {
     /** ncclGather (called through {@link NcclBufferCalls}). */
     GATHER(2, 28, "ncclGather"),
     /** ncclScatter (called through {@link NcclBufferCalls}). */
-    SCATTER(2, 28, "ncclScatter");
+    SCATTER(2, 28, "ncclScatter"),
+    /** ncclCommShrink: a communicator of the survivors, without the participation of the excluded ranks. */
+    SHRINK(2, 27, 0, "ncclCommShrink"),
+    /** ncclCommRevoke: ends a communicator's pending work and refuses new work (shrink, split, abort still work). */
+    REVOKE(2, 28, 7, "ncclCommRevoke"),
+    /** ncclCommGetUniqueId and ncclCommGrow: admits new ranks into a communicator. */
+    GROW(2, 29, 2, "ncclCommGrow");
 
     /** The first NCCL version with this feature, as a {@link VersionCodes} code. */
     private final int since;
@@ -39,8 +51,17 @@ public enum NcclFeature {
     }
 
     NcclFeature(int major, int minor, String symbol) {
-        this.since = VersionCodes.of(major, minor, 0);
+        this(major, minor, 0, symbol);
+    }
+
+    NcclFeature(int major, int minor, int patch, String symbol) {
+        this.since = VersionCodes.of(major, minor, patch);
         this.symbol = symbol;
+    }
+
+    /** {@return whether this feature names the function it needs (else the version alone decides)} */
+    boolean needsSymbol() {
+        return symbol != null;
     }
 
     /** {@return the first NCCL version with this feature, as a {@link VersionCodes} code} */

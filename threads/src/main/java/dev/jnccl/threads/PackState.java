@@ -58,6 +58,8 @@ final class PackState {
     private final int[] parentRanks;
     /** The packs of the communicators split from this pack's, by split number and color (guarded by lock). */
     private final Map<String, PackState> children = new HashMap<>();
+    /** The packs of the survivors of this pack's shrinks, by shrink number and members (guarded by lock). */
+    private final Map<String, PackState> shrunk = new HashMap<>();
     /** Per rank: held while the rank enqueues copies from peers' buffers (see {@link #enqueueReads}). */
     private final Object[] readLocks;
     /** Per rank: recorded after its latest copies from peers' buffers; null without memcpy transports. */
@@ -164,6 +166,21 @@ final class PackState {
             child.failFromParent(failed);
         }
         return child;
+    }
+
+    /**
+     * The shared state of the survivors of shrink number {@code shrink} of this pack's communicators
+     * (the first survivor to ask creates it): its ranks are {@code members} only, so it never waits
+     * for an excluded rank. A failure among the survivors fails this pack too (see {@link #failed});
+     * this pack's failure does not reach the survivors (it is usually the loss they answer).
+     *
+     * @param members the survivors' ranks in this pack, in their new rank order
+     */
+    PackState survivors(long shrink, List<Integer> members) {
+        synchronized (lock) {
+            return shrunk.computeIfAbsent(shrink + "/" + members, key -> new PackState(members.size(), drainTimeout,
+                    this, members.stream().mapToInt(Integer::intValue).toArray()));
+        }
     }
 
     private void failFromParent(Failure failed) {

@@ -33,6 +33,8 @@ final class ThreadsHost implements HostSide, RankEvents, Failures {
     private long transactions;
     /** Splits made from this communicator so far: every rank counts the same (split is collective). */
     private long splits;
+    /** Shrinks of this communicator so far: every survivor counts the same (shrink is collective among them). */
+    private long shrinks;
 
     ThreadsHost(PackState pack, ThreadsOptions options, int rank) {
         this.pack = pack;
@@ -90,6 +92,18 @@ final class ThreadsHost implements HostSide, RankEvents, Failures {
     public RankParts split(Membership membership) {
         PackState childPack = pack.child(splits, membership.color(), membership.members());
         return parts(childPack, options, membership.rank());
+    }
+
+    /**
+     * The survivors share a pack of their own (barrier, gathers, throttle, failure) that never waits
+     * for an excluded rank. A failure among the survivors fails this pack too (so that
+     * {@link ThreadsPack#join()} reports it), but this pack's failure, which is usually the loss the
+     * survivors answer, does not reach them.
+     */
+    @Override
+    public RankParts shrink(Membership survivors) {
+        PackState survivorsPack = pack.survivors(++shrinks, survivors.members());
+        return parts(survivorsPack, options, survivors.rank());
     }
 
     @Override
