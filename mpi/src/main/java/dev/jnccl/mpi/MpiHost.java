@@ -544,7 +544,8 @@ final class MpiHost implements HostSide, RankEvents, Failures {
 
     @Override
     public void closed(boolean aborted) {
-        if (aborted && !goesOn()) {
+        // Never attached: survivors' parts of a shrink that failed before a communicator took them.
+        if (aborted && !goesOn() && communicator != null) {
             // The job is being ended with MPI_Abort (its diagnoses' channel still hears the peers'
             // aborts): the closing thread waits for that end, as MpiCommunicators.run does, rather
             // than going on (and maybe ending the process) before the peers have reported theirs.
