@@ -9,19 +9,22 @@ import dev.jnccl.mpi.MpiCommunicators;
 import dev.jnccl.mpi.MpiOptions;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 
 /**
- * One rank of an MPI job that loses a process and goes on without it (main class started by
- * {@link MpiLostRankTest} as {@code mpirun --enable-recovery -np 3 java ... MpiLostRank VICTIM SEED},
- * with {@link MpiOptions#withContinueWithoutFailedRanks(int)} 2). Every rank all-reduces SUM
- * (checked); then the victim prints {@code RUNNING pid=P} and sleeps until the test SIGKILLs it,
- * while the others all-reduce again, which must end in {@link RankLostException} naming the victim.
- * The survivors {@code recover()} (twice: the same communicator), check their new ranks (renumbered in
- * the order of their old ranks), all-reduce {@value #STEPS} times on the survivors' communicator,
- * each checked element by element against the sum over the survivors' data, and close both
- * communicators. Lines: {@code LOST rank=R lost=[..]}, {@code RECOVERED rank=R new=N world=W PASS},
- * {@code DONE rank=R}; any other end prints {@code FAILED rank=R <exception>} and exits 1.
+ * One rank of an MPI job that loses processes and goes on without them (main class started by
+ * {@link MpiLostRankTest} as {@code mpirun --enable-recovery -np W java ... MpiLostRank VICTIMS SEED},
+ * VICTIMS the original ranks killed in turn, e.g. {@code 1,3}; with
+ * {@link MpiOptions#withContinueWithoutFailedRanks(int)} 2). For each victim: every member
+ * all-reduces SUM (checked); then the victim prints {@code RUNNING rank=R pid=P} and sleeps until the
+ * test SIGKILLs it, while the others all-reduce again, which must end in {@link RankLostException}
+ * naming the victim (in the current numbering). The survivors {@code recover()} (twice: the same
+ * communicator) and check their new ranks (renumbered in the order of their old ranks). At the end
+ * they all-reduce {@value #STEPS} times, each checked element by element against the sum over the
+ * survivors' data, and close every communicator they had. Lines: {@code LOST rank=R lost=[..] of W},
+ * {@code RECOVERED rank=R new=N world=W PASS}, {@code DONE rank=R} (R: the original rank); any
+ * other end prints {@code FAILED rank=R <exception>} and exits 1.
  */
 public final class MpiLostRank {
     static final int COUNT = 1024;
@@ -30,7 +33,7 @@ public final class MpiLostRank {
     private MpiLostRank() {}
 
     public static void main(String[] args) throws Exception {
-        int victim = Integer.parseInt(args[0]);
+        List<Integer> victims = Arrays.stream(args[0].split(",")).map(Integer::valueOf).toList();
         long seed = Long.parseLong(args[1]);
         System.out.println("PID " + ProcessHandle.current().pid());
         System.out.flush();
@@ -41,7 +44,7 @@ public final class MpiLostRank {
                 .withContinueWithoutFailedRanks(2));
         int rank = comm.rank();
         try {
-            run(comm, victim, seed);
+            run(comm, victims, seed);
             System.out.println("DONE rank=" + rank);
         } catch (Throwable e) {
             System.out.println("FAILED rank=" + rank + " " + String.valueOf(e).replace("\n", " | "));
@@ -51,46 +54,67 @@ public final class MpiLostRank {
         }
     }
 
-    private static void run(Communicator comm, int victim, long seed) throws Exception {
+    private static void run(Communicator comm, List<Integer> victims, long seed) throws Exception {
         int rank = comm.rank();
-        List<Integer> all = List.of(0, 1, 2);
-        try (RankContext c = new RankContext(comm, seed)) {
-            sumAndCheck(c, comm, all, "before", rank);
+        List<Integer> members = new ArrayList<>();
+        for (int r = 0; r < comm.worldSize(); r++) {
+            members.add(r);
         }
-        if (rank == victim) {
-            System.out.println("RUNNING pid=" + ProcessHandle.current().pid());
-            System.out.flush();
-            Thread.sleep(120_000); // SIGKILLed by the test
-            throw new IllegalStateException("the victim was not killed");
+        List<Communicator> opened = new ArrayList<>(List.of(comm));
+        Communicator current = comm;
+        for (int victim : victims) {
+            try (RankContext c = new RankContext(current, seed)) {
+                sumAndCheck(c, current, members, "before" + victim, rank);
+            }
+            if (rank == victim) {
+                System.out.println("RUNNING rank=" + rank + " pid=" + ProcessHandle.current().pid());
+                System.out.flush();
+                Thread.sleep(120_000); // SIGKILLed by the test
+                throw new IllegalStateException("the victim was not killed");
+            }
+            current = survive(current, members, victim, rank, seed);
+            members.remove(Integer.valueOf(victim));
+            opened.add(current);
         }
+        try (RankContext c = new RankContext(current, seed)) {
+            for (int step = 0; step < STEPS; step++) {
+                sumAndCheck(c, current, members, "after" + step, rank);
+            }
+        }
+        System.out.println("RECOVERED rank=" + rank + " new=" + current.rank() + " world=" + current.worldSize()
+                + " PASS");
+        System.out.flush();
+        for (Communicator each : opened.reversed()) {
+            each.close();
+        }
+    }
+
+    /**
+     * The all-reduce pending on the victim (old rank {@code victim}, gone) must end in
+     * RankLostException naming it; {@return the survivors' communicator, checked}
+     */
+    private static Communicator survive(Communicator current, List<Integer> members, int victim, int rank, long seed) {
         RankLostException lost;
-        try (RankContext c = new RankContext(comm, seed)) {
-            sumAndCheck(c, comm, all, "pending", rank);
+        try (RankContext c = new RankContext(current, seed)) {
+            sumAndCheck(c, current, members, "pending" + victim, rank);
             throw new IllegalStateException("the all-reduce with rank " + victim + " gone completed");
         } catch (RankLostException e) {
             lost = e;
         }
-        System.out.println("LOST rank=" + rank + " lost=" + lost.lostRanks());
+        System.out.println("LOST rank=" + rank + " lost=" + lost.lostRanks() + " of " + current.worldSize());
         Communicator survivors = lost.recover();
         if (lost.recover() != survivors) {
             throw new IllegalStateException("a second recover() returned another communicator");
         }
-        List<Integer> members = new ArrayList<>(all);
-        members.remove(Integer.valueOf(victim));
-        if (survivors.worldSize() != members.size() || survivors.rank() != members.indexOf(rank)) {
-            throw new IllegalStateException("survivors' communicator: rank " + survivors.rank() + " of "
-                    + survivors.worldSize() + ", expected " + members.indexOf(rank) + " of " + members.size());
+        List<Integer> left = new ArrayList<>(members);
+        left.remove(Integer.valueOf(victim));
+        if (!lost.lostRanks().equals(List.of(members.indexOf(victim))) || survivors.worldSize() != left.size()
+                || survivors.rank() != left.indexOf(rank)) {
+            throw new IllegalStateException("lost " + lost.lostRanks() + ", survivors' communicator rank "
+                    + survivors.rank() + " of " + survivors.worldSize() + "; expected lost [" + members.indexOf(victim)
+                    + "], rank " + left.indexOf(rank) + " of " + left.size());
         }
-        try (RankContext c = new RankContext(survivors, seed)) {
-            for (int step = 0; step < STEPS; step++) {
-                sumAndCheck(c, survivors, members, "after" + step, rank);
-            }
-        }
-        System.out.println("RECOVERED rank=" + rank + " new=" + survivors.rank() + " world=" + survivors.worldSize()
-                + " PASS");
-        System.out.flush();
-        survivors.close();
-        comm.close();
+        return survivors;
     }
 
     /**

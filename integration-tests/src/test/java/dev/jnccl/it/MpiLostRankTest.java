@@ -21,7 +21,8 @@ import org.junit.jupiter.params.provider.CsvSource;
  * killed rank, {@code recover()} gives them a communicator of their own (renumbered), on which
  * their all-reduces are checked element by element, and both communicators close; the job exits 0
  * and leaves no process. The middle rank (renumbering) and the last rank are killed in turn, each
- * while the survivors' all-reduce is pending on it. {@code -Djnccl.it.mpi.backend=cuda} runs it on
+ * while the survivors' all-reduce is pending on it; and a job of 4 loses two processes one after
+ * the other (the survivors' communicator survives a loss too). {@code -Djnccl.it.mpi.backend=cuda} runs it on
  * real NCCL (every process on GPU 0, its own {@code NCCL_HOSTID}). MPICH
  * is skipped with the reason: its hydra ends or breaks the job at a death whatever its flags (see
  * docs/elastic-mpi.md).
@@ -42,23 +43,45 @@ class MpiLostRankTest {
         assumeTrue(launcher == MpiJobs.Launcher.OPEN_MPI, "MPICH's hydra (4.0) ends or breaks the job when a process"
                 + " dies, also with -disable-auto-cleanup, and its MPIR_CVAR_ENABLE_FT fails an assertion in MPI_Test:"
                 + " survivors cannot go on (docs/elastic-mpi.md)");
+        runAndCheck(launcher, WORLD, List.of(victim));
+    }
+
+    /** World 4 loses rank 1, then rank 3 (rank 2 of the survivors): the two left recover twice. */
+    @org.junit.jupiter.api.Test
+    void survivorsRecoverFromTwoLossesInTurn() throws Exception {
+        runAndCheck(MpiJobs.Launcher.OPEN_MPI, 4, List.of(1, 3));
+    }
+
+    private static void runAndCheck(MpiJobs.Launcher launcher, int world, List<Integer> victims) throws Exception {
         if (!REAL_NCCL) {
-            Packs.assumeDevices(WORLD);
+            Packs.assumeDevices(world);
         }
         MpiJobs jobs = new MpiJobs(launcher, BACKEND, REAL_NCCL, REAL_NCCL
                 ? Map.of("NCCL_SOCKET_IFNAME", "lo", "NCCL_NVLS_ENABLE", "0") : Map.of()).survivorsRunOn();
-        try (MpiJobs.Job job = jobs.start(MpiLostRank.class, Integer.toString(victim), WORLD)) {
-            Matcher running = job.awaitLine("RUNNING pid=(\\d+)", MpiWorldsChecks.JOB_TIMEOUT);
-            ProcessHandle.of(Long.parseLong(running.group(1))).ifPresent(ProcessHandle::destroyForcibly); // SIGKILL
+        String spec = victims.stream().map(String::valueOf).collect(java.util.stream.Collectors.joining(","));
+        try (MpiJobs.Job job = jobs.start(MpiLostRank.class, spec, world)) {
+            List<Integer> members = new java.util.ArrayList<>();
+            for (int r = 0; r < world; r++) {
+                members.add(r);
+            }
+            for (int victim : victims) {
+                Matcher running = job.awaitLine("RUNNING rank=" + victim + " pid=(\\d+)", MpiWorldsChecks.JOB_TIMEOUT);
+                ProcessHandle.of(Long.parseLong(running.group(1))).ifPresent(ProcessHandle::destroyForcibly); // SIGKILL
+                for (int rank : members) {
+                    if (rank != victim) {
+                        job.awaitLine("LOST rank=" + rank + " lost=\\[" + members.indexOf(victim) + "\\] of "
+                                + members.size(), MpiWorldsChecks.JOB_TIMEOUT);
+                    }
+                }
+                members.remove(Integer.valueOf(victim));
+            }
             int exit = job.awaitExit(Duration.ofSeconds(120));
             String output = job.output();
             assertFalse(output.contains("FAILED rank="), output);
             assertFalse(output.contains("MPI_Abort"), output);
-            List<Integer> survivors = victim == 1 ? List.of(0, 2) : List.of(0, 1);
-            for (int rank : survivors) {
-                assertTrue(output.contains("LOST rank=" + rank + " lost=[" + victim + "]"), "rank " + rank + "\n" + output);
-                assertTrue(output.contains("RECOVERED rank=" + rank + " new=" + survivors.indexOf(rank) + " world=2 PASS"),
-                        "rank " + rank + "\n" + output);
+            for (int rank : members) {
+                assertTrue(output.contains("RECOVERED rank=" + rank + " new=" + members.indexOf(rank) + " world="
+                        + members.size() + " PASS"), "rank " + rank + "\n" + output);
                 assertTrue(output.contains("DONE rank=" + rank), "rank " + rank + "\n" + output);
             }
             assertEquals(0, exit, "mpirun's exit code (Open MPI with --enable-recovery exits 0 after a death)\n"
