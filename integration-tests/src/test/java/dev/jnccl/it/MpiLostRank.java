@@ -15,7 +15,8 @@ import java.util.List;
 /**
  * One rank of an MPI job that loses processes and goes on without them (main class started by
  * {@link MpiLostRankTest} as {@code mpirun --enable-recovery -np W java ... MpiLostRank VICTIMS SEED},
- * VICTIMS the original ranks killed in turn, e.g. {@code 1,3}; with
+ * VICTIMS the original ranks killed in turn, e.g. {@code 1,3}, each prefixed with {@code b} when the
+ * survivors wait for it in a host-side barrier rather than an all-reduce; with
  * {@link MpiOptions#withContinueWithoutFailedRanks(int)} 2). For each victim: every member
  * all-reduces SUM (checked); then the victim prints {@code RUNNING rank=R pid=P} and sleeps until the
  * test SIGKILLs it, while the others all-reduce again, which must end in {@link RankLostException}
@@ -33,7 +34,7 @@ public final class MpiLostRank {
     private MpiLostRank() {}
 
     public static void main(String[] args) throws Exception {
-        List<Integer> victims = Arrays.stream(args[0].split(",")).map(Integer::valueOf).toList();
+        List<String> victims = Arrays.asList(args[0].split(","));
         long seed = Long.parseLong(args[1]);
         System.out.println("PID " + ProcessHandle.current().pid());
         System.out.flush();
@@ -54,7 +55,7 @@ public final class MpiLostRank {
         }
     }
 
-    private static void run(Communicator comm, List<Integer> victims, long seed) throws Exception {
+    private static void run(Communicator comm, List<String> victims, long seed) throws Exception {
         int rank = comm.rank();
         List<Integer> members = new ArrayList<>();
         for (int r = 0; r < comm.worldSize(); r++) {
@@ -62,7 +63,9 @@ public final class MpiLostRank {
         }
         List<Communicator> opened = new ArrayList<>(List.of(comm));
         Communicator current = comm;
-        for (int victim : victims) {
+        for (String token : victims) {
+            boolean inBarrier = token.startsWith("b");
+            int victim = Integer.parseInt(token.substring(inBarrier ? 1 : 0));
             try (RankContext c = new RankContext(current, seed)) {
                 sumAndCheck(c, current, members, "before" + victim, rank);
             }
@@ -72,7 +75,7 @@ public final class MpiLostRank {
                 Thread.sleep(120_000); // SIGKILLed by the test
                 throw new IllegalStateException("the victim was not killed");
             }
-            current = survive(current, members, victim, rank, seed);
+            current = survive(current, members, victim, inBarrier, rank, seed);
             members.remove(Integer.valueOf(victim));
             opened.add(current);
         }
@@ -90,14 +93,21 @@ public final class MpiLostRank {
     }
 
     /**
-     * The all-reduce pending on the victim (old rank {@code victim}, gone) must end in
-     * RankLostException naming it; {@return the survivors' communicator, checked}
+     * The all-reduce (or, {@code inBarrier}, the host-side barrier) pending on the victim (old rank
+     * {@code victim}, gone) must end in RankLostException naming it; {@return the survivors'
+     * communicator, checked}
      */
-    private static Communicator survive(Communicator current, List<Integer> members, int victim, int rank, long seed) {
+    private static Communicator survive(Communicator current, List<Integer> members, int victim, boolean inBarrier,
+                                        int rank, long seed) {
         RankLostException lost;
         try (RankContext c = new RankContext(current, seed)) {
-            sumAndCheck(c, current, members, "pending" + victim, rank);
-            throw new IllegalStateException("the all-reduce with rank " + victim + " gone completed");
+            if (inBarrier) {
+                current.barrier();
+            } else {
+                sumAndCheck(c, current, members, "pending" + victim, rank);
+            }
+            throw new IllegalStateException("the " + (inBarrier ? "barrier" : "all-reduce") + " with rank " + victim
+                    + " gone completed");
         } catch (RankLostException e) {
             lost = e;
         }

@@ -43,28 +43,39 @@ class MpiLostRankTest {
         assumeTrue(launcher == MpiJobs.Launcher.OPEN_MPI, "MPICH's hydra (4.0) ends or breaks the job when a process"
                 + " dies, also with -disable-auto-cleanup, and its MPIR_CVAR_ENABLE_FT fails an assertion in MPI_Test:"
                 + " survivors cannot go on (docs/elastic-mpi.md)");
-        runAndCheck(launcher, WORLD, List.of(victim));
+        runAndCheck(launcher, WORLD, List.of(Integer.toString(victim)));
     }
 
     /** World 4 loses rank 1, then rank 3 (rank 2 of the survivors): the two left recover twice. */
     @org.junit.jupiter.api.Test
     void survivorsRecoverFromTwoLossesInTurn() throws Exception {
-        runAndCheck(MpiJobs.Launcher.OPEN_MPI, 4, List.of(1, 3));
+        runAndCheck(MpiJobs.Launcher.OPEN_MPI, 4, List.of("1", "3"));
     }
 
-    private static void runAndCheck(MpiJobs.Launcher launcher, int world, List<Integer> victims) throws Exception {
+    /**
+     * Rank 2 dies while the others wait for it in a host-side barrier: no NCCL error here; the
+     * barrier's deadline (the watchdog timeout) aborts them, the probe finds rank 2 gone.
+     */
+    @org.junit.jupiter.api.Test
+    void survivorsOfALossInAHostSideBarrierRecover() throws Exception {
+        runAndCheck(MpiJobs.Launcher.OPEN_MPI, WORLD, List.of("b2"));
+    }
+
+    /** {@code victims}: see {@link MpiLostRank}. */
+    private static void runAndCheck(MpiJobs.Launcher launcher, int world, List<String> victims) throws Exception {
         if (!REAL_NCCL) {
             Packs.assumeDevices(world);
         }
         MpiJobs jobs = new MpiJobs(launcher, BACKEND, REAL_NCCL, REAL_NCCL
                 ? Map.of("NCCL_SOCKET_IFNAME", "lo", "NCCL_NVLS_ENABLE", "0") : Map.of()).survivorsRunOn();
-        String spec = victims.stream().map(String::valueOf).collect(java.util.stream.Collectors.joining(","));
+        String spec = String.join(",", victims);
         try (MpiJobs.Job job = jobs.start(MpiLostRank.class, spec, world)) {
             List<Integer> members = new java.util.ArrayList<>();
             for (int r = 0; r < world; r++) {
                 members.add(r);
             }
-            for (int victim : victims) {
+            for (String token : victims) {
+                int victim = Integer.parseInt(token.replace("b", ""));
                 Matcher running = job.awaitLine("RUNNING rank=" + victim + " pid=(\\d+)", MpiWorldsChecks.JOB_TIMEOUT);
                 ProcessHandle.of(Long.parseLong(running.group(1))).ifPresent(ProcessHandle::destroyForcibly); // SIGKILL
                 for (int rank : members) {
