@@ -162,6 +162,7 @@ void comm_put(struct ncclComm *c) {
 /* Records an execution error as the comm's async error (the first one wins) and
  * publishes it in the segment, so that peers waiting for this rank stop. */
 void comm_fail(struct ncclComm *c, const op_err *e) {
+  if (atomic_load(&c->revoked)) return; /* an operation ended by the revoke: not an error of the comm */
   pthread_mutex_lock(&c->mu);
   if (atomic_load(&c->async_err) == ncclSuccess) {
     text_copy(c->async_text, sizeof c->async_text, e->text);
@@ -244,6 +245,10 @@ ncclResult_t wait_ranks(struct ncclComm *c, int only, ready_fn ready, const void
       if (peer_error(c, r, e)) return e->code;
     }
     if (!missing) return ncclSuccess;
+    if (deadline_ns == 0 && atomic_load(&c->revoked)) { /* an operation's wait (they have no deadline) */
+      errf(e, ncclInvalidUsage, -1, "operation ended by ncclCommRevoke");
+      return e->code;
+    }
     if (atomic_load(&c->aborted)) {
       aborted_error(e);
       return e->code;
@@ -272,6 +277,11 @@ ncclResult_t ensure_ready(const char *fn, struct ncclComm *c) {
     return failf(ncclInvalidArgument,
                  "%s : Attempt to use communicator before the previous operation returned ncclSuccess", fn);
   return comm_async(c);
+}
+
+ncclResult_t ensure_not_revoked(const char *fn, struct ncclComm *c) {
+  if (atomic_load(&c->revoked)) return failf(ncclInvalidUsage, "%s : the communicator was revoked", fn);
+  return ncclSuccess;
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
@@ -328,11 +338,43 @@ static int wait_idle(struct ncclComm *c, long timeout_ms, int stop_on_abort) {
   return idle;
 }
 
+int comm_wait_idle(struct ncclComm *c, long timeout_ms) { return wait_idle(c, timeout_ms, 1); }
+
+void comm_stop(struct ncclComm *c) {
+  atomic_store(&c->revoked, 1);
+  pthread_mutex_lock(&c->mu);
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  if (c->joined) { /* wake this rank's waits at once (the peers are not told: revoke is local) */
+    jn_plock(&c->sh->mu);
+    seg_notify(c->sh);
+    jn_punlock(&c->sh->mu);
+  }
+  wait_idle(c, ABORT_WAIT_MS, 0);
+}
+
+ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  static const char fn[] = "ncclCommRevoke";
+  struct ncclComm *c;
+  ncclResult_t rc = get_comm(fn, comm, &c);
+  if (rc != ncclSuccess) return rc;
+  if (revokeFlags != 0)
+    rc = failf(ncclInvalidArgument, "%s : revokeFlags %d must be NCCL_REVOKE_DEFAULT (0)", fn, revokeFlags);
+  else if (atomic_load(&c->revoked))
+    rc = failf(ncclInvalidArgument, "%s : the communicator was already revoked", fn);
+  else if (atomic_load(&c->state) != CS_READY)
+    rc = failf(ncclInvalidArgument, "%s : the communicator is not initialised", fn);
+  if (rc == ncclSuccess) comm_stop(c);
+  comm_put(c);
+  return rc;
+}
+
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   struct ncclComm *c;
   ncclResult_t rc = get_comm("ncclCommFinalize", comm, &c);
   if (rc != ncclSuccess) return rc;
-  rc = ensure_ready("ncclCommFinalize", c);
+  rc = ensure_not_revoked("ncclCommFinalize", c);
+  if (rc == ncclSuccess) rc = ensure_ready("ncclCommFinalize", c);
   if (rc == ncclSuccess) {
     pthread_mutex_lock(&c->mu);
     c->finalizing = 1;

@@ -199,6 +199,10 @@ struct ncclComm {
   _Atomic uint64_t next_pid_check;
   /* API-side state */
   uint64_t split_gen;
+  uint64_t shrink_gen; /* shrinks of this parent so far: names each child's segment */
+  /* ncclCommRevoke (or a shrink with NCCL_SHRINK_ABORT): pending operations end without an
+   * error of the communicator, new ones are refused; split, shrink, destroy, abort still work. */
+  _Atomic int revoked;
   /* A split of a non-blocking communicator runs on a thread, as NCCL's group job does: the
    * parent's async state is ncclInProgress (split_busy) until the child is ready, and the
    * caller's newcomm is written only then. split_child (under mu) is the child being set up,
@@ -299,6 +303,14 @@ ncclResult_t wait_ranks(struct ncclComm *c, int only, ready_fn ready, const void
 ncclResult_t get_comm(const char *fn, ncclComm_t h, struct ncclComm **out);
 /* The comm must have finished its initialisation without error (NCCL's ncclCommEnsureReady). */
 ncclResult_t ensure_ready(const char *fn, struct ncclComm *c);
+/* Refuses new operations on a revoked communicator (ncclInvalidUsage, as NCCL). */
+ncclResult_t ensure_not_revoked(const char *fn, struct ncclComm *c);
+/* Revokes c: its running operation ends at its next wait slice, queued ones are skipped, all
+ * without an async error and without telling the peers; returns once idle (or after
+ * ABORT_WAIT_MS). */
+void comm_stop(struct ncclComm *c);
+/* Waits until no operation of the comm is queued or running; 1 if reached within timeout_ms. */
+int comm_wait_idle(struct ncclComm *c, long timeout_ms);
 
 /* ------------------------------------------------------------ init.c -- */
 

@@ -319,7 +319,8 @@ static ncclResult_t check_rooted_overlap(const char *fn, const jn_op *op, int ra
 }
 
 static ncclResult_t validate(const char *fn, jn_op *op, struct ncclComm *c, cudaStream_t stream) {
-  ncclResult_t rc = ensure_ready(fn, c);
+  ncclResult_t rc = ensure_not_revoked(fn, c);
+  if (rc == ncclSuccess) rc = ensure_ready(fn, c);
   if (rc != ncclSuccess) return rc;
   const int n = c->nranks;
   const int rooted = op->kind == K_BROADCAST || op->kind == K_REDUCE || op->kind == K_GATHER || op->kind == K_SCATTER;

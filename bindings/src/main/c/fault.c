@@ -22,7 +22,7 @@ int op_begin(struct ncclComm *c, op_err *e) {
     aborted_error(e);
     return 1;
   }
-  if (atomic_load(&c->async_err) != ncclSuccess) return 2;
+  if (atomic_load(&c->async_err) != ncclSuccess || atomic_load(&c->revoked)) return 2;
   c->op_count++;
   if (c->delay_us > 0) jn_sleep_us(c->delay_us);
   if ((c->fault_mode == JN_FAULT_FAIL || c->fault_mode == JN_FAULT_HANG) && c->op_count == (uint64_t)c->fault_at) {

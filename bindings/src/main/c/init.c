@@ -1,7 +1,7 @@
 /*
  * init.c - creation of communicators (see comm.h for the design): unique ids,
  * configs, the shared-memory rendezvous, ncclCommInitRank / InitRankConfig /
- * InitAll and ncclCommSplit.
+ * InitAll, ncclCommSplit, ncclCommShrink, ncclCommGetUniqueId and ncclCommGrow.
  */
 #include "comm.h"
 
@@ -317,10 +317,12 @@ void comm_discard(struct ncclComm *c) {
   comm_put(c);
 }
 
+/* parent: NULL, or the existing communicator of a grow (its device, blocking mode and config
+ * are the defaults). */
 static ncclResult_t init_rank(const char *fn, ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank,
-                              const ncclConfig_t *config) {
+                              const ncclConfig_t *config, const struct ncclComm *parent) {
   int blocking;
-  ncclResult_t rc = parse_config(fn, config, 1, &blocking);
+  ncclResult_t rc = parse_config(fn, config, parent != NULL ? parent->blocking : 1, &blocking);
   if (rc == ncclSuccess && out == NULL) rc = failf(ncclInvalidArgument, "%s : comm argument is NULL", fn);
   if (rc == ncclSuccess && (nranks < 1 || rank < 0 || rank >= nranks))
     rc = failf(ncclInvalidArgument, "%s : Invalid rank requested : %d/%d", fn, rank, nranks);
@@ -335,12 +337,13 @@ static ncclResult_t init_rank(const char *fn, ncclComm_t *out, int nranks, const
     group_note_error(rc);
     return rc;
   }
-  struct ncclComm *c = comm_new(nranks, name, rank, jn_current_device(), blocking, &env);
+  struct ncclComm *c = comm_new(nranks, name, rank, parent != NULL ? parent->device : jn_current_device(), blocking,
+                                &env);
   if (c == NULL) {
     group_note_error(ncclSystemError);
     return failf(ncclSystemError, "%s : out of memory", fn);
   }
-  config_apply(&c->config, config, NULL);
+  config_apply(&c->config, config, parent != NULL ? &parent->config : NULL);
   *out = c;
   if (group_open()) return group_defer_init(fn, c, out); /* launched by the outermost ncclGroupEnd */
   if (blocking) {
@@ -358,12 +361,12 @@ static ncclResult_t init_rank(const char *fn, ncclComm_t *out, int nranks, const
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
-  return init_rank("ncclCommInitRank", comm, nranks, &commId, rank, NULL);
+  return init_rank("ncclCommInitRank", comm, nranks, &commId, rank, NULL, NULL);
 }
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
                                     ncclConfig_t *config) {
-  return init_rank("ncclCommInitRankConfig", comm, nranks, &commId, rank, config);
+  return init_rank("ncclCommInitRankConfig", comm, nranks, &commId, rank, config, NULL);
 }
 
 ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist) {
@@ -443,13 +446,22 @@ static ncclResult_t split_exchange(struct ncclComm *c, int color, int key, uint6
   return rc;
 }
 
+/* A child of a parent communicator (split or shrink): where its ranks meet, its size, this rank's
+ * rank, and what it is made with (read by the API call, so the caller's config need not outlive it). */
 typedef struct {
+  char name[64];
+  int nranks, rank, blocking;
+  jn_comm_env env;
+  jn_comm_config config;
+} child_spec;
+
+typedef struct {
+  const char *fn;
   struct ncclComm *parent;
   ncclComm_t *out;
-  int color, key, blocking;
+  int color, key; /* split only: exchanged first; a shrink's child_spec is complete at the call */
   uint64_t gen;
-  jn_comm_env env; /* read by ncclCommSplit's caller */
-  jn_comm_config config; /* the child's ncclConfig_t, read by ncclCommSplit's caller */
+  child_spec spec;
 } split_job;
 
 /* Records a failure of an asynchronous operation of c as its async error (locally, as NCCL's
@@ -463,48 +475,55 @@ static void comm_set_async_local(struct ncclComm *c, ncclResult_t code, const ch
   pthread_mutex_unlock(&c->mu);
 }
 
-/* The split of a non-blocking parent, on its own thread: exchange, create the child, wait for
- * all its ranks, then publish the handle and leave ncclInProgress (NCCL sets *newcomm only
- * when the child is complete). The parent outlives the thread: abort, destroy and teardown
- * join it first, and destroy/finalize refuse while the split is running. */
+/* Creates the child of a non-blocking parent and waits for all its ranks (the parent's abort
+ * aborts it too). Returns the ready child, or NULL with e filled. */
+static struct ncclComm *child_make_async(struct ncclComm *c, const child_spec *s, op_err *e) {
+  struct ncclComm *nc = comm_new(s->nranks, s->name, s->rank, c->device, s->blocking, &s->env);
+  if (nc == NULL) {
+    errf(e, ncclSystemError, -1, "out of memory");
+    return NULL;
+  }
+  nc->config = s->config;
+  pthread_mutex_lock(&c->mu);
+  c->split_child = nc;
+  if (atomic_load(&c->aborted)) atomic_store(&nc->aborted, 1);
+  pthread_mutex_unlock(&c->mu);
+  rendezvous(nc);
+  pthread_mutex_lock(&c->mu);
+  c->split_child = NULL;
+  pthread_mutex_unlock(&c->mu);
+  if (atomic_load(&nc->state) == CS_READY) return nc;
+  ncclResult_t rc = atomic_load(&nc->async_err);
+  pthread_mutex_lock(&nc->mu);
+  errf(e, rc == ncclSuccess ? ncclSystemError : rc, -1, "%s", nc->async_text);
+  pthread_mutex_unlock(&nc->mu);
+  comm_discard(nc);
+  return NULL;
+}
+
+/* The split or shrink of a non-blocking parent, on its own thread: (split: exchange,) create the
+ * child, wait for all its ranks, then publish the handle and leave ncclInProgress (NCCL sets
+ * *newcomm only when the child is complete). The parent outlives the thread: abort, destroy and
+ * teardown join it first, and destroy/finalize refuse while it is running. */
 static void *split_main(void *arg) {
   split_job *j = arg;
   struct ncclComm *c = j->parent;
   op_err e = {ncclSuccess, -1, ""};
-  int newn = 0, newrank = 0;
-  ncclResult_t rc = split_exchange(c, j->color, j->key, j->gen, &newn, &newrank, &e);
-  if (rc == ncclSuccess && j->color != JN_NCCL_SPLIT_NOCOLOR) {
-    char name[64];
-    split_name(name, c->name, j->gen, j->color);
-    struct ncclComm *nc = comm_new(newn, name, newrank, c->device, j->blocking, &j->env);
-    if (nc == NULL) {
-      rc = ncclSystemError;
-      errf(&e, rc, -1, "out of memory");
-    } else {
-      nc->config = j->config;
-      pthread_mutex_lock(&c->mu);
-      c->split_child = nc;
-      if (atomic_load(&c->aborted)) atomic_store(&nc->aborted, 1);
-      pthread_mutex_unlock(&c->mu);
-      rendezvous(nc);
-      pthread_mutex_lock(&c->mu);
-      c->split_child = NULL;
-      pthread_mutex_unlock(&c->mu);
-      if (atomic_load(&nc->state) != CS_READY) {
-        rc = atomic_load(&nc->async_err);
-        pthread_mutex_lock(&nc->mu);
-        errf(&e, rc == ncclSuccess ? ncclSystemError : rc, -1, "%s", nc->async_text);
-        pthread_mutex_unlock(&nc->mu);
-        rc = e.code;
-        comm_discard(nc);
-      } else {
-        *j->out = nc;
-      }
-    }
+  ncclResult_t rc = ncclSuccess;
+  int member = 1;
+  if (j->spec.nranks == 0) { /* a split: the child's size and our rank come from the exchange */
+    rc = split_exchange(c, j->color, j->key, j->gen, &j->spec.nranks, &j->spec.rank, &e);
+    member = j->color != JN_NCCL_SPLIT_NOCOLOR;
+    split_name(j->spec.name, c->name, j->gen, j->color);
+  }
+  if (rc == ncclSuccess && member) {
+    struct ncclComm *nc = child_make_async(c, &j->spec, &e);
+    rc = e.code;
+    if (nc != NULL) *j->out = nc;
   }
   if (rc != ncclSuccess) {
     char text[sizeof e.text + 32];
-    snprintf(text, sizeof text, "ncclCommSplit : %s", e.text);
+    snprintf(text, sizeof text, "%s : %s", j->fn, e.text);
     comm_set_async_local(c, rc, text);
   }
   atomic_store(&c->split_busy, 0); /* after *out: who sees "not in progress" sees the handle */
@@ -512,20 +531,67 @@ static void *split_main(void *arg) {
   return NULL;
 }
 
+/* Starts the split or shrink job of a non-blocking parent (j allocated by the caller, freed by the
+ * job, or here on failure); drops the caller's reference to c. */
+static ncclResult_t split_start(struct ncclComm *c, split_job *j) {
+  *j->out = NULL;
+  atomic_store(&c->split_busy, 1);
+  pthread_mutex_lock(&c->mu);
+  int err = pthread_create(&c->split_thread, NULL, split_main, j);
+  c->split_thread_live = err == 0;
+  pthread_mutex_unlock(&c->mu);
+  const char *fn = j->fn;
+  if (err != 0) {
+    atomic_store(&c->split_busy, 0);
+    free(j);
+  }
+  comm_put(c);
+  if (err != 0) return failf(ncclSystemError, "%s : cannot start the split thread: %s", fn, strerror(err));
+  return ncclSuccess;
+}
+
+/* The child of a blocking parent (already released by the caller): a blocking child's rendezvous
+ * happens here, a non-blocking child's in the background (ncclInProgress). */
+static ncclResult_t child_start(const char *fn, struct ncclComm *c, const child_spec *s, ncclComm_t *newcomm) {
+  struct ncclComm *nc = comm_new(s->nranks, s->name, s->rank, c->device, s->blocking, &s->env);
+  comm_put(c);
+  if (nc == NULL) return failf(ncclSystemError, "%s : out of memory", fn);
+  nc->config = s->config;
+  *newcomm = nc;
+  if (s->blocking) {
+    rendezvous(nc);
+    if (atomic_load(&nc->state) != CS_READY) {
+      ncclResult_t rc = comm_async(nc);
+      *newcomm = NULL;
+      comm_discard(nc);
+      return rc;
+    }
+    return ncclSuccess;
+  }
+  ncclResult_t rc = start_init_thread(nc);
+  return rc == ncclSuccess ? ncclInProgress : failf(rc, "%s : cannot start the initialisation thread", fn);
+}
+
+/* What every child of c is made with: the config (NULL: the parent's) and the environment.
+ * Checked before any exchange so that a bad value fails at once. */
+static ncclResult_t child_prepare(const char *fn, struct ncclComm *c, const ncclConfig_t *config, child_spec *s) {
+  memset(s, 0, sizeof *s);
+  ncclResult_t rc = parse_config(fn, config, c->blocking, &s->blocking); /* NULL: inherit */
+  if (rc == ncclSuccess) rc = comm_env(fn, &s->env);
+  if (rc == ncclSuccess) config_apply(&s->config, config, &c->config);
+  return rc;
+}
+
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
   static const char fn[] = "ncclCommSplit";
   struct ncclComm *c;
   ncclResult_t rc = get_comm(fn, comm, &c);
   if (rc != ncclSuccess) return rc;
-  int blocking = c->blocking;
+  child_spec spec;
   /* Any color is valid (NCCL accepts negative ones too); NCCL_SPLIT_NOCOLOR opts out. */
   if (newcomm == NULL) rc = failf(ncclInvalidArgument, "%s : newcomm argument is NULL", fn);
   if (rc == ncclSuccess) rc = ensure_ready(fn, c);
-  if (rc == ncclSuccess) rc = parse_config(fn, config, c->blocking, &blocking); /* NULL: inherit */
-  jn_comm_env env; /* the child's, checked before the exchange so that a bad value fails at once */
-  if (rc == ncclSuccess) rc = comm_env(fn, &env);
-  jn_comm_config child_config; /* read now: the caller's config need not outlive the call */
-  if (rc == ncclSuccess) config_apply(&child_config, config, &c->config);
+  if (rc == ncclSuccess) rc = child_prepare(fn, c, config, &spec);
   if (rc != ncclSuccess) {
     comm_put(c);
     return rc;
@@ -535,60 +601,147 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
     /* As NCCL: the split is a job of the parent's group, which is non-blocking because the
      * parent is, whatever the child's config says. *newcomm is NULL until the parent's async
      * state leaves ncclInProgress; then it is the ready child (or NULL for NOCOLOR/failure). */
-    *newcomm = NULL;
     split_job *j = calloc(1, sizeof(*j));
     if (j == NULL) {
       comm_put(c);
       return failf(ncclSystemError, "%s : out of memory", fn);
     }
-    *j = (split_job){c, newcomm, color, key, blocking, gen, env, child_config};
-    atomic_store(&c->split_busy, 1);
-    pthread_mutex_lock(&c->mu);
-    int err = pthread_create(&c->split_thread, NULL, split_main, j);
-    c->split_thread_live = err == 0;
-    pthread_mutex_unlock(&c->mu);
-    if (err != 0) {
-      atomic_store(&c->split_busy, 0);
-      free(j);
-      comm_put(c);
-      return failf(ncclSystemError, "%s : cannot start the split thread: %s", fn, strerror(err));
-    }
-    comm_put(c);
-    return ncclInProgress;
+    *j = (split_job){fn, c, newcomm, color, key, gen, spec};
+    rc = split_start(c, j);
+    return rc == ncclSuccess ? ncclInProgress : rc;
   }
-  /* A blocking parent: the exchange and (for a blocking child) the child's rendezvous happen
-   * here; a non-blocking child's rendezvous runs in the background. */
   op_err e = {ncclSuccess, -1, ""};
-  int newn = 0, newrank = 0;
-  rc = split_exchange(c, color, key, gen, &newn, &newrank, &e);
-  if (rc != ncclSuccess) {
+  rc = split_exchange(c, color, key, gen, &spec.nranks, &spec.rank, &e);
+  if (rc != ncclSuccess || color == JN_NCCL_SPLIT_NOCOLOR) {
     *newcomm = NULL;
-    rc = failf(rc, "%s : %s", fn, e.text);
+    if (rc != ncclSuccess) rc = failf(rc, "%s : %s", fn, e.text);
     comm_put(c);
     return rc;
   }
-  if (color == JN_NCCL_SPLIT_NOCOLOR) {
-    *newcomm = NULL;
+  split_name(spec.name, c->name, gen, color);
+  return child_start(fn, c, &spec, newcomm);
+}
+
+/* ================================================================ shrink */
+
+/* NCCL's checks of ncclCommShrink's arguments (c is the caller's parent). */
+static ncclResult_t shrink_args(const char *fn, const struct ncclComm *c, const int *list, int count,
+                                const ncclComm_t *newcomm, int flags) {
+  if (newcomm == NULL) return failf(ncclInvalidArgument, "%s : newcomm argument is NULL", fn);
+  if (flags != JN_NCCL_SHRINK_DEFAULT && flags != JN_NCCL_SHRINK_ABORT)
+    return failf(ncclInvalidArgument, "%s : shrinkFlags %d is not NCCL_SHRINK_DEFAULT (0) or NCCL_SHRINK_ABORT (1)",
+                 fn, flags);
+  if (count < 0 || count > c->nranks)
+    return failf(ncclInvalidArgument, "%s : excludeRanksCount %d is not in [0, %d]", fn, count, c->nranks);
+  if (count > 0 && list == NULL) return failf(ncclInvalidArgument, "%s : excludeRanksList argument is NULL", fn);
+  for (int i = 0; i < count; i++) {
+    if (list[i] < 0 || list[i] >= c->nranks)
+      return failf(ncclInvalidArgument, "%s : excludeRanksList[%d] = %d is not a rank in [0, %d)", fn, i, list[i],
+                   c->nranks);
+    if (list[i] == c->rank)
+      return failf(ncclInvalidArgument, "%s : excludeRanksList[%d] = %d is the calling rank (excluded ranks must not "
+                   "call ncclCommShrink)", fn, i, list[i]);
+    for (int k = 0; k < i; k++)
+      if (list[k] == list[i])
+        return failf(ncclInvalidArgument, "%s : rank %d is listed twice in excludeRanksList", fn, list[i]);
+  }
+  return ncclSuccess;
+}
+
+/* The parent before a shrink: NCCL_SHRINK_ABORT ends its pending work first (as a revoke; the
+ * parent is left for abort or destroy); the default waits for it (bounded by the init timeout),
+ * and a parent in error, e.g. because a pending operation involved a lost rank, refuses. */
+static ncclResult_t shrink_quiesce(const char *fn, struct ncclComm *c, int flags) {
+  if (atomic_load(&c->aborted)) return failf(ncclInvalidUsage, "%s : the communicator was aborted", fn);
+  if (atomic_load(&c->state) == CS_INIT || atomic_load(&c->split_busy))
+    return failf(ncclInvalidArgument,
+                 "%s : Attempt to use communicator before the previous operation returned ncclSuccess", fn);
+  if (flags == JN_NCCL_SHRINK_ABORT) {
+    comm_stop(c);
+    return ncclSuccess;
+  }
+  if (!comm_wait_idle(c, c->init_timeout_ms))
+    return failf(ncclInvalidUsage, "%s : the communicator's pending operations did not complete within %ld ms "
+                 "(NCCL_SHRINK_ABORT ends them)", fn, c->init_timeout_ms);
+  ncclResult_t rc = comm_async(c);
+  if (rc != ncclSuccess) {
+    char text[600];
+    snprintf(text, sizeof text, "%s : the communicator is in error: %s", fn, ncclGetLastError(NULL));
+    return failf(rc, "%s", text);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,
+                            ncclConfig_t *config, int shrinkFlags) {
+  static const char fn[] = "ncclCommShrink";
+  struct ncclComm *c;
+  ncclResult_t rc = get_comm(fn, comm, &c);
+  if (rc != ncclSuccess) return rc;
+  child_spec spec;
+  rc = shrink_args(fn, c, excludeRanksList, excludeRanksCount, newcomm, shrinkFlags);
+  if (rc == ncclSuccess) rc = shrink_quiesce(fn, c, shrinkFlags);
+  if (rc == ncclSuccess) rc = child_prepare(fn, c, config, &spec);
+  if (rc != ncclSuccess) {
+    if (newcomm != NULL) *newcomm = NULL;
     comm_put(c);
-    return ncclSuccess;
+    return rc;
   }
-  char name[64];
-  split_name(name, c->name, gen, color);
-  struct ncclComm *nc = comm_new(newn, name, newrank, c->device, blocking, &env);
-  comm_put(c);
-  if (nc == NULL) return failf(ncclSystemError, "%s : out of memory", fn);
-  nc->config = child_config;
-  *newcomm = nc;
-  if (blocking) {
-    rendezvous(nc);
-    if (atomic_load(&nc->state) != CS_READY) {
-      rc = comm_async(nc);
-      *newcomm = NULL;
-      comm_discard(nc);
-      return rc;
+  /* No exchange: every survivor knows the child from the list alone (ranks in old-rank order),
+   * so nobody waits for an excluded rank. Successive shrinks of one parent meet in different
+   * segments (the survivors call them in the same order, so their counters agree). */
+  spec.nranks = c->nranks - excludeRanksCount;
+  spec.rank = c->rank;
+  for (int i = 0; i < excludeRanksCount; i++)
+    if (excludeRanksList[i] < c->rank) spec.rank--;
+  char base[80];
+  snprintf(base, sizeof base, "%s/shrink", c->name);
+  split_name(spec.name, base, ++c->shrink_gen, 0);
+  if (!c->blocking) {
+    /* As measured on NCCL 2.28/2.30: ncclSuccess with *newcomm still NULL; the parent's async
+     * state is ncclInProgress until the child is ready. */
+    split_job *j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+      comm_put(c);
+      return failf(ncclSystemError, "%s : out of memory", fn);
     }
-    return ncclSuccess;
+    *j = (split_job){fn, c, newcomm, 0, 0, 0, spec};
+    return split_start(c, j);
   }
-  rc = start_init_thread(nc);
-  return rc == ncclSuccess ? ncclInProgress : failf(rc, "%s : cannot start the initialisation thread", fn);
+  return child_start(fn, c, &spec, newcomm);
+}
+
+/* ================================================================= grow */
+
+ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId) {
+  static const char fn[] = "ncclCommGetUniqueId";
+  struct ncclComm *c;
+  ncclResult_t rc = get_comm(fn, comm, &c);
+  if (rc != ncclSuccess) return rc;
+  if (uniqueId == NULL) rc = failf(ncclInvalidArgument, "%s : uniqueId argument is NULL", fn);
+  if (rc == ncclSuccess) rc = ensure_ready(fn, c);
+  if (rc == ncclSuccess) rc = ncclGetUniqueId(uniqueId); /* the grown communicator meets there */
+  comm_put(c);
+  return rc;
+}
+
+ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank, ncclComm_t *newcomm,
+                          ncclConfig_t *config) {
+  static const char fn[] = "ncclCommGrow";
+  if (uniqueId == NULL) return failf(ncclInvalidArgument, "%s : uniqueId argument is NULL", fn);
+  if (comm == NULL) /* a new rank: as ncclCommInitRankConfig, on the calling thread's device */
+    return init_rank(fn, newcomm, nRanks, uniqueId, rank, config, NULL);
+  struct ncclComm *c;
+  ncclResult_t rc = get_comm(fn, comm, &c);
+  if (rc != ncclSuccess) return rc;
+  if (rank != -1)
+    rc = failf(ncclInvalidArgument, "%s : rank %d given with an existing communicator (its ranks pass -1 and keep "
+               "their rank)", fn, rank);
+  else if (nRanks <= c->nranks)
+    rc = failf(ncclInvalidArgument, "%s : nRanks %d is not larger than the communicator's %d ranks", fn, nRanks,
+               c->nranks);
+  if (rc == ncclSuccess) rc = ensure_ready(fn, c);
+  if (rc == ncclSuccess) rc = init_rank(fn, newcomm, nRanks, uniqueId, c->rank, config, c);
+  comm_put(c); /* the existing communicator stays as it was, usable */
+  return rc;
 }

@@ -244,8 +244,8 @@ void run_p2p(nccl_item *it) {
       if (atomic_load(&c->aborted)) {
         aborted_error(&e);
         s = STEP_ERROR;
-      } else if (atomic_load(&c->async_err) != ncclSuccess) {
-        s = STEP_DONE; /* the comm failed meanwhile: skip */
+      } else if (atomic_load(&c->async_err) != ncclSuccess || atomic_load(&c->revoked)) {
+        s = STEP_DONE; /* the comm failed or was revoked meanwhile: skip */
       } else {
         s = p2p_step(op, &e);
       }

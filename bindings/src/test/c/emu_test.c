@@ -136,6 +136,7 @@ int main(int argc, char **argv) {
   RUN(test_coll_mismatch);
   RUN(test_zero_count_is_no_collective);
   RUN(test_init_and_split);
+  RUN(test_elastic);
   RUN(test_faults);
   RUN(test_delay_rank);
   RUN(test_cycles);

@@ -12,6 +12,7 @@
  *   emu_test_fault.c      injected faults, abort, delays
  *   emu_test_config.c     validation of the environment variables
  *   emu_test_graph.c      stream capture and CUDA graphs
+ *   emu_test_elastic.c    ncclCommShrink, ncclCommRevoke, ncclCommGetUniqueId + ncclCommGrow
  */
 #ifndef JNCCL_EMU_TEST_H
 #define JNCCL_EMU_TEST_H
@@ -152,6 +153,7 @@ void test_two_processes_mismatch(void);
 
 /* ------------------------------------------------ init variants, split, argument errors, fork (emu_test_init.c) */
 
+ncclConfig_t config_init(void); /* what NCCL_CONFIG_INITIALIZER gives */
 void test_init_and_split(void);
 void test_nccl_args(void);
 void test_two_processes(void);
@@ -172,5 +174,9 @@ void test_config_creation(void);
 /* ------------------------------------------------ stream capture, graphs (emu_test_graph.c) */
 
 void test_graphs(void);
+
+/* ------------------------------------------------ shrink, revoke, grow (emu_test_elastic.c) */
+
+void test_elastic(void);
 
 #endif /* JNCCL_EMU_TEST_H */

@@ -7,7 +7,7 @@
 /* ================================================== init variants, split */
 
 /* What NCCL_CONFIG_INITIALIZER gives. */
-static ncclConfig_t config_init(void) {
+ncclConfig_t config_init(void) {
   const int U = JN_NCCL_CONFIG_UNDEF_INT;
   ncclConfig_t c;
   memset(&c, 0, sizeof c);

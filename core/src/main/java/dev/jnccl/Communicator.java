@@ -1409,6 +1409,11 @@ public final class Communicator implements AutoCloseable {
         return comm;
     }
 
+    /** {@return the shrink's part (tests make one survivor's NCCL shrink fail through it)} */
+    Shrinks shrinks() {
+        return shrinks;
+    }
+
     /** {@return the open transaction's commands (tests look at what the checks made)} */
     CommandBuffer pendingCommands() {
         return log.commands();

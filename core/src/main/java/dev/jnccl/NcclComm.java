@@ -222,20 +222,22 @@ final class NcclComm {
     }
 
     /**
-     * ncclCommShrink of this communicator's non-blocking handle ({@code NCCL_SHRINK_DEFAULT}): the
+     * ncclCommShrink of this communicator's non-blocking handle with {@code flags}: the
      * survivors (every rank not in {@code excluded}, each of which calls it) get a new communicator
      * in this one's mode, ranked in the order of their ranks here; the excluded ranks never call.
      * The wait, the lock, the deadline and what a failure leaves are {@link #split}'s.
      *
      * @param excluded the excluded ranks (checked by the caller)
+     * @param flags    {@code NCCL_SHRINK_DEFAULT}, or {@code NCCL_SHRINK_ABORT} (NCCL's pending work on
+     *                 this communicator is aborted first: for one in error)
      * @param newRank  this rank among the survivors
      * @param newSize  the number of survivors
      * @throws NcclException                when NCCL refuses
      * @throws CommunicatorAbortedException at the deadline, on cancellation, or when this one is aborted
      */
-    NcclComm shrink(int[] excluded, int newRank, int newSize, Duration timeout, Supplier<String> cancellation,
-                    ReentrantLock newLock) {
-        return derive("ncclCommShrink", into -> startShrink(excluded, into), true, newRank, newSize, timeout,
+    NcclComm shrink(int[] excluded, int flags, int newRank, int newSize, Duration timeout,
+                    Supplier<String> cancellation, ReentrantLock newLock) {
+        return derive("ncclCommShrink", into -> startShrink(excluded, flags, into), true, newRank, newSize, timeout,
                 cancellation, newLock);
     }
 
@@ -287,7 +289,7 @@ final class NcclComm {
      * and output slot; returns the handle shrunk. The exclude list lives in {@code into}'s arena: the
      * job may read it after the call returns. When it throws, no job runs.
      */
-    private MemorySegment startShrink(int[] excluded, NcclComm into) {
+    private MemorySegment startShrink(int[] excluded, int flags, NcclComm into) {
         MemorySegment source = parent;
         if (source == null) {
             throw new CommunicatorAbortedException("ncclCommShrink: the communicator of rank " + rank
@@ -297,8 +299,7 @@ final class NcclComm {
             MemorySegment config = into.config(call, 0);
             MemorySegment list = into.arena.allocateFrom(JAVA_INT, excluded);
             into.childSlot.set(ADDRESS, 0, MemorySegment.NULL);
-            int started = NcclElasticCalls.ncclCommShrink(source, list, excluded.length, into.childSlot, config,
-                    NcclElasticCalls.NCCL_SHRINK_DEFAULT);
+            int started = NcclElasticCalls.ncclCommShrink(source, list, excluded.length, into.childSlot, config, flags);
             if (started != SUCCESS && started != IN_PROGRESS) {
                 throw failure(started, "ncclCommShrink", source);
             }

@@ -1,6 +1,7 @@
 package dev.jnccl;
 
 import dev.jnccl.bindings.LoadedLibraries;
+import dev.jnccl.bindings.NcclElasticCalls;
 import dev.jnccl.bindings.NcclFeature;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.internal.Deadlines;
@@ -58,6 +59,8 @@ final class Shrinks {
     /** The thread shrinking now, or null. */
     private final AtomicReference<Thread> running = new AtomicReference<>();
     private volatile Done done;
+    /** Tests: a failure this rank reports after its NCCL shrink succeeded (the others must then re-init too). */
+    private volatile String injectedFailure;
     /** The survivors' parts while no communicator owns them (the running shrink's; see {@link #release}). */
     private RankParts unowned;
 
@@ -98,6 +101,11 @@ final class Shrinks {
         } finally {
             running.set(null);
         }
+    }
+
+    /** Tests: this rank's NCCL shrink is to fail with {@code why} after NCCL made the new communicator. */
+    void injectNcclFailure(String why) {
+        injectedFailure = why;
     }
 
     /** The communicator a shrink made, or null. */
@@ -178,6 +186,8 @@ final class Shrinks {
      */
     private Communicator run(List<Integer> excluded, Setting setting) {
         long started = System.nanoTime();
+        Events.Shrink event = new Events.Shrink();
+        event.begin();
         long deadline = Deadlines.deadline(face.options().initTimeout());
         List<Integer> members = survivors(excluded);
         Membership membership = new Membership(face, 0, rank, members.indexOf(rank), members);
@@ -190,7 +200,7 @@ final class Shrinks {
             LOG.info("rank {} of {}: {} by the {} path in {} ms: now rank {} of {}{}", rank, worldSize, reason,
                     made.path, TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started), membership.rank(),
                     members.size(), made.why == null ? "" : " (" + made.why + ")");
-            record(excluded, members.size(), made.path, started);
+            record(event, excluded, members.size(), made.path);
             return made.survivors;
         } catch (RuntimeException | Error e) {
             face.retire(reason + " failed: " + e.getMessage());
@@ -246,7 +256,12 @@ final class Shrinks {
             String failed = null;
             try {
                 shrunk = shrinkInNccl(excluded.stream().mapToInt(Integer::intValue).toArray(), membership,
-                        Deadlines.remainingNanos(deadline), parts, lock);
+                        setting, Deadlines.remainingNanos(deadline), parts, lock);
+                if (injectedFailure != null) {
+                    shrunk.abort();
+                    shrunk = null;
+                    throw new IllegalStateException(injectedFailure);
+                }
             } catch (RuntimeException e) {
                 failed = "ncclCommShrink failed: " + e.getMessage();
                 LOG.warn("rank {}: {}", rank, failed);
@@ -296,12 +311,18 @@ final class Shrinks {
         }
     }
 
-    /** NCCL's shrink of the communicator (see {@link NcclComm#shrink}); the survivors' failures cancel the wait. */
-    private NcclComm shrinkInNccl(int[] excluded, Membership membership, long timeoutNanos, RankParts parts,
-                                  ReentrantLock newLock) {
+    /**
+     * NCCL's shrink of the communicator (see {@link NcclComm#shrink}); the survivors' failures cancel
+     * the wait. A communicator that is not healthy (only {@code jnccl.shrink.path=nccl} gets here with
+     * one) is shrunk with {@code NCCL_SHRINK_ABORT}, as NCCL asks for a communicator in error.
+     */
+    private NcclComm shrinkInNccl(int[] excluded, Membership membership, Setting setting, long timeoutNanos,
+                                  RankParts parts, ReentrantLock newLock) {
+        int flags = setting == Setting.NCCL && unfitForNcclShrink(true) != null ? NcclElasticCalls.NCCL_SHRINK_ABORT
+                : NcclElasticCalls.NCCL_SHRINK_DEFAULT;
         nativeLock.lock();
         try {
-            return comm.shrink(excluded, membership.rank(), membership.worldSize(),
+            return comm.shrink(excluded, flags, membership.rank(), membership.worldSize(),
                     java.time.Duration.ofNanos(timeoutNanos), parts.failures()::cancellation, newLock);
         } finally {
             nativeLock.unlock();
@@ -347,8 +368,9 @@ final class Shrinks {
         return members;
     }
 
-    private void record(List<Integer> excluded, int toWorld, String path, long started) {
-        Events.Shrink event = new Events.Shrink();
+    /** Commits the JFR {@code jnccl.Shrink} event begun when the shrink began (its duration is the shrink's). */
+    private void record(Events.Shrink event, List<Integer> excluded, int toWorld, String path) {
+        event.end();
         if (event.shouldCommit()) {
             event.rank = rank;
             event.fromWorld = worldSize;

@@ -13,6 +13,8 @@ import dev.jnccl.bindings.NcclFeature;
 import dev.jnccl.bindings.NativeLibraries;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -22,6 +24,9 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import jdk.jfr.Recording;
+import jdk.jfr.consumer.RecordedEvent;
+import jdk.jfr.consumer.RecordingFile;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
@@ -77,6 +82,91 @@ class ShrinkTest {
             return null;
         });
         rethrowAny(results);
+    }
+
+    /**
+     * The usual case mid-step: the survivors' collective is pending on the dead rank when they shrink.
+     * Automatically that is a re-init (NCCL fails every shrink then); forced onto NCCL's path, the
+     * shrink aborts the pending work first (NCCL_SHRINK_ABORT), and on the emulation it succeeds.
+     */
+    @ParameterizedTest
+    @ValueSource(strings = {"auto", "nccl"})
+    void survivorsWithACollectivePendingOnTheDeadRankShrink(String path) throws Throwable {
+        System.setProperty(Shrinks.PATH_PROPERTY, path);
+        long seed = new Random().nextLong();
+        List<Object> results = run(4, new ElasticRanks.Pack(4), 3, (comm, dead) -> {
+            if (comm.rank() == 3) {
+                return null; // never joins the all-reduce below
+            }
+            try (CudaStream stream = CudaStream.create(); DeviceMemory stuck = DeviceMemory.allocate(DType.INT32, 64)) {
+                try (Transaction tx = comm.begin(stream)) {
+                    tx.allReduce(stuck.tensor(DType.INT32), ReduceOp.SUM);
+                    tx.execute(null);
+                }
+                Communicator survivors = comm.shrink(3);
+                if (path.equals("auto")) {
+                    assertTrue(comm.abortReason().contains("by re-init"), comm.abortReason());
+                    assertTrue(comm.abortReason().contains("work is pending on its comms stream"), comm.abortReason());
+                } else if (supports(NcclFeature.SHRINK)) {
+                    assertFalse(comm.abortReason().contains("by re-init"), "NCCL's shrink ran: " + comm.abortReason());
+                }
+                ElasticRanks.checkCollectives(survivors, SURVIVORS, seed);
+            }
+            return null;
+        });
+        rethrowAny(results);
+    }
+
+    @Test
+    void oneSurvivorsFailedNcclShrinkSendsEverySurvivorToReinit() throws Throwable {
+        assumeTrue(supports(NcclFeature.SHRINK), "the loaded NCCL has no ncclCommShrink");
+        System.setProperty(Shrinks.PATH_PROPERTY, "nccl");
+        long seed = new Random().nextLong();
+        List<Object> results = run(4, new ElasticRanks.Pack(4), 3, (comm, dead) -> {
+            if (comm.rank() == 3) {
+                return null;
+            }
+            if (comm.rank() == 1) {
+                comm.shrinks().injectNcclFailure("injected failure of rank 1 (test)");
+            }
+            Communicator survivors = comm.shrink(3);
+            assertTrue(comm.abortReason().contains("by re-init: rank 1: ncclCommShrink failed: injected failure of rank 1"),
+                    comm.abortReason());
+            ElasticRanks.checkCollectives(survivors, SURVIVORS, seed);
+            return null;
+        });
+        rethrowAny(results);
+    }
+
+    @Test
+    void eachShrinkIsRecordedAsAJfrEvent() throws Throwable {
+        System.setProperty(Shrinks.PATH_PROPERTY, "reinit");
+        Path file = Files.createTempFile("jnccl-shrink-", ".jfr");
+        try (Recording recording = new Recording()) {
+            recording.enable("jnccl.Shrink");
+            recording.start();
+            rethrowAny(run(4, new ElasticRanks.Pack(4), 2, (comm, dead) -> comm.rank() == 2 ? null
+                    : checkedAndNull(comm.shrink(2))));
+            recording.stop();
+            recording.dump(file);
+            List<RecordedEvent> events = RecordingFile.readAllEvents(file).stream()
+                    .filter(e -> e.getEventType().getName().equals("jnccl.Shrink")).toList();
+            assertEquals(List.of(0, 1, 3), events.stream().map(e -> e.getInt("rank")).sorted().toList());
+            for (RecordedEvent event : events) {
+                assertEquals("reinit", event.getString("path"));
+                assertEquals(4, event.getInt("fromWorld"));
+                assertEquals(3, event.getInt("toWorld"));
+                assertEquals("[2]", event.getString("excluded"));
+                assertTrue(event.getDuration().toNanos() > 0, "the event lasts as long as the shrink");
+            }
+        } finally {
+            Files.deleteIfExists(file);
+        }
+    }
+
+    private static Object checkedAndNull(Communicator survivors) {
+        ElasticRanks.checkCollectives(survivors, List.of(0, 1, 3), 5);
+        return null;
     }
 
     @Test
@@ -139,6 +229,25 @@ class ShrinkTest {
             assertFalse(comm.isAborted());
             Communicator survivors = comm.shrink(3);
             ElasticRanks.checkCollectives(survivors, SURVIVORS, seed);
+            return null;
+        });
+        rethrowAny(results);
+    }
+
+    @Test
+    void aRevokedCommunicatorClosesAndAborts() throws Throwable {
+        assumeTrue(supports(NcclFeature.REVOKE), "the loaded NCCL has no ncclCommRevoke");
+        List<Object> results = run(2, new ElasticRanks.Pack(2), -1, (comm, dead) -> {
+            comm.revoke();
+            CommunicatorAbortedException refused = assertThrows(CommunicatorAbortedException.class, comm::barrier);
+            assertTrue(refused.getMessage().contains("was revoked (Communicator.revoke)"), refused.getMessage());
+            if (comm.rank() == 0) {
+                comm.abort("after the revoke (test)");
+                assertTrue(comm.isAborted());
+                assertTrue(comm.abortReason().contains("after the revoke (test)"), comm.abortReason());
+            }
+            comm.close();
+            assertTrue(comm.isClosed());
             return null;
         });
         rethrowAny(results);

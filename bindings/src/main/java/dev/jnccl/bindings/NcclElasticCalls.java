@@ -62,14 +62,7 @@ public final class NcclElasticCalls {
      */
     public static int ncclCommShrink(MemorySegment comm, MemorySegment excludeRanksList, int excludeRanksCount,
                                      MemorySegment newcomm, MemorySegment config, int shrinkFlags) {
-        try {
-            return (int) Shrink.HANDLE.invokeExact(comm, excludeRanksList, excludeRanksCount, newcomm, config,
-                    shrinkFlags);
-        } catch (Error | RuntimeException e) {
-            throw e;
-        } catch (Throwable e) {
-            throw new AssertionError("a downcall threw a checked exception", e);
-        }
+        return call(Shrink.HANDLE, comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
     }
 
     /**
@@ -81,13 +74,7 @@ public final class NcclElasticCalls {
      * @return the ncclResult_t
      */
     public static int ncclCommRevoke(MemorySegment comm, int revokeFlags) {
-        try {
-            return (int) Revoke.HANDLE.invokeExact(comm, revokeFlags);
-        } catch (Error | RuntimeException e) {
-            throw e;
-        } catch (Throwable e) {
-            throw new AssertionError("a downcall threw a checked exception", e);
-        }
+        return call(Revoke.HANDLE, comm, revokeFlags);
     }
 
     /**
@@ -99,13 +86,7 @@ public final class NcclElasticCalls {
      * @return the ncclResult_t
      */
     public static int ncclCommGetUniqueId(MemorySegment comm, MemorySegment uniqueId) {
-        try {
-            return (int) GetUniqueId.HANDLE.invokeExact(comm, uniqueId);
-        } catch (Error | RuntimeException e) {
-            throw e;
-        } catch (Throwable e) {
-            throw new AssertionError("a downcall threw a checked exception", e);
-        }
+        return call(GetUniqueId.HANDLE, comm, uniqueId);
     }
 
     /**
@@ -123,8 +104,13 @@ public final class NcclElasticCalls {
      */
     public static int ncclCommGrow(MemorySegment comm, int nRanks, MemorySegment uniqueId, int rank,
                                    MemorySegment newcomm, MemorySegment config) {
+        return call(Grow.HANDLE, comm, nRanks, uniqueId, rank, newcomm, config);
+    }
+
+    /** These calls are rare (a membership change), so one generic invocation serves all four. */
+    private static int call(MethodHandle handle, Object... arguments) {
         try {
-            return (int) Grow.HANDLE.invokeExact(comm, nRanks, uniqueId, rank, newcomm, config);
+            return (int) handle.invokeWithArguments(arguments);
         } catch (Error | RuntimeException e) {
             throw e;
         } catch (Throwable e) {

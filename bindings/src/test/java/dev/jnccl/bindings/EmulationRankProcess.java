@@ -15,7 +15,9 @@ import java.util.List;
  * One rank of a multi-process world (main class of a child JVM started by
  * {@link EmulationProcessWorldTest}). Arguments: unique id (hex), world size, rank, seed. The ranks
  * meet only through the unique id; each checks its own results against the Java reference, which it
- * recomputes from the seed. Exit code 0 = every result right, 1 = wrong results, 2 = an error.
+ * recomputes from the seed. Exit code 0 = every result right, 1 = wrong results, 2 = an error. An
+ * optional fifth argument makes the rank leave right after joining: "die-after-init" (exits at once)
+ * or "wait-after-init" (waits to be killed).
  */
 public final class EmulationRankProcess {
     private EmulationRankProcess() {}
@@ -52,6 +54,13 @@ public final class EmulationRankProcess {
                     System.out.println("rank " + rank + " joined, now dying");
                     System.out.flush();
                     Runtime.getRuntime().halt(0);
+                }
+                if (args.length > 4 && args[4].equals("wait-after-init")) {
+                    // A rank process that the test SIGKILLs while its peers wait for it (EmulationElasticTest).
+                    System.out.println("rank " + rank + " joined, now waiting to be killed");
+                    System.out.flush();
+                    Thread.sleep(120_000);
+                    Runtime.getRuntime().halt(3);
                 }
                 if (EmulationSupport.commInt(comm, "count") != n || EmulationSupport.commInt(comm, "rank") != rank) {
                     problems.add("rank " + rank + ": ncclCommCount / ncclCommUserRank disagree");

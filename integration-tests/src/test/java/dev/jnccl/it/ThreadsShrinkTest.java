@@ -1,4 +1,4 @@
-package dev.jnccl.threads;
+package dev.jnccl.it;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -8,6 +8,8 @@ import dev.jnccl.DType;
 import dev.jnccl.ReduceOp;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
+import dev.jnccl.threads.ThreadsCommunicators;
+import dev.jnccl.threads.ThreadsOptions;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.util.List;
@@ -20,10 +22,11 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
 /**
- * The threads host side's shrink: in a pack of 4 (host emulation) rank 3 stays alive but never calls
- * jnccl again; the other three shrink without it (the survivors' pack never waits for rank 3) by
- * either path, with NCCL's or the copy engines' all-gather, and run checked collectives; the pack
- * then ends normally.
+ * The threads host side's shrink: in a pack of 4 rank 3 stays alive but never calls jnccl again;
+ * the other three shrink without it (the survivors' pack never waits for rank 3) by either path,
+ * with NCCL's or the copy engines' all-gather, and run checked collectives; the pack then ends
+ * normally. On the emulation in the build; on real NCCL in the GPU machine's threads multi-rank
+ * suite (ranks sharing the GPU, {@link Packs#placed}).
  */
 @Timeout(120)
 class ThreadsShrinkTest {
@@ -35,12 +38,12 @@ class ThreadsShrinkTest {
     }
 
     @ParameterizedTest
-    @CsvSource({"reinit, false", "auto, false", "nccl, false", "reinit, true"})
+    @CsvSource({"reinit, false", "auto, false", "nccl, false", "reinit, true", "nccl, true"})
     void survivorsShrinkWithoutARankThatNeverCalls(String path, boolean memcpy) {
         System.setProperty("jnccl.shrink.path", path);
         long seed = new Random().nextLong();
         CountDownLatch survivorsDone = new CountDownLatch(3);
-        ThreadsOptions options = ThreadsOptions.defaults().withMemcpyAllGather(memcpy);
+        ThreadsOptions options = Packs.placed(4, ThreadsOptions.defaults().withMemcpyAllGather(memcpy));
         ThreadsCommunicators.run(4, options, comm -> {
             if (comm.rank() == 3) {
                 await(survivorsDone); // alive, never calling jnccl, until the survivors are done
