@@ -15,6 +15,8 @@
 #   late-create-w3  rank 2 of 3 creates late: the others' create names it at the init timeout, the job ends
 #   verdicts-w3   MpiHangVerdictTest: a mismatched count, a skipped collective, a lagging, early or killed rank
 #                 named by the same verdict on every rank (with and without JNCCL_DEBUG=detail)
+#   lost-w3       MpiLostRankTest: rank 1 or 2 of 3 SIGKILLed mid-collective under mpirun --enable-recovery
+#                 with MpiOptions.withContinueWithoutFailedRanks(2): the survivors recover, checked sums
 #   example-w4    mpirun -np 4 bin/run-example --launcher mpi: every element checked, last line OK
 # then `ALL PASSED` (exit 0) or `FAILED: parts...` (exit 1). Logs and JUnit reports go to $OUT when
 # set, else /tmp/jnccl-gpu-mpi.
@@ -94,6 +96,8 @@ junit late-create-w3 aRankThatCreatesLateIsNamedAtTheInitDeadline
 # Hang forensics at W=3 on real NCCL (a mismatched count, a skipped collective, a lagging, early or
 # killed rank, with and without JNCCL_DEBUG=detail): the MPICH cases and the emulation's stuck fault skip.
 junit verdicts-w3 - "--select-class=dev.jnccl.it.MpiHangVerdictTest"
+# A lost process: the survivors recover (RankLostException.recover()) and finish; MPICH's case skips.
+junit lost-w3 - "--select-class=dev.jnccl.it.MpiLostRankTest"
 
 # The example: one process per rank, all on device 0, each its own NCCL "node".
 # shellcheck disable=SC2086 # MPI_FLAGS is a list of flags
