@@ -19,7 +19,7 @@
 #                 with MpiOptions.withContinueWithoutFailedRanks(2): the survivors recover, checked sums
 #   example-w4    mpirun -np 4 bin/run-example --launcher mpi: every element checked, last line OK
 # then `ALL PASSED` (exit 0) or `FAILED: parts...` (exit 1). Logs and JUnit reports go to $OUT when
-# set, else /tmp/jnccl-gpu-mpi.
+# set, else /tmp/jnccl-gpu-mpi. PARTS=verdicts-w3,lost-w3 (a comma-separated list) runs those parts only.
 #
 #   scripts/gpu/gpu-mpi-test.sh            on the GPU (backend cuda)
 #   scripts/gpu/gpu-mpi-test.sh --host     the same logic on the host emulation (any machine with Open MPI;
@@ -71,7 +71,11 @@ failed=()
 part() { # name, status
   if [ "$2" = 0 ]; then echo "PASS $1"; else echo "FAIL $1 (log: $out/$1.log)"; failed+=("$1"); fi
 }
+wanted() { # part name: PARTS=a,b runs those parts only (all when unset)
+  [ -z "${PARTS:-}" ] || [[ ",$PARTS," == *",$1,"* ]]
+}
 junit() { # part name, method selector of GpuMpiWorldsTest [, a selector (--select-...=...) whose skips are expected]
+  wanted "$1" || return 0
   local name=$1 method=$2 select=${3:-} not_run="skipped|aborted|failed"
   [ -n "$select" ] && not_run="failed"
   "$java" --enable-native-access=ALL-UNNAMED -Djnccl.backend="$backend" -Djnccl.it.mpi.backend="$backend" \
@@ -100,6 +104,7 @@ junit verdicts-w3 - "--select-class=dev.jnccl.it.MpiHangVerdictTest"
 junit lost-w3 - "--select-class=dev.jnccl.it.MpiLostRankTest"
 
 # The example: one process per rank, all on device 0, each its own NCCL "node".
+if wanted example-w4; then
 # shellcheck disable=SC2086 # MPI_FLAGS is a list of flags
 timeout 300 "$MPI_RUN" -np 4 $MPI_FLAGS -x JNCCL_MPI_LIBRARY -x NCCL_SOCKET_IFNAME -x NCCL_NVLS_ENABLE \
   -x JNCCL_DEVICE=0 -x JNCCL_BACKEND="$backend" \
@@ -109,6 +114,7 @@ code=$?
 grep -E "^(launcher|backend|rank [0-9]|time per|OK|FAILED)" "$out/example-w4.log" | sed 's/^/    /'
 grep -qx OK "$out/example-w4.log" || code=1
 part example-w4 "$code"
+fi
 
 if [ ${#failed[@]} -eq 0 ]; then
   echo "ALL PASSED"

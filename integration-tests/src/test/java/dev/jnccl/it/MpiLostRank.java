@@ -111,8 +111,11 @@ public final class MpiLostRank {
         } catch (RankLostException e) {
             lost = e;
         }
-        System.out.println("LOST rank=" + rank + " lost=" + lost.lostRanks() + " of " + current.worldSize());
+        long detected = System.currentTimeMillis();
+        System.out.println("LOST rank=" + rank + " lost=" + lost.lostRanks() + " of " + current.worldSize() + " at="
+                + detected);
         Communicator survivors = lost.recover();
+        long recovered = System.currentTimeMillis();
         if (lost.recover() != survivors) {
             throw new IllegalStateException("a second recover() returned another communicator");
         }
@@ -124,6 +127,11 @@ public final class MpiLostRank {
                     + survivors.rank() + " of " + survivors.worldSize() + "; expected lost [" + members.indexOf(victim)
                     + "], rank " + left.indexOf(rank) + " of " + left.size());
         }
+        try (RankContext c = new RankContext(survivors, seed)) {
+            sumAndCheck(c, survivors, left, "first" + victim, rank);
+        }
+        System.out.println("FIRST rank=" + rank + " at=" + System.currentTimeMillis() + " recover_ms="
+                + (recovered - detected) + " first_collective_ms=" + (System.currentTimeMillis() - recovered));
         return survivors;
     }
 

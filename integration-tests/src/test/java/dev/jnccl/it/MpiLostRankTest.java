@@ -78,6 +78,9 @@ class MpiLostRankTest {
                 int victim = Integer.parseInt(token.replace("b", ""));
                 Matcher running = job.awaitLine("RUNNING rank=" + victim + " pid=(\\d+)", MpiWorldsChecks.JOB_TIMEOUT);
                 ProcessHandle.of(Long.parseLong(running.group(1))).ifPresent(ProcessHandle::destroyForcibly); // SIGKILL
+                // With the survivors' FIRST lines: the time from the kill to the first collective of the
+                // recovered communicator (docs/elastic.md reports it from the GPU machine).
+                System.out.println("KILLED rank=" + victim + " at=" + System.currentTimeMillis());
                 for (int rank : members) {
                     if (rank != victim) {
                         job.awaitLine("LOST rank=" + rank + " lost=\\[" + members.indexOf(victim) + "\\] of "
@@ -98,6 +101,8 @@ class MpiLostRankTest {
             assertEquals(0, exit, "mpirun's exit code (Open MPI with --enable-recovery exits 0 after a death)\n"
                     + output);
             job.assertNoRankLeft(Duration.ofSeconds(15));
+            output.lines().filter(l -> l.startsWith("LOST rank=") || l.startsWith("FIRST rank="))
+                    .forEach(System.out::println);
         }
     }
 }
