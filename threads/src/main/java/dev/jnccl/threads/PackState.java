@@ -3,6 +3,7 @@ package dev.jnccl.threads;
 import dev.jnccl.Communicator;
 import dev.jnccl.CommunicatorAbortedException;
 import dev.jnccl.Diagnosis;
+import dev.jnccl.JncclException;
 import dev.jnccl.RankSummary;
 import dev.jnccl.cuda.CudaEvent;
 import dev.jnccl.internal.Backoff;
@@ -14,9 +15,13 @@ import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.SortedMap;
+import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLongArray;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -33,6 +38,13 @@ import org.slf4j.LoggerFactory;
  * them), and every exception that releases a rank because of the pack's failure first waits,
  * bounded by the close timeout, until every rank's {@code readsDone} has completed
  * ({@link #awaitReadsDrained}); so does each rank's close, hence {@link ThreadsPack#join()}.
+ *
+ * <p>With {@link ThreadsOptions#withContinueWithoutFailedRanks} a failing rank is <i>lost</i>
+ * ({@link #lose}) instead of failing the pack: it is left out of the barriers from then on (so the
+ * survivors' end of work meets without it), every communicator of the pack is aborted with the loss
+ * (their host sides answer {@link #lostRanks}, so calls on them throw {@code RankLostException}),
+ * and the packs split or shrunk from this one lose the rank too. The survivors carry on in the
+ * packs of their shrunk communicators.
  */
 final class PackState {
     private static final Logger LOG = LoggerFactory.getLogger(PackState.class);
@@ -52,10 +64,18 @@ final class PackState {
 
     private final int size;
     private final Duration drainTimeout;
+    /** The fewest ranks this pack goes on with after losing some; 0: a failing rank fails the pack. */
+    private final int minWorld;
+    /** Per rank: why it was lost, or null while it is not (guarded by lock). */
+    private final Throwable[] lost;
+    /** How many ranks are lost (written under lock; volatile for the waits' checks). */
+    private volatile int lostCount;
     /** The pack this one was split from (see {@link #child}), or null. */
     private final PackState parent;
     /** Per rank of this pack: its rank in {@link #parent}; null without a parent. */
     private final int[] parentRanks;
+    /** Whether this is the pack of a split (else of a shrink's survivors, or the root). */
+    private final boolean split;
     /** The packs of the communicators split from this pack's, by split number and color (guarded by lock). */
     private final Map<String, PackState> children = new HashMap<>();
     /** The packs of the survivors of this pack's shrinks, by shrink number and members (guarded by lock). */
@@ -104,12 +124,24 @@ final class PackState {
      *                     buffers (the communicators' close timeout)
      */
     PackState(int size, Duration drainTimeout) {
-        this(size, drainTimeout, null, null);
+        this(size, drainTimeout, 0, null, null, false);
     }
 
-    private PackState(int size, Duration drainTimeout, PackState parent, int[] parentRanks) {
+    /**
+     * @param minWorld the fewest ranks the pack goes on with after losing some (see {@link #lose}); 0
+     *                 for off
+     */
+    PackState(int size, Duration drainTimeout, int minWorld) {
+        this(size, drainTimeout, minWorld, null, null, false);
+    }
+
+    private PackState(int size, Duration drainTimeout, int minWorld, PackState parent, int[] parentRanks,
+                      boolean split) {
+        this.split = split;
         this.size = size;
         this.drainTimeout = drainTimeout;
+        this.minWorld = minWorld;
+        this.lost = new Throwable[size];
         this.parent = parent;
         this.parentRanks = parentRanks;
         this.readLocks = new Object[size];
@@ -158,8 +190,9 @@ final class PackState {
     PackState child(long split, int color, List<Integer> members) {
         PackState child;
         synchronized (lock) {
+            // A child goes on down to one rank: whether the job can go on is the root pack's minimum.
             child = children.computeIfAbsent(split + "/" + color, key -> new PackState(members.size(), drainTimeout,
-                    this, members.stream().mapToInt(Integer::intValue).toArray()));
+                    Math.min(minWorld, 1), this, members.stream().mapToInt(Integer::intValue).toArray(), true));
         }
         Failure failed = failure.get();
         if (failed != null) {
@@ -171,16 +204,31 @@ final class PackState {
     /**
      * The shared state of the survivors of shrink number {@code shrink} of this pack's communicators
      * (the first survivor to ask creates it): its ranks are {@code members} only, so it never waits
-     * for an excluded rank. A failure among the survivors fails this pack too (see {@link #failed});
-     * this pack's failure does not reach the survivors (it is usually the loss they answer).
+     * for an excluded rank. A failure among the survivors fails this pack too (see {@link #failed}), and
+     * this pack's failure fails theirs (with a minimum world, a loss is no failure: see {@link #lose};
+     * a later loss of a survivor reaches their pack as a loss too).
      *
      * @param members the survivors' ranks in this pack, in their new rank order
      */
     PackState survivors(long shrink, List<Integer> members) {
+        PackState survivors;
         synchronized (lock) {
-            return shrunk.computeIfAbsent(shrink + "/" + members, key -> new PackState(members.size(), drainTimeout,
-                    this, members.stream().mapToInt(Integer::intValue).toArray()));
+            survivors = shrunk.computeIfAbsent(shrink + "/" + members, key -> new PackState(members.size(),
+                    drainTimeout, Math.min(minWorld, 1), this, members.stream().mapToInt(Integer::intValue).toArray(),
+                    false));
         }
+        Failure failed = failure.get();
+        if (failed != null) {
+            survivors.failFromParent(failed);
+        }
+        return survivors;
+    }
+
+    /** The packs split or shrunk from this one. Holds the lock. */
+    private List<PackState> descendants() {
+        List<PackState> all = new ArrayList<>(children.values());
+        all.addAll(shrunk.values());
+        return all;
     }
 
     private void failFromParent(Failure failed) {
@@ -236,11 +284,12 @@ final class PackState {
         synchronized (lock) {
             lock.notifyAll();
             toAbort = communicators.clone();
-            splits = List.copyOf(children.values());
+            splits = descendants();
         }
 
         // The packs related by splits fail too (each only once: the first failure wins in each).
-        if (parent != null && rank >= 0) {
+        // A split's failure that follows its parent's loss (the parent's abort reached it) is not the parent's.
+        if (parent != null && rank >= 0 && !(split && parent.abortedForLoss())) {
             parent.diagnosed(failed.diagnosis());
             parent.failed(new Failure(parentRanks[rank], failed.error(), failed.who(), failed.diagnosis()));
         }
@@ -277,16 +326,198 @@ final class PackState {
     }
 
     /**
+     * Rank {@code rank} has failed for good ({@code error}: its work threw, or its thread was
+     * interrupted). With the pack's minimum world off this is {@link #fail}. Otherwise the rank is
+     * lost: it leaves the barriers (a survivors' end of work no longer waits for it), the ranks
+     * waiting in other host-side calls are released, the packs split from this one lose it too, and
+     * every communicator of the pack is aborted with the loss (its host side answers
+     * {@link #lostRanks} from then on). A loss that leaves fewer than the minimum world fails the
+     * pack, naming every lost rank. Returns whether this call lost the rank or failed the pack.
+     */
+    boolean lose(int rank, Throwable error) {
+        if (minWorld == 0) {
+            return fail(rank, error);
+        }
+        Communicator[] toAbort;
+        List<PackState> splits;
+        synchronized (lock) {
+            if (failure.get() != null || lost[rank] != null) {
+                return false;
+            }
+            if (size - lostCount - 1 < minWorld) {
+                toAbort = null; // not marked lost: waiting ranks must be released by the failure, not by a loss
+                splits = List.of();
+            } else {
+                lost[rank] = error;
+                lostCount++;
+                leaveBarrier(rank);
+                toAbort = communicators.clone();
+                splits = descendants();
+            }
+        }
+        if (toAbort == null) {
+            return fail(rank, belowMinimum(rank, error));
+        }
+        String reason = who(rank) + " was lost: " + error + "; the survivors go on without " + lostRanks()
+                + " (RankLostException.recover)";
+        LOG.warn("{}", reason, error);
+        for (PackState child : splits) {
+            child.loseParentRank(rank, error);
+        }
+        for (Communicator communicator : toAbort) {
+            abortQuietly(communicator, reason);
+        }
+        return true;
+    }
+
+    /**
+     * A hang that rank {@code reporter}'s watchdog diagnosed: with a minimum world, the ranks the
+     * verdict names as never having reached the call the others wait in (and only those: not a
+     * mismatch, a rank that left, or one that gave no summary) are lost, and their threads
+     * interrupted, so that user code waiting in an interruptible wait ends. Returns whether the pack
+     * now goes on without lost ranks (the reporter's abort is then the loss's, not a failure).
+     */
+    boolean loseHung(int reporter, Diagnosis diagnosis) {
+        if (minWorld == 0 || diagnosis == null) {
+            return false;
+        }
+        List<Integer> culprits = neverReached(diagnosis.verdict());
+        if (culprits.isEmpty() || culprits.contains(reporter) || culprits.stream().anyMatch(r -> r >= size)) {
+            return false;
+        }
+        for (int culprit : culprits) {
+            Thread thread;
+            synchronized (lock) {
+                thread = working[culprit];
+            }
+            lose(culprit, new JncclException(who(culprit) + " hung and was interrupted: " + diagnosis.verdict()));
+            if (thread != null) {
+                thread.interrupt(); // after the loss: whatever its next jnccl call, its communicator is aborted
+            }
+        }
+        return abortedForLoss();
+    }
+
+    /** The ranks of clauses "rank N never reached ..." when every clause of the verdict is one; else none. */
+    static List<Integer> neverReached(String verdict) {
+        List<Integer> ranks = new ArrayList<>();
+        for (String clause : verdict.split("; ")) {
+            Matcher m = NEVER_REACHED.matcher(clause);
+            if (!m.lookingAt()) {
+                return List.of();
+            }
+            ranks.add(Integer.parseInt(m.group(1)));
+        }
+        return ranks;
+    }
+
+    /** The verdict's clause for a rank that lags (see {@link Diagnosis}). */
+    private static final Pattern NEVER_REACHED = Pattern.compile(
+            "rank (\\d+) never reached ");
+
+    /** A lost rank is no longer waited for: its place in the barrier goes, and the others' waits end. Holds the lock. */
+    private void leaveBarrier(int rank) {
+        started.set(rank, Long.MAX_VALUE);
+        if (present[rank]) {
+            present[rank] = false;
+            arrived--;
+        }
+        if (arrived > 0 && !FINISH.equals(generationOperation)) {
+            // Ranks in a host-side call of the aborted communicators: released by the loss (see awaitOthers).
+            arrived = 0;
+            Arrays.fill(present, false);
+            generation++;
+        } else if (arrived > 0 && arrived == size - lostCount) {
+            completeGeneration();
+        }
+        lock.notifyAll();
+    }
+
+    /** Every rank still in the pack has arrived: the barrier opens. Holds the lock. */
+    private void completeGeneration() {
+        arrived = 0;
+        Arrays.fill(present, false);
+        generation++;
+        lock.notifyAll();
+    }
+
+    /** Parent rank {@code parentRank} is lost: so is its rank in this (split or shrunk) pack, if a member. */
+    private void loseParentRank(int parentRank, Throwable error) {
+        for (int r = 0; r < size; r++) {
+            if (parentRanks[r] == parentRank) {
+                lose(r, error);
+            }
+        }
+    }
+
+    /** The pack's failure when a loss leaves too few ranks: names every lost rank, the earlier ones' errors suppressed. */
+    private JncclException belowMinimum(int rank, Throwable error) {
+        List<Integer> gone = new ArrayList<>(lostRanks());
+        gone.add(rank);
+        gone.sort(null);
+        JncclException failed = new JncclException(who(rank) + " failed (" + error + ") and ranks " + gone
+                + " are lost: " + (size - gone.size()) + " of " + size + " ranks remain, fewer than"
+                + " ThreadsOptions.minWorld " + minWorld, error);
+        synchronized (lock) {
+            for (int r = 0; r < size; r++) {
+                if (r != rank && lost[r] != null) {
+                    failed.addSuppressed(lost[r]);
+                }
+            }
+        }
+        return failed;
+    }
+
+    /** {@return the ranks lost so far, sorted, in this pack's numbering} */
+    List<Integer> lostRanks() {
+        List<Integer> gone = new ArrayList<>();
+        synchronized (lock) {
+            for (int r = 0; r < size; r++) {
+                if (lost[r] != null) {
+                    gone.add(r);
+                }
+            }
+        }
+        return gone;
+    }
+
+    /** {@return each lost rank with what it threw, in rank order} */
+    SortedMap<Integer, Throwable> lostErrors() {
+        SortedMap<Integer, Throwable> errors = new TreeMap<>();
+        synchronized (lock) {
+            for (int r = 0; r < size; r++) {
+                if (lost[r] != null) {
+                    errors.put(r, lost[r]);
+                }
+            }
+        }
+        return errors;
+    }
+
+    /**
+     * Whether the pack's communicators are aborted because ranks were lost (and the pack has not
+     * failed): their aborts and the exceptions that follow must not fail the pack.
+     */
+    boolean abortedForLoss() {
+        return lostCount > 0 && failure.get() == null;
+    }
+
+    /**
      * Aborts {@code communicator} (null: none) for the pack's failure. An abort that throws is
      * logged and the next one goes on: each rank's communicator is aborted and each rank released
      * whatever one abort did, and the failure the ranks report stays the pack's first.
      */
     private static void abortQuietly(Communicator communicator, Failure failed) {
+        abortQuietly(communicator, reason(failed));
+    }
+
+    /** Aborts {@code communicator} (null: none) for {@code reason}, logging an abort that throws. */
+    private static void abortQuietly(Communicator communicator, String reason) {
         if (communicator == null) {
             return;
         }
         try {
-            communicator.abort(reason(failed));
+            communicator.abort(reason);
         } catch (RuntimeException e) {
             LOG.warn("rank {}: aborting its communicator for the pack's failure failed; the pack goes on releasing"
                     + " its ranks", communicator.rank(), e);
@@ -421,7 +652,11 @@ final class PackState {
             failure = diagnosedDeadline(rank, past.getMessage());
         }
         // fail() aborts communicators, which take their owners' locks: never call it holding ours.
-        fail(rank, failure);
+        if (failure.getCause() instanceof InterruptedException) {
+            lose(rank, failure); // this rank's thread was interrupted: lost, where the pack goes on without it
+        } else if (!abortedForLoss()) {
+            fail(rank, failure); // after a loss every communicator of the pack is aborted: this rank's failure is moot
+        }
         awaitReadsDrained(rank);
         throw failure;
     }
@@ -514,6 +749,9 @@ final class PackState {
             if (failure.get() != null) {
                 return released(operation, rank);
             }
+            if (releasedByLoss(operation)) {
+                return lossRelease(operation, rank);
+            }
             // Checked and counted under one lock hold, so two ranks cannot both see an empty barrier.
             if (arrived == 0) {
                 generationOperation = operation;
@@ -523,16 +761,16 @@ final class PackState {
             }
             long mine = generation;
             present[rank] = true;
-            if (++arrived == size) {
-                arrived = 0;
-                Arrays.fill(present, false);
-                generation++;
-                lock.notifyAll();
+            if (++arrived == size - lostCount) {
+                completeGeneration();
                 return null;
             }
             while (generation == mine) {
                 if (failure.get() != null) {
                     return released(operation, rank);
+                }
+                if (releasedByLoss(operation)) {
+                    return lossRelease(operation, rank);
                 }
                 long waited = System.nanoTime() - start;
                 if (waited >= timeoutNanos) {
@@ -554,8 +792,22 @@ final class PackState {
                             + absent() + " had not arrived", e);
                 }
             }
-            return null;
+            return releasedByLoss(operation) ? lossRelease(operation, rank) : null;
         }
+    }
+
+    /**
+     * Whether a wait in {@code operation} ends because ranks were lost: every host-side call of the
+     * pack's (aborted) communicators does; the end of the survivors' work meets without the lost.
+     */
+    private boolean releasedByLoss(String operation) {
+        return lostCount > 0 && !operation.equals(FINISH);
+    }
+
+    /** What a rank released by a loss throws (see {@link #settle}: it does not fail the pack). */
+    private CommunicatorAbortedException lossRelease(String operation, int rank) {
+        return new CommunicatorAbortedException(operation + " on " + who(rank) + " released: ranks " + lostRanks()
+                + " were lost", lostErrors().values().stream().findFirst().orElse(null));
     }
 
     /**
@@ -664,6 +916,9 @@ final class PackState {
             if (failure.get() != null) {
                 return released("transaction throttle", rank);
             }
+            if (releasedByLoss("transaction throttle")) {
+                return lossRelease("transaction throttle", rank);
+            }
             long slowest = Long.MAX_VALUE;
             int behind = -1;
             for (int r = 0; r < size; r++) {
@@ -732,6 +987,9 @@ final class PackState {
      */
     void finish(int rank) {
         synchronized (lock) {
+            if (lost[rank] != null) {
+                return; // a hung rank that returned after all: the survivors went on without it
+            }
             if (closedAfter[rank] < 0) {
                 closedAfter[rank] = started.get(rank);
                 workReturned[rank] = true;

@@ -32,6 +32,10 @@ import org.slf4j.LoggerFactory;
  * the rank that noticed reads every rank's summary from the pack first, and the verdict that names
  * the culprit is the first line of every rank's exception and of {@link ThreadsPack#join()}'s (see
  * {@link dev.jnccl.Diagnosis}).
+ *
+ * <p>With {@link ThreadsOptions#withContinueWithoutFailedRanks(int)} a rank whose work throws, or
+ * whose thread is interrupted, is lost instead: the others get {@link dev.jnccl.RankLostException}
+ * from jnccl and go on with its {@code recover()} (see that option).
  */
 public final class ThreadsCommunicators {
     private static final Logger LOG = LoggerFactory.getLogger(ThreadsCommunicators.class);
@@ -59,9 +63,13 @@ public final class ThreadsCommunicators {
         }
         int[] deviceOfRank = deviceOfRank(gpus, options, visible);
         int size = deviceOfRank.length;
+        if (options.minWorld() > size) {
+            throw new IllegalArgumentException("launch: ThreadsOptions.minWorld " + options.minWorld() + " is more than"
+                    + " the pack's " + size + " ranks (allowed: 0 for off, or 1 to " + size + ")");
+        }
         boolean realGpu = JncclRuntime.query().backend() == Backend.CUDA;
         UniqueId id = UniqueId.generate();
-        PackState state = new PackState(size, options.communicator().closeTimeout());
+        PackState state = new PackState(size, options.communicator().closeTimeout(), options.minWorld());
         Throwable[] errors = new Throwable[size];
         List<Thread> threads = new ArrayList<>(size);
         for (int rank = 0; rank < size; rank++) {
@@ -147,7 +155,10 @@ public final class ThreadsCommunicators {
             state.finish(rank);
         } catch (Throwable t) {
             errors[rank] = t;
-            if (state.fail(rank, t)) {
+            // With ThreadsOptions.minWorld the pack may go on without a rank that fails in its work (lose
+            // logs it); one that fails in init fails the pack: the others have nothing to recover yet.
+            boolean first = communicator == null ? state.fail(rank, t) : state.lose(rank, t);
+            if (first && state.failure() != null) {
                 LOG.error("rank {} failed; aborting the pack", rank, t);
             }
         } finally {

@@ -169,14 +169,26 @@ final class ThreadsHost implements HostSide, RankEvents, Failures {
         return pack.diagnosed(diagnosis);
     }
 
+    /** The pack's lost ranks (see {@link PackState#lose}): with them, calls on an aborted communicator throw RankLostException. */
+    @Override
+    public List<Integer> lostRanks() {
+        return pack.lostRanks();
+    }
+
     @Override
     public Diagnosis diagnosis() {
         return pack.diagnosis();
     }
 
+    /**
+     * The pack fails with this rank's abort, unless the abort is the pack's loss of other ranks (see
+     * {@link PackState#lose}), or, where the pack goes on without failed ranks: this rank's own thread
+     * was interrupted (NCCL's wait ended for it; this rank is lost), or the diagnosis of a hang names
+     * other ranks that never reached the call (they are lost, see {@link PackState#loseHung}).
+     */
     @Override
     public void aborting(String reason) {
-        pack.fail(rank, failure(reason));
+        failOrLose(reason);
         if (Thread.currentThread() == owner) {
             // This rank failed in its own call (a CUDA or NCCL error): its exception is about to reach user code.
             pack.awaitReadsDrained(rank);
@@ -185,9 +197,22 @@ final class ThreadsHost implements HostSide, RankEvents, Failures {
 
     @Override
     public void beforeAbortedException(String reason) {
-        // The abort may be this communicator's own (watchdog): make it the pack's failure before draining.
-        pack.fail(rank, failure(reason));
+        // The abort may be this communicator's own (watchdog): make it the pack's failure (or loss) before
+        // draining; this thread may get here before the aborting thread reaches aborting().
+        failOrLose(reason);
         pack.awaitReadsDrained(rank);
+    }
+
+    /** This rank's abort for {@code reason} fails the pack, or is a loss (see {@link #aborting}). */
+    private void failOrLose(String reason) {
+        if (pack.abortedForLoss()) {
+            return;
+        }
+        if (owner.isInterrupted()) {
+            pack.lose(rank, failure(reason));
+        } else if (!pack.loseHung(rank, pack.diagnosis())) {
+            pack.fail(rank, failure(reason));
+        }
     }
 
     /** This rank's failure, as the pack reports it (join() rethrows the first): the verdict first, when there is one. */

@@ -21,16 +21,20 @@ import java.util.function.Consumer;
  * @param devices         the device of each rank (index = rank); empty (the default) means one rank
  *                        per device, rank r on device r. Several ranks may share a device; each device
  *                        must be 0 or more, and below the number of visible devices at launch
+ * @param minWorld        0 (the default): a rank that fails fails the pack. 1 or more: the pack
+ *                        continues without a failed rank while at least {@code minWorld} ranks remain
+ *                        (see {@link #withContinueWithoutFailedRanks(int)}); at most the pack's size,
+ *                        checked at launch
  */
 public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAllGather, boolean memcpySendRecv,
-                             int maxLead, boolean pinCpus, List<Integer> devices) {
+                             int maxLead, boolean pinCpus, List<Integer> devices, int minWorld) {
     private static final String NAME = "ThreadsOptions";
     /** The largest lead: beyond it a rank could queue so much work that the throttle means nothing. */
     private static final int MAX_LEAD = 65_536;
 
     /**
      * Checks the values: communicator options and devices given, a lead of 1 to 65536, no null or
-     * negative device; {@code devices} is copied.
+     * negative device, a minimum world of 0 or more; {@code devices} is copied.
      *
      * @throws NullPointerException     naming the option that is null
      * @throws IllegalArgumentException naming the option, its value and the allowed range
@@ -39,6 +43,23 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
         OptionChecks.given(NAME, communicator, "communicator options are null");
         OptionChecks.range(NAME, "maxLead", maxLead, 1, MAX_LEAD);
         devices = checkedDevices(devices);
+        OptionChecks.range(NAME, "minWorld", minWorld, 0, Integer.MAX_VALUE);
+    }
+
+    /**
+     * The options without a minimum world (a rank that fails fails the pack), as before the pack
+     * could continue without failed ranks.
+     *
+     * @param communicator    options of each rank's communicator
+     * @param memcpyAllGather run the all-gathers of transactions as device-to-device copies
+     * @param memcpySendRecv  run the sends and receives of transactions as device-to-device copies
+     * @param maxLead         how many transactions a rank may run ahead (1 to 65536)
+     * @param pinCpus         pin each rank's thread to the CPUs local to its GPU
+     * @param devices         the device of each rank; empty means one rank per device
+     */
+    public ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAllGather, boolean memcpySendRecv,
+                          int maxLead, boolean pinCpus, List<Integer> devices) {
+        this(communicator, memcpyAllGather, memcpySendRecv, maxLead, pinCpus, devices, 0);
     }
 
     /** A copy of {@code devices}; List.copyOf alone would throw a NullPointerException without a message. */
@@ -61,10 +82,10 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
      * The defaults.
      *
      * @return NCCL transports, default communicator options, a lead of 8 transactions, CPU pinning on,
-     *         one rank per device
+     *         one rank per device, a failing rank fails the pack
      */
     public static ThreadsOptions defaults() {
-        return new ThreadsOptions(CommunicatorOptions.defaults(), false, false, 8, true, List.of());
+        return new ThreadsOptions(CommunicatorOptions.defaults(), false, false, 8, true, List.of(), 0);
     }
 
     /**
@@ -78,13 +99,14 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
         int maxLead = maxLead();
         boolean pinCpus = pinCpus();
         List<Integer> devices = devices();
+        int minWorld = minWorld();
     }
 
     private ThreadsOptions with(Consumer<Copy> change) {
         Copy copy = new Copy();
         change.accept(copy);
         return new ThreadsOptions(copy.communicator, copy.memcpyAllGather, copy.memcpySendRecv, copy.maxLead,
-                copy.pinCpus, copy.devices);
+                copy.pinCpus, copy.devices, copy.minWorld);
     }
 
     /**
@@ -156,6 +178,38 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
         OptionChecks.given("withDevices", deviceOfRank, "deviceOfRank is null");
         List<Integer> devices = Arrays.stream(deviceOfRank).boxed().toList();
         return with(c -> c.devices = devices);
+    }
+
+    /**
+     * These options with the pack continuing without a rank that fails, while at least
+     * {@code minWorld} ranks remain; 0 turns it off (the default: a failing rank fails the pack).
+     *
+     * <p>A rank is <i>lost</i> when its work throws, or when its thread is interrupted (a wait of
+     * the pack's host side ends with the interrupt, or NCCL's wait is aborted for it). The pack then
+     * aborts every other rank's communicator with the loss: their next jnccl call on it (or the one
+     * they are in) throws {@link dev.jnccl.RankLostException}, whose {@code recover()} gives the
+     * survivors' communicator (ranks renumbered in the order of their old ranks), collectively among
+     * the survivors. The survivors' threads are not interrupted: they learn of the loss from jnccl.
+     * {@link ThreadsPack#join()} returns normally once every survivor's work returned;
+     * {@link ThreadsPack#lostRanks()} says which ranks were lost and why. A loss that would leave fewer
+     * than {@code minWorld} ranks fails the pack as without this option, its exception naming every
+     * lost rank. A rank that hangs is lost when the watchdog's diagnosis names it as never having
+     * reached the call the others wait in: its thread is interrupted, which ends an interruptible wait
+     * of its user code (one that ignores the interrupt keeps its thread; the survivors go on anyway).
+     * Other verdicts (a mismatch, NCCL stuck everywhere) fail the pack as before.
+     *
+     * @param minWorld the fewest ranks the pack continues with (1 to the pack's size, checked at
+     *                 launch), or 0 for off
+     * @return a copy with {@code minWorld} replaced
+     * @throws IllegalArgumentException when {@code minWorld} is negative
+     */
+    public ThreadsOptions withContinueWithoutFailedRanks(int minWorld) {
+        return with(c -> c.minWorld = minWorld);
+    }
+
+    /** Whether a rank that fails is lost instead of failing the pack. */
+    boolean continuesWithoutFailedRanks() {
+        return minWorld > 0;
     }
 
     /** Whether two ranks share a device. */

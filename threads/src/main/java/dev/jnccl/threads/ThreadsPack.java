@@ -4,7 +4,9 @@ import dev.jnccl.JncclException;
 import dev.jnccl.JncclInterruptedException;
 import dev.jnccl.internal.Deadlines;
 import java.time.Duration;
+import java.util.Collections;
 import java.util.List;
+import java.util.SortedMap;
 import java.util.OptionalInt;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -41,9 +43,21 @@ public final class ThreadsPack implements AutoCloseable {
         return state.affinityReports();
     }
 
-    /** {@return whether any rank has failed so far} */
+    /** {@return whether any rank has failed the pack so far (a lost rank, see {@link #lostRanks()}, has not)} */
     public boolean hasException() {
         return state.failure() != null;
+    }
+
+    /**
+     * The ranks the pack went on without (see {@link ThreadsOptions#withContinueWithoutFailedRanks}),
+     * each with what made it lost: what its work threw, or the exception of its interrupted wait.
+     * Empty when none was lost (always with that option off). A snapshot: ranks lost later are not
+     * in it.
+     *
+     * @return lost rank to its exception, in rank order
+     */
+    public SortedMap<Integer, Throwable> lostRanks() {
+        return Collections.unmodifiableSortedMap(state.lostErrors());
     }
 
     /**
@@ -61,7 +75,8 @@ public final class ThreadsPack implements AutoCloseable {
 
     /**
      * Waits for every rank to finish; if any failed, throws the first failure with the other ranks'
-     * failures attached as suppressed exceptions.
+     * failures attached as suppressed exceptions. Ranks the pack went on without (see
+     * {@link #lostRanks()}) are not failures: the join returns once the survivors' work returned.
      *
      * <p>An interrupt of the joining thread aborts the pack (every rank is released and its user code
      * interrupted), waits up to 1 s for the ranks' threads, and throws
