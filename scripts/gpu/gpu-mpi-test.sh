@@ -15,9 +15,11 @@
 #   late-create-w3  rank 2 of 3 creates late: the others' create names it at the init timeout, the job ends
 #   verdicts-w3   MpiHangVerdictTest: a mismatched count, a skipped collective, a lagging, early or killed rank
 #                 named by the same verdict on every rank (with and without JNCCL_DEBUG=detail)
+#   lost-w3       MpiLostRankTest: rank 1 or 2 of 3 SIGKILLed mid-collective under mpirun --enable-recovery
+#                 with MpiOptions.withContinueWithoutFailedRanks(2): the survivors recover, checked sums
 #   example-w4    mpirun -np 4 bin/run-example --launcher mpi: every element checked, last line OK
 # then `ALL PASSED` (exit 0) or `FAILED: parts...` (exit 1). Logs and JUnit reports go to $OUT when
-# set, else /tmp/jnccl-gpu-mpi.
+# set, else /tmp/jnccl-gpu-mpi. PARTS=verdicts-w3,lost-w3 (a comma-separated list) runs those parts only.
 #
 #   scripts/gpu/gpu-mpi-test.sh            on the GPU (backend cuda)
 #   scripts/gpu/gpu-mpi-test.sh --host     the same logic on the host emulation (any machine with Open MPI;
@@ -69,7 +71,11 @@ failed=()
 part() { # name, status
   if [ "$2" = 0 ]; then echo "PASS $1"; else echo "FAIL $1 (log: $out/$1.log)"; failed+=("$1"); fi
 }
+wanted() { # part name: PARTS=a,b runs those parts only (all when unset)
+  [ -z "${PARTS:-}" ] || [[ ",$PARTS," == *",$1,"* ]]
+}
 junit() { # part name, method selector of GpuMpiWorldsTest [, a selector (--select-...=...) whose skips are expected]
+  wanted "$1" || return 0
   local name=$1 method=$2 select=${3:-} not_run="skipped|aborted|failed"
   [ -n "$select" ] && not_run="failed"
   "$java" --enable-native-access=ALL-UNNAMED -Djnccl.backend="$backend" -Djnccl.it.mpi.backend="$backend" \
@@ -94,8 +100,11 @@ junit late-create-w3 aRankThatCreatesLateIsNamedAtTheInitDeadline
 # Hang forensics at W=3 on real NCCL (a mismatched count, a skipped collective, a lagging, early or
 # killed rank, with and without JNCCL_DEBUG=detail): the MPICH cases and the emulation's stuck fault skip.
 junit verdicts-w3 - "--select-class=dev.jnccl.it.MpiHangVerdictTest"
+# A lost process: the survivors recover (RankLostException.recover()) and finish; MPICH's case skips.
+junit lost-w3 - "--select-class=dev.jnccl.it.MpiLostRankTest"
 
 # The example: one process per rank, all on device 0, each its own NCCL "node".
+if wanted example-w4; then
 # shellcheck disable=SC2086 # MPI_FLAGS is a list of flags
 timeout 300 "$MPI_RUN" -np 4 $MPI_FLAGS -x JNCCL_MPI_LIBRARY -x NCCL_SOCKET_IFNAME -x NCCL_NVLS_ENABLE \
   -x JNCCL_DEVICE=0 -x JNCCL_BACKEND="$backend" \
@@ -105,6 +114,7 @@ code=$?
 grep -E "^(launcher|backend|rank [0-9]|time per|OK|FAILED)" "$out/example-w4.log" | sed 's/^/    /'
 grep -qx OK "$out/example-w4.log" || code=1
 part example-w4 "$code"
+fi
 
 if [ ${#failed[@]} -eq 0 ]; then
   echo "ALL PASSED"

@@ -1311,6 +1311,21 @@ public final class Communicator implements AutoCloseable {
         }
     }
 
+    /**
+     * The abort of NCCL's asynchronous error seen by a waiting thread that holds the native lock:
+     * diagnosed first, as the watchdog's is, so that a peer that died (its process gone, NCCL's
+     * "remote process exited") is named by the verdict on this rank too, not only by the watchdog's
+     * later look; the lock is released for the exchange of summaries and the abort.
+     */
+    void abortDiagnosedHoldingLock(String reason) {
+        nativeLock.unlock();
+        try {
+            abortDiagnosed(reason);
+        } finally {
+            nativeLock.lock();
+        }
+    }
+
     // ---------------------------------------------------------------- checks
 
     final void requireUsable(String operation) {

@@ -21,6 +21,7 @@ public final class RankLostException extends CommunicatorAbortedException {
 
     /** The communicator the exception was thrown on: not serialized (a deserialized one cannot recover). */
     private final transient Communicator communicator;
+    /** The ranks lost, ranks of the communicator the exception was thrown on, sorted. */
     private final List<Integer> lostRanks;
 
     RankLostException(String message, Throwable cause, Diagnosis diagnosis, Communicator communicator,

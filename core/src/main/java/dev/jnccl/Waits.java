@@ -91,7 +91,7 @@ final class Waits {
                 if (complete || (spins & 1023) == 1023) {
                     String failure = comm.asyncFailure();
                     if (failure != null) {
-                        face.abortHoldingLock("await: " + failure);
+                        face.abortDiagnosedHoldingLock("await: " + failure);
                         face.requireUsable("await");
                     }
                 }

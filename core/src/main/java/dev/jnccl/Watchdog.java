@@ -4,6 +4,7 @@ import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.internal.Deadlines;
 import java.time.Duration;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.BooleanSupplier;
@@ -41,6 +42,10 @@ final class Watchdog {
     private final FlightRecorder.Pending pending = new FlightRecorder.Pending();
     /** Polls made (written by the watchdog thread only): lets a test relate its thread's allocation to polls. */
     private volatile long polls;
+    /** When this watchdog's poll entered its CUDA calls (probes), 0 outside them; see {@link WatchdogSentinel}. */
+    private volatile long inCudaSince;
+    /** Whether the sentinel has aborted for a poll held inside CUDA (once). */
+    private final AtomicBoolean sentinelFired = new AtomicBoolean();
 
     /**
      * Starts the monitor thread.
@@ -61,10 +66,12 @@ final class Watchdog {
         this.peers = peers;
         this.thread = Thread.ofPlatform().daemon().name("jnccl-watchdog-rank-" + rank).unstarted(this::watch);
         thread.start();
+        WatchdogSentinel.add(this);
     }
 
     /** Stops the thread and waits (bounded) for it; returns whether it has ended. */
     boolean stop() {
+        WatchdogSentinel.remove(this);
         thread.interrupt();
         // Waited for even on an interrupted thread (a rank released by a failing pack closes with its
         // interrupt status set): a watchdog left running could still touch the communicator.
@@ -98,6 +105,14 @@ final class Watchdog {
     }
 
     private void watch() {
+        try {
+            watchUntilClosed();
+        } finally {
+            WatchdogSentinel.remove(this);
+        }
+    }
+
+    private void watchUntilClosed() {
         long timeoutNanos = Deadlines.toNanos(timeout);
         long intervalNanos = Deadlines.toNanos(interval);
         while (open.getAsBoolean()) {
@@ -154,8 +169,10 @@ final class Watchdog {
                     return failure;
                 }
                 // Completion is probed here, off the executing thread's path (see FlightRecorder).
+                inCudaSince = System.nanoTime();
                 recorder.probe(stream);
             } finally {
+                inCudaSince = 0;
                 lock.unlock();
             }
         }
@@ -171,7 +188,13 @@ final class Watchdog {
             return "an enqueue has been inside NCCL for " + TimeUnit.NANOSECONDS.toMillis(enqueueAge) + " ms (timeout "
                     + Deadlines.toMillis(timeout) + " ms)";
         }
-        long pendingAge = recorder.pollOldestPending(pending) ? pending.ageNanos(System.nanoTime()) : -1;
+        inCudaSince = System.nanoTime();
+        long pendingAge;
+        try {
+            pendingAge = recorder.pollOldestPending(pending) ? pending.ageNanos(System.nanoTime()) : -1;
+        } finally {
+            inCudaSince = 0;
+        }
         if (pendingAge > timeoutNanos) {
             return pending.name() + " not complete after "
                     + TimeUnit.NANOSECONDS.toMillis(pendingAge) + " ms (timeout " + Deadlines.toMillis(timeout) + " ms)";
@@ -179,5 +202,33 @@ final class Watchdog {
         // A rank waiting inside an enqueue waits for its peers as much as one waiting for a tracked
         // transaction: the host side hears of both.
         return peers.apply(Math.max(enqueueAge, recorder.oldestUnfinishedAgeNanos(System.nanoTime())));
+    }
+
+    /**
+     * The checks that need no CUDA, made by the {@link WatchdogSentinel} while this watchdog's own poll
+     * has been held inside CUDA for longer than two intervals: the poll's own wait counts as a
+     * transaction not complete, since nothing can complete that CUDA does not let the watchdog see.
+     */
+    void checkWhileHeld(long now) {
+        long since = inCudaSince;
+        if (since == 0 || now - since < 2 * Deadlines.toNanos(interval) || !open.getAsBoolean()) {
+            return;
+        }
+        long held = now - since;
+        long timeoutNanos = Deadlines.toNanos(timeout);
+        String reason = held > timeoutNanos ? "its poll has been held inside CUDA for "
+                + TimeUnit.NANOSECONDS.toMillis(held) + " ms (timeout " + Deadlines.toMillis(timeout) + " ms): a"
+                + " device-wide CUDA call (cudaFree, a synchronize) waits behind work that does not complete"
+                : peers.apply(Math.max(comm.enqueueAgeNanos(now), Math.max(held,
+                        recorder.oldestUnfinishedAgeNanos(now))));
+        if (reason != null && sentinelFired.compareAndSet(false, true)) {
+            LOG.warn("rank {}: the watchdog's poll is held inside CUDA; aborting from its sentinel", rank);
+            String why = "watchdog: " + reason;
+            Thread.ofPlatform().daemon().name("jnccl-watchdog-abort-rank-" + rank).start(() -> {
+                if (open.getAsBoolean()) {
+                    abort.accept(why);
+                }
+            });
+        }
     }
 }

@@ -95,6 +95,13 @@ public final class MpiVerdictRank {
             default -> throw new IllegalArgumentException("unknown scenario " + scenario);
         }
         comm.synchronize();
+        if (scenario.equals("mismatch")) {
+            // Real NCCL checks no count across ranks: it may hang (the watchdog names both counts) or
+            // run the mismatch to completion with wrong results, which only jnccl.debug=detail catches.
+            System.out.println("COMPLETED rank=" + comm.rank() + ": transaction #2");
+            System.out.flush();
+            throw new IllegalStateException("NCCL ran the mismatched all-reduce to completion");
+        }
         System.out.println("UNEXPECTED rank=" + comm.rank() + ": transaction #2 completed");
         System.out.flush();
     }

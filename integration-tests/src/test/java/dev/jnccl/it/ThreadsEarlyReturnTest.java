@@ -25,6 +25,7 @@ import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 import java.util.regex.Matcher;
@@ -90,6 +91,7 @@ class ThreadsEarlyReturnTest {
         }
         long seed = Packs.newSeed();
         Map<Integer, Throwable> interrupted = new ConcurrentHashMap<>();
+        List<AutoCloseable> later = new CopyOnWriteArrayList<>();
         Outcome outcome = run(OPTIONS, comm -> {
             DeviceMemory buffer = DeviceMemory.allocate(DType.FP32, N);
             CudaStream stream = CudaStream.create();
@@ -100,6 +102,9 @@ class ThreadsEarlyReturnTest {
                     warmUp(comm, buffer, stream, seed);
                 }
                 if (comm.rank() == EARLY) {
+                    // Freed after the pack: where the ranks share one GPU, a cudaFree here would wait
+                    // behind the waiting rank's collective (device-wide) and this rank would never return.
+                    later.addAll(List.of(done, stream, buffer));
                     return;
                 }
                 comm.allReduce(buffer.tensor(DType.FP32), ReduceOp.SUM, stream);
@@ -115,11 +120,20 @@ class ThreadsEarlyReturnTest {
                 stream.close();
                 wait.run(comm, done);
             } finally {
-                done.close();
-                stream.close();
-                buffer.close();
+                if (comm.rank() != EARLY) {
+                    done.close();
+                    stream.close();
+                    buffer.close();
+                }
             }
         });
+        for (AutoCloseable resource : later) {
+            try {
+                resource.close();
+            } catch (Exception e) {
+                throw new AssertionError("freeing the early rank's resources after the pack", e);
+            }
+        }
         assertInstanceOf(JncclInterruptedException.class, interrupted.get(WAITING));
         assertAbortedForTheEarlyRank(outcome, warmUp ? 1 : 0, warmUp ? 2 : 1, warmUp ? 2 : 1);
     }

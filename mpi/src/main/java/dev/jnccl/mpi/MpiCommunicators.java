@@ -66,6 +66,11 @@ import org.slf4j.LoggerFactory;
  * ends the job through {@link #run(MpiOptions, Consumer)}, which aborts for it; code that uses
  * {@link #create} directly should call {@link Communicator#abort} on failure (a process that simply
  * exits non-zero is noticed by mpirun, later).
+ *
+ * <p><b>A process that dies.</b> By default the launcher or jnccl ends the job. With
+ * {@link MpiOptions#withContinueWithoutFailedRanks(int)} and a launcher that keeps the job running
+ * (Open MPI's {@code mpirun --enable-recovery}), the survivors get
+ * {@link dev.jnccl.RankLostException} instead and go on with {@code recover()}.
  */
 public final class MpiCommunicators {
     private static final Logger LOG = LoggerFactory.getLogger(MpiCommunicators.class);
@@ -120,7 +125,7 @@ public final class MpiCommunicators {
      * @throws dev.jnccl.CommunicatorAbortedException when a process did not arrive within the init
      *         timeout (the message names it), or on interrupt
      * @throws IllegalArgumentException when the device override or {@code jnccl.device} is not a
-     *         visible device
+     *         visible device, or {@link MpiOptions#minWorld()} exceeds the job's size
      */
     public static Communicator create(MpiOptions options) {
         Objects.requireNonNull(options, "create: options are null");
@@ -133,6 +138,7 @@ public final class MpiCommunicators {
             int rank = mpi.rank(world);
             int size = mpi.size(world);
             checkLauncher(mpi.abi(), mpi.describe(), size, System::getenv);
+            checkMinWorld(options, size);
             mpi.rememberRank(rank);
             // One deadline for every wait below (see the class comment).
             MpiLibrary.Wait wait = new MpiLibrary.Wait("create",
@@ -160,7 +166,8 @@ public final class MpiCommunicators {
                     owner ? "initialised" : "already initialised", owner ? "jnccl" : "the application", rank, size,
                     localRank, localSize, device, source[0]);
             return Modes.communicator(UniqueId.fromBytes(id), rank, size, device, options.communicator(),
-                    MpiHost.parts(mpi, comm, rank, size, owner ? options.communicator().closeTimeout() : null));
+                    MpiHost.parts(mpi, comm, rank, size, owner ? options.communicator().closeTimeout() : null,
+                            options.minWorld()));
         } catch (RuntimeException | Error e) {
             // An all-gather left pending at its deadline still uses the communicator: not freed then.
             if (comm != null && !(e instanceof CommunicatorAbortedException)) {
@@ -303,6 +310,14 @@ public final class MpiCommunicators {
         byte[] both = Arrays.copyOf(first, first.length + second.length);
         System.arraycopy(second, 0, both, first.length, second.length);
         return both;
+    }
+
+    /** Refuses a minimum of survivors above the job's size (before any wait for the other processes). */
+    static void checkMinWorld(MpiOptions options, int size) {
+        if (options.minWorld() > size) {
+            throw new IllegalArgumentException("create: MpiOptions.withContinueWithoutFailedRanks(" + options.minWorld()
+                    + ") exceeds the job's " + size + " processes: allowed 0 (off) or 1 to " + size);
+        }
     }
 
     /** The world size each launcher announces in the environment of the processes it starts, and who sets it. */

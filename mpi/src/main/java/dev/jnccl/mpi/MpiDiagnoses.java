@@ -201,6 +201,21 @@ final class MpiDiagnoses {
         return unanswered(all, TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start));
     }
 
+    /**
+     * The peers that do not answer a request for their summary within {@code timeoutNanos}: their
+     * processes are gone (a live peer answers from its own thread whatever its rank's thread does).
+     * A peer that closed its communicator is not among them.
+     */
+    List<Integer> unreachable(long timeoutNanos) {
+        List<Integer> gone = new ArrayList<>();
+        for (RankSummary summary : summaries(Diagnoses.summary(communicator), timeoutNanos)) {
+            if (summary.status() == RankSummary.Status.ABSENT && summary.rank() != rank) {
+                gone.add(summary.rank());
+            }
+        }
+        return gone;
+    }
+
     /** Files an answer of exchange {@code exchange} in {@code all}; {@return 1 when it is a new one, else 0} */
     private int accept(byte[] answer, long exchange, RankSummary[] all) {
         try {

@@ -68,14 +68,36 @@ final class MpiHost implements HostSide, RankEvents, Failures {
     private static final long PENDING_GRACE_NANOS = TimeUnit.SECONDS.toNanos(1);
     /** How long a host-side operation may still complete after a rank is known to have closed. */
     private static final long CLOSED_GRACE_NANOS = TimeUnit.SECONDS.toNanos(2);
+    /**
+     * How long a peer has to answer before it counts as lost ({@link MpiOptions#minWorld}): it answers
+     * from a thread of its own that polls every few milliseconds, so only a process that is gone (or
+     * stopped for this long) misses it.
+     */
+    static final long PROBE_MILLIS = 3_000;
+    /** The tag of the survivors' arrival messages on the old communicator (a communicator shrinks once). */
+    private static final int SHRINK_TAG = 0x6003;
+    /** The tag of the survivors' MPI_Comm_create_group on the old communicator. */
+    private static final int SHRINK_GROUP_TAG = 0x6004;
 
     private final MpiLibrary mpi;
     /** This communicator's host collectives: jnccl's duplicate of MPI_COMM_WORLD, or a split of it. */
     private final MpiLibrary.Handle comm;
     /** Where MPI_Abort goes: the duplicate of MPI_COMM_WORLD, so that a failing child ends the whole job. */
     private final MpiLibrary.Handle job;
-    /** Null, or how long MPI_Finalize may take when this (the job's first) communicator closes. */
-    private final Duration finalizeTimeout;
+    /** Null, or MPI_Finalize once this and every survivors' communicator made from it are closed. */
+    private final MpiFinalizer finalizer;
+    /** 0: an abort ends the job; else the fewest ranks the survivors of a lost rank go on with. */
+    private final int minWorld;
+    /** The host side of the communicator this one was split from, or null. */
+    private final MpiHost parent;
+    /** The ranks found lost when this communicator was aborted (see {@link #explainAbort}); empty: none. */
+    private volatile List<Integer> lost = List.of();
+    /** Whether the peers were probed for lost ranks (once per communicator; guarded by this). */
+    private boolean probed;
+    /** The peers the probe found gone (guarded by this). */
+    private List<Integer> probeResult = List.of();
+    /** Whether the survivors' host side was made from this one: its end no longer ends the job. */
+    private volatile boolean shrunk;
     private final int rank;
     private final int worldSize;
     /** How messages name this rank: "rank R", or "rank P (rank R of a split)" with P its rank in the parent. */
@@ -99,12 +121,15 @@ final class MpiHost implements HostSide, RankEvents, Failures {
     /** Per rank: the transactions it executed before it closed, -1 while it has not said (guards itself). */
     private final long[] closedAfter;
 
-    private MpiHost(MpiLibrary mpi, MpiLibrary.Handle comm, MpiLibrary.Handle job, Duration finalizeTimeout,
-                    java.util.function.BooleanSupplier jobAborted, int rank, int worldSize, String who, String scope) {
+    private MpiHost(MpiLibrary mpi, MpiLibrary.Handle comm, MpiLibrary.Handle job, MpiFinalizer finalizer,
+                    int minWorld, MpiHost parent, java.util.function.BooleanSupplier jobAborted, int rank,
+                    int worldSize, String who, String scope) {
         this.mpi = mpi;
         this.comm = comm;
         this.job = job;
-        this.finalizeTimeout = finalizeTimeout;
+        this.finalizer = finalizer;
+        this.minWorld = minWorld;
+        this.parent = parent;
         this.rank = rank;
         this.worldSize = worldSize;
         this.who = who;
@@ -120,10 +145,12 @@ final class MpiHost implements HostSide, RankEvents, Failures {
      * MPI_COMM_WORLD), NCCL moving every command.
      *
      * @param finalizeTimeout null, or the bound of MPI_Finalize when jnccl initialised MPI
+     * @param minWorld        0, or the fewest ranks the survivors of a lost rank go on with
      */
-    static RankParts parts(MpiLibrary mpi, MpiLibrary.Handle comm, int rank, int worldSize, Duration finalizeTimeout) {
-        return parts(new MpiHost(mpi, comm, comm, finalizeTimeout, null, rank, worldSize,
-                "rank " + rank, ""));
+    static RankParts parts(MpiLibrary mpi, MpiLibrary.Handle comm, int rank, int worldSize, Duration finalizeTimeout,
+                           int minWorld) {
+        return parts(new MpiHost(mpi, comm, comm, finalizeTimeout == null ? null : new MpiFinalizer(finalizeTimeout),
+                minWorld, null, null, rank, worldSize, "rank " + rank, ""));
     }
 
     /** {@code host} as the host side, events and failures of a rank whose commands all move through NCCL. */
@@ -352,15 +379,51 @@ final class MpiHost implements HostSide, RankEvents, Failures {
             throw new IllegalStateException("split: rank " + rank + " is a member of color " + membership.color()
                     + " for NCCL but MPI_Comm_split gave it no communicator");
         }
-        int mpiRank = mpi.rank(childComm);
-        if (mpiRank != membership.rank() || mpi.size(childComm) != membership.worldSize()) {
-            mpi.free(childComm);
-            throw new IllegalStateException("split: NCCL made rank " + membership.rank() + " of "
-                    + membership.worldSize() + " but MPI_Comm_split rank " + mpiRank + " of " + mpi.size(childComm));
-        }
-        return parts(new MpiHost(mpi, childComm, job, null, jobAborted, membership.rank(),
+        requirePlace(childComm, membership, "split", "MPI_Comm_split");
+        return parts(new MpiHost(mpi, childComm, job, null, minWorld, this, jobAborted, membership.rank(),
                 membership.worldSize(), "rank " + membership.parent().rank() + " (rank " + membership.rank()
                 + " of a split)", " of the split"));
+    }
+
+    /**
+     * The survivors' host side, made by the survivors alone (the excluded ranks may be dead): a
+     * bounded rendezvous of point-to-point messages among them (tag {@link #SHRINK_TAG}, the init
+     * timeout, ended only by its deadline or an interrupt: this communicator is usually aborted
+     * already), then their own MPI communicator by MPI_Comm_create_group, which only the group's
+     * members call. The survivors' communicator keeps this one's job, finalizer and minWorld.
+     */
+    @Override
+    public RankParts shrink(Membership survivors) {
+        int[] members = survivors.members().stream().mapToInt(Integer::intValue).toArray();
+        int[] others = java.util.Arrays.stream(members).filter(r -> r != rank).toArray();
+        Communicator face = communicator;
+        long timeout = face == null ? Long.MAX_VALUE : Deadlines.toNanos(face.options().initTimeout());
+        mpi.arrive(comm, others, SHRINK_TAG, who, scope, new MpiLibrary.Wait("shrink (the survivors "
+                + survivors.members() + " meet)", timeout, () -> null));
+        MpiLibrary.Handle survivorsComm = mpi.createGroup(comm, members, SHRINK_GROUP_TAG);
+        requirePlace(survivorsComm, survivors, "shrink", "MPI_Comm_create_group");
+        mpi.setErrorsReturn(survivorsComm);
+        shrunk = true;
+        if (finalizer != null) {
+            finalizer.hold();
+        }
+        return parts(new MpiHost(mpi, survivorsComm, job, finalizer, minWorld, null, null, survivors.rank(),
+                survivors.worldSize(), "rank " + survivors.rank() + " (rank " + rank + scope + " before the loss)",
+                ""));
+    }
+
+    /**
+     * Refuses (and frees) the MPI communicator {@code made} by {@code call} unless it gives this rank
+     * the rank and size jnccl's {@code membership} does: the host side must number ranks as NCCL does.
+     */
+    private void requirePlace(MpiLibrary.Handle made, Membership membership, String operation, String call) {
+        int mpiRank = mpi.rank(made);
+        int mpiSize = mpi.size(made);
+        if (mpiRank != membership.rank() || mpiSize != membership.worldSize()) {
+            mpi.free(made);
+            throw new IllegalStateException(operation + ": NCCL made rank " + membership.rank() + " of "
+                    + membership.worldSize() + " but " + call + " rank " + mpiRank + " of " + mpiSize);
+        }
     }
 
     // ---------------------------------------------------------------- failures and diagnoses
@@ -388,11 +451,75 @@ final class MpiHost implements HostSide, RankEvents, Failures {
         return diagnoses.diagnosis();
     }
 
-    /** A peer's abort that reached this rank first leads this rank's own reason (once). */
+    /**
+     * A peer's abort that reached this rank first leads this rank's own reason (once). With
+     * {@link MpiOptions#minWorld} set, the first abort of this open communicator looks for lost
+     * ranks first (before any call can find it aborted): see {@link #findLost}.
+     */
     @Override
     public String explainAbort(String reason) {
         String peer = diagnoses.peerAbort();
-        return peer == null || reason.contains(peer) ? reason : peer + "; then: " + reason;
+        String explained = peer == null || reason.contains(peer) ? reason : peer + "; then: " + reason;
+        return minWorld == 0 ? explained : findLost(explained);
+    }
+
+    /**
+     * The reason, saying which ranks are lost: once per communicator, when it is still open, every
+     * peer is asked for its summary; the ones that do not answer within {@link #PROBE_MILLIS} are
+     * lost. When some are, and at least {@link MpiOptions#minWorld} ranks remain, {@link #lostRanks}
+     * names them from now on and the abort does not end the job. Two aborts of this rank at once
+     * (its own thread's and a peer's, say) both wait for the one probe, so whichever wins reports it.
+     */
+    private String findLost(String reason) {
+        List<Integer> gone = probeOnce();
+        if (gone.isEmpty()) {
+            return reason;
+        }
+        int left = worldSize - gone.size();
+        if (left < minWorld) {
+            return reason + " (" + lostText(gone) + " lost" + scope + ": " + left + " left, fewer than the "
+                    + minWorld + " of MpiOptions.withContinueWithoutFailedRanks: the job ends)";
+        }
+        return reason + " (" + lostText(gone) + " lost" + scope + ": " + (gone.size() == 1 ? "its process is"
+                : "their processes are") + " gone)";
+    }
+
+    /** The peers found gone by the first call (bounded by {@link #PROBE_MILLIS}); later calls wait for it. */
+    private synchronized List<Integer> probeOnce() {
+        if (probed) {
+            return probeResult;
+        }
+        probed = true;
+        Communicator face = communicator;
+        if (face == null || face.isAborted() || face.isClosed()) {
+            return probeResult;
+        }
+        probeResult = diagnoses.unreachable(TimeUnit.MILLISECONDS.toNanos(PROBE_MILLIS));
+        int left = worldSize - probeResult.size();
+        if (!probeResult.isEmpty() && left >= minWorld) {
+            lost = List.copyOf(probeResult);
+            if (finalizer != null) {
+                finalizer.lost(lostText(probeResult) + " lost");
+            }
+            LOG.warn("{}: {} lost{} (no answer within {} ms): the {} survivors go on without {}", who,
+                    lostText(probeResult), scope, PROBE_MILLIS, left, probeResult.size() == 1 ? "it" : "them");
+        }
+        return probeResult;
+    }
+
+    private static String lostText(List<Integer> ranks) {
+        return ranks.size() == 1 ? "rank " + ranks.getFirst() : "ranks " + ranks;
+    }
+
+    /** {@return the ranks found lost when this communicator was aborted, sorted; empty when none} */
+    @Override
+    public List<Integer> lostRanks() {
+        return lost;
+    }
+
+    /** Whether this communicator's end must not end the job: ranks were lost (here or above), or it was shrunk. */
+    private boolean goesOn() {
+        return shrunk || !lost.isEmpty() || (parent != null && parent.goesOn());
     }
 
     /** Ends this rank's host-side waits and tells the peers, with the diagnosis this rank holds. */
@@ -408,12 +535,17 @@ final class MpiHost implements HostSide, RankEvents, Failures {
      */
     @Override
     public void aborted(String reason) {
+        if (goesOn()) {
+            LOG.info("{}: communicator aborted, the job goes on: {}", who, firstLine(reason));
+            return;
+        }
         JobEnd.begin(mpi, job, rank, worldSize, reason, jobAborted);
     }
 
     @Override
     public void closed(boolean aborted) {
-        if (aborted) {
+        // Never attached: survivors' parts of a shrink that failed before a communicator took them.
+        if (aborted && !goesOn() && communicator != null) {
             // The job is being ended with MPI_Abort (its diagnoses' channel still hears the peers'
             // aborts): the closing thread waits for that end, as MpiCommunicators.run does, rather
             // than going on (and maybe ending the process) before the peers have reported theirs.
@@ -425,9 +557,12 @@ final class MpiHost implements HostSide, RankEvents, Failures {
         if (pendingSplit != null && !pendingSplit.equals(mpi.commNull())) {
             mpi.free(pendingSplit);
         }
-        mpi.free(comm);
-        if (finalizeTimeout != null) {
-            MpiCommunicators.finalizeBounded(mpi, finalizeTimeout, rank);
+        try {
+            mpi.free(comm);
+        } finally {
+            if (finalizer != null) {
+                finalizer.release(mpi, rank);
+            }
         }
     }
 }

@@ -33,6 +33,30 @@ class MpiCommunicatorsTest {
     }
 
     @Test
+    void continuingWithoutFailedRanksIsOffByDefaultAndRefusesANegativeMinimum() {
+        assertEquals(0, MpiOptions.defaults().minWorld());
+        assertEquals(0, new MpiOptions(CommunicatorOptions.defaults(), OptionalInt.of(1)).minWorld());
+        int minWorld = 1 + new java.util.Random().nextInt(64);
+        MpiOptions options = MpiOptions.defaults().withDevice(1).withContinueWithoutFailedRanks(minWorld);
+        assertEquals(minWorld, options.minWorld());
+        assertEquals(minWorld, options.withDevice(0).withCommunicator(CommunicatorOptions.defaults()).minWorld());
+        assertEquals(OptionalInt.of(1), options.device());
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> MpiOptions.defaults().withContinueWithoutFailedRanks(-minWorld));
+        assertTrue(e.getMessage().contains("minWorld") && e.getMessage().contains("-" + minWorld), e.getMessage());
+    }
+
+    @Test
+    void aMinimumAboveTheWorldIsRefusedNamingBoth() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> MpiCommunicators.checkMinWorld(MpiOptions.defaults().withContinueWithoutFailedRanks(5), 4));
+        assertEquals("create: MpiOptions.withContinueWithoutFailedRanks(5) exceeds the job's 4 processes: allowed"
+                + " 0 (off) or 1 to 4", e.getMessage());
+        MpiCommunicators.checkMinWorld(MpiOptions.defaults().withContinueWithoutFailedRanks(4), 4);
+        MpiCommunicators.checkMinWorld(MpiOptions.defaults(), 1);
+    }
+
+    @Test
     void theDeviceIsTheNodeLocalRankUnlessOverridden() {
         int visible = Cuda.deviceCount();
         String[] source = new String[1];

@@ -419,6 +419,36 @@ public final class MpiLibrary {
     }
 
     /**
+     * The communicator of {@code members} (ranks of {@code comm}, in this order), made by them alone:
+     * MPI_Comm_group, MPI_Group_incl, MPI_Comm_create_group (MPI-3: collective over the group's
+     * members only, so ranks of {@code comm} outside it, even dead ones, take no part). Blocking: call
+     * it right after a bounded rendezvous of the members.
+     *
+     * @param comm    the parent communicator
+     * @param members the members' ranks in {@code comm}, this process among them
+     * @param tag     a tag that tells this creation from others on {@code comm} running at the same time
+     * @return the new communicator (free it with {@link #free})
+     */
+    public Handle createGroup(Handle comm, int[] members, int tag) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment parentGroup = arena.allocate(handleLayout);
+            MemorySegment group = arena.allocate(handleLayout);
+            call("MPI_Comm_group", "HP", comm, parentGroup);
+            try {
+                call("MPI_Group_incl", "HIPP", readHandle(parentGroup), members.length,
+                        arena.allocateFrom(JAVA_INT, members), group);
+                try {
+                    return handleOut("MPI_Comm_create_group", "HHIP", comm, readHandle(group), tag);
+                } finally {
+                    call("MPI_Group_free", "P", group);
+                }
+            } finally {
+                call("MPI_Group_free", "P", parentGroup);
+            }
+        }
+    }
+
+    /**
      * MPI_Comm_idup, waited for as {@code wait} says: the duplicate exists once every process of
      * {@code comm} has called it, and a process that never does ends the wait at its deadline
      * instead of blocking it forever (as MPI_Comm_dup would).
@@ -627,25 +657,47 @@ public final class MpiLibrary {
      *         ranks that had not arrived
      */
     public void arrive(Handle comm, int rank, int size, int tag, String who, String scope, Wait wait) {
-        if (size == 1) {
+        int[] others = new int[size - 1];
+        for (int i = 0; i < others.length; i++) {
+            others[i] = i < rank ? i : i + 1;
+        }
+        arrive(comm, others, tag, who, scope, wait);
+    }
+
+    /**
+     * {@link #arrive(Handle, int, int, int, String, String, Wait)} among this process and
+     * {@code others} only (ranks of {@code comm}): no message goes to or waits for any other rank of
+     * {@code comm}, which may be dead (the survivors of a lost rank meet this way).
+     *
+     * @param comm   the communicator
+     * @param others the other ranks of {@code comm} that take part (not this process)
+     * @param tag    the tag of this rendezvous's messages (unused by anything else on {@code comm})
+     * @param who    how messages name this rank
+     * @param scope  appended to the absent ranks in messages, or ""
+     * @param wait   the bound of the wait
+     * @throws CommunicatorAbortedException at the deadline, on interrupt or cancellation, naming the
+     *         ranks that had not arrived
+     */
+    public void arrive(Handle comm, int[] others, int tag, String who, String scope, Wait wait) {
+        if (others.length == 0) {
             return;
         }
         Arena arena = Arena.ofShared();
-        int peers = size - 1;
+        int peers = others.length;
         long requestBytes = handleLayout.byteSize();
-        // Receives in [0, peers), sends in [peers, 2 peers); index i talks to rank i, or i + 1 past this rank.
+        // Receives in [0, peers), sends in [peers, 2 peers); index i talks to rank others[i].
         MemorySegment requests = arena.allocate(requestBytes * 2 * peers, handleLayout.byteAlignment());
         MemorySegment buffer = arena.allocate(1); // zero bytes travel: one valid address for all
         MemorySegment flag = arena.allocate(JAVA_INT);
         MemorySegment status = arena.allocate(STATUS_BYTES);
         boolean[] done = new boolean[2 * peers];
         for (int i = 0; i < peers; i++) {
-            int peer = i < rank ? i : i + 1;
+            int peer = others[i];
             call("MPI_Irecv", "PIHIIHP", buffer, 0, byteType, peer, tag, comm,
                     requests.asSlice(i * requestBytes, requestBytes));
         }
         for (int i = 0; i < peers; i++) {
-            int peer = i < rank ? i : i + 1;
+            int peer = others[i];
             call("MPI_Isend", "PIHIIHP", buffer, 0, byteType, peer, tag, comm,
                     requests.asSlice((peers + i) * requestBytes, requestBytes));
         }
@@ -673,7 +725,7 @@ public final class MpiLibrary {
                 List<Integer> missing = new ArrayList<>();
                 for (int i = 0; i < peers; i++) {
                     if (!done[i]) {
-                        missing.add(i < rank ? i : i + 1);
+                        missing.add(others[i]);
                     }
                 }
                 if (missing.isEmpty()) {
