@@ -1179,12 +1179,7 @@ public final class Communicator implements AutoCloseable {
         }
         LOG.error("rank {} (device {}): aborting communicator: {}\n  flight recorder, {}", rank, device, explained,
                 recorder.dump());
-        Events.Abort event = new Events.Abort();
-        if (event.shouldCommit()) {
-            event.rank = rank;
-            event.reason = explained;
-            event.commit();
-        }
+        Events.Abort.record(rank, explained);
         // First release threads the host side keeps waiting (barriers): one of them may hold the lock.
         try {
             failures.aborting(explained);

@@ -132,6 +132,16 @@ final class Events {
 
         /** Creates the event. */
         public Abort() {}
+
+        /** Commits an abort of {@code rank} for {@code reason} when JFR records this event. */
+        static void record(int rank, String reason) {
+            Abort event = new Abort();
+            if (event.shouldCommit()) {
+                event.rank = rank;
+                event.reason = reason;
+                event.commit();
+            }
+        }
     }
 
     /** A shrink (see {@link dev.jnccl.Communicator#shrink}): the JFR event {@code jnccl.Shrink}. */

@@ -156,25 +156,9 @@ final class Watchdog {
 
     /** One look; the reason to abort, or null. */
     private String check(long timeoutNanos) throws RuntimeException {
-        ReentrantLock lock = comm.lock();
-        // A thread held inside a blocking NCCL call keeps the lock: then skip the error poll (the
-        // enqueue age below catches it) instead of waiting for the lock.
-        if (lock.tryLock()) {
-            try {
-                if (!open.getAsBoolean() || comm.isReleased()) {
-                    return null;
-                }
-                String failure = comm.asyncFailure();
-                if (failure != null) {
-                    return failure;
-                }
-                // Completion is probed here, off the executing thread's path (see FlightRecorder).
-                inCudaSince = System.nanoTime();
-                recorder.probe(stream);
-            } finally {
-                inCudaSince = 0;
-                lock.unlock();
-            }
+        String failure = pollNccl();
+        if (failure != null) {
+            return failure.isEmpty() ? null : failure;
         }
         Thread interrupted = comm.interruptedCaller();
         if (interrupted != null) {
@@ -188,13 +172,7 @@ final class Watchdog {
             return "an enqueue has been inside NCCL for " + TimeUnit.NANOSECONDS.toMillis(enqueueAge) + " ms (timeout "
                     + Deadlines.toMillis(timeout) + " ms)";
         }
-        inCudaSince = System.nanoTime();
-        long pendingAge;
-        try {
-            pendingAge = recorder.pollOldestPending(pending) ? pending.ageNanos(System.nanoTime()) : -1;
-        } finally {
-            inCudaSince = 0;
-        }
+        long pendingAge = oldestPendingAgeNanos();
         if (pendingAge > timeoutNanos) {
             return pending.name() + " not complete after "
                     + TimeUnit.NANOSECONDS.toMillis(pendingAge) + " ms (timeout " + Deadlines.toMillis(timeout) + " ms)";
@@ -202,6 +180,45 @@ final class Watchdog {
         // A rank waiting inside an enqueue waits for its peers as much as one waiting for a tracked
         // transaction: the host side hears of both.
         return peers.apply(Math.max(enqueueAge, recorder.oldestUnfinishedAgeNanos(System.nanoTime())));
+    }
+
+    /**
+     * NCCL's asynchronous error and the completion probe, under the comm lock: the failure, "" when
+     * the communicator is closed or released (nothing more to check), null otherwise. A thread held
+     * inside a blocking NCCL call keeps the lock: then the error poll is skipped (the enqueue age
+     * catches it) instead of waiting for the lock.
+     */
+    private String pollNccl() {
+        ReentrantLock lock = comm.lock();
+        if (!lock.tryLock()) {
+            return null;
+        }
+        try {
+            if (!open.getAsBoolean() || comm.isReleased()) {
+                return "";
+            }
+            String failure = comm.asyncFailure();
+            if (failure != null) {
+                return failure;
+            }
+            // Completion is probed here, off the executing thread's path (see FlightRecorder).
+            inCudaSince = System.nanoTime();
+            recorder.probe(stream);
+            return null;
+        } finally {
+            inCudaSince = 0;
+            lock.unlock();
+        }
+    }
+
+    /** The age of the oldest transaction not known complete (its probe's query is a CUDA call), or -1. */
+    private long oldestPendingAgeNanos() {
+        inCudaSince = System.nanoTime();
+        try {
+            return recorder.pollOldestPending(pending) ? pending.ageNanos(System.nanoTime()) : -1;
+        } finally {
+            inCudaSince = 0;
+        }
     }
 
     /**
