@@ -30,9 +30,10 @@ int op_begin(struct ncclComm *c, op_err *e) {
       errf(e, ncclSystemError, -1, "injected failure at operation %d of rank %d", c->fault_at, c->rank);
       return 1;
     }
-    pthread_mutex_lock(&c->mu); /* JN_FAULT_HANG: block until the communicator is aborted */
-    while (!atomic_load(&c->aborted)) jn_cond_wait_ms(&c->cv, &c->mu, 50);
+    pthread_mutex_lock(&c->mu); /* JN_FAULT_HANG: block until the communicator is aborted (or revoked) */
+    while (!atomic_load(&c->aborted) && !atomic_load(&c->revoked)) jn_cond_wait_ms(&c->cv, &c->mu, 50);
     pthread_mutex_unlock(&c->mu);
+    if (!atomic_load(&c->aborted)) return 2; /* revoked: ends without an error, as every revoked operation */
     errf(e, ncclSystemError, -1, "operation aborted by ncclCommAbort (hung by JNCCL_HOST_FAULT=hang)");
     return 1;
   }

@@ -180,6 +180,31 @@ static void body_shrink_nonblocking(rank_ctx *x) {
   barrier(x);
 }
 
+/* W=3 with JNCCL_HOST_FAULT=hang on rank 2's first operation: every rank revokes (the hung
+ * operation and the peers' waiting ones end), then all three shrink to a copy (count 0) that works. */
+static void body_revoke_hung(rank_ctx *x) {
+  float *d;
+  CK(cudaMalloc((void **)&d, 256 * sizeof(float)));
+  NK(ncclAllReduce(d, d, 256, ncclFloat32, ncclSum, x->comm, x->stream));
+  sleep_ms(20);
+  EXPECT_CUDA(cudaStreamQuery(x->stream), cudaErrorNotReady);
+  barrier(x);
+  NK(ncclCommRevoke(x->comm, 0));
+  CK(cudaStreamSynchronize(x->stream));
+  CK(cudaFree(d));
+  if (x->rank == 0) { /* the fault variables are read at creation: the copy must not hang too */
+    unsetenv("JNCCL_HOST_FAULT");
+    unsetenv("JNCCL_HOST_FAULT_RANK");
+    unsetenv("JNCCL_HOST_FAULT_AT");
+  }
+  barrier(x);
+  ncclComm_t copy = NULL;
+  NK(ncclCommShrink(x->comm, NULL, 0, &copy, NULL, JN_NCCL_SHRINK_DEFAULT));
+  expect_member(copy, 3, x->rank, "shrink of nobody after a revoke");
+  colls_on(x, copy, 3, x->rank);
+  NK(ncclCommDestroy(copy));
+}
+
 typedef struct {
   ncclUniqueId id;
 } grow_arg;
@@ -253,6 +278,11 @@ void test_elastic(void) {
   printf("  shrink: one parent shrunk twice: ok\n");
   run_world(4, body_revoke_then_shrink, NULL, 0);
   printf("  revoke, then shrink: ok\n");
+  setenv("JNCCL_HOST_FAULT", "hang", 1);
+  setenv("JNCCL_HOST_FAULT_RANK", "2", 1);
+  setenv("JNCCL_HOST_FAULT_AT", "1", 1);
+  run_world(3, body_revoke_hung, NULL, 0);
+  printf("  revoke ends an operation hung by JNCCL_HOST_FAULT=hang: ok\n");
   run_world(3, body_shrink_nonblocking, NULL, 0);
   printf("  shrink of a non-blocking parent: ok\n");
   grow_arg g;
