@@ -8,7 +8,6 @@ import dev.jnccl.cuda.CudaGraph;
 import dev.jnccl.cuda.CudaStream;
 import dev.jnccl.cuda.DeviceMemory;
 import dev.jnccl.internal.Deadlines;
-import dev.jnccl.internal.Pins;
 import dev.jnccl.internal.Resources;
 import dev.jnccl.spi.Command;
 import dev.jnccl.spi.Command.Kind;
@@ -59,9 +58,6 @@ import org.slf4j.LoggerFactory;
 public final class Communicator implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(Communicator.class);
 
-    /** REVOKED: NCCL's work was revoked ({@link #revoke}); only shrink, abort and close remain. */
-    private enum State { OPEN, REVOKED, ABORTED, CLOSED }
-
     static {
         Modes.install(Communicator::create);
         Diagnoses.install(communicator -> communicator.forensics.summary(),
@@ -79,7 +75,8 @@ public final class Communicator implements AutoCloseable {
     private final CudaEvent transactionReady;
     private final CudaEvent commsDone;
     private final FlightRecorder recorder;
-    private final Object lifecycle = new Object();
+    /** Open, revoked, aborted or closed, with the abort's reason. */
+    private final CommState state = new CommState();
     private final NcclComm comm;
     private final Watchdog watchdog;
     /** How the ranks meet on the host: the launcher's. */
@@ -94,8 +91,6 @@ public final class Communicator implements AutoCloseable {
     private final long hostTimeoutNanos;
     /** The communicator this one was split from, or null. */
     private final Communicator parent;
-    /** Live communicators split from this one; closed before this one. */
-    private final Children children = new Children(lifecycle);
     private final Checks checks;
     private final CommandRunner commands;
     /** The memory registered with this communicator. */
@@ -113,10 +108,8 @@ public final class Communicator implements AutoCloseable {
     /** What the launcher says of lost ranks: {@link RankLostException} instead of a plain abort. */
     private final LostRanks losses;
 
-    private volatile State state = State.OPEN;
-    private volatile String abortReason;
-    /** The diagnosis the abort was made with, or null. */
-    private volatile Diagnosis diagnosis;
+    /** Split, abort, retire and close. */
+    private final Lifecycle lifecycle;
     /** The transactions: numbers, the open one, outcomes, how many were executed. */
     private final TransactionLog log;
 
@@ -130,6 +123,10 @@ public final class Communicator implements AutoCloseable {
     }
 
     /** A member of a split: takes over the split's NCCL communicator (on failure the caller aborts it). */
+    static Communicator member(Membership membership, NcclComm childComm, RankParts parts) {
+        return new Communicator(membership, childComm, parts);
+    }
+
     private Communicator(Membership membership, NcclComm childComm, RankParts parts) {
         this(membership.rank(), membership.worldSize(), membership.parent().device(), membership.parent().options(),
                 parts, membership.parent(), childComm.lock(), lock -> childComm);
@@ -157,18 +154,11 @@ public final class Communicator implements AutoCloseable {
         this.forensics = new Forensics(this, log, recorder, failures, options, parent != null);
         Events.CommInit initEvent = Events.CommInit.begun();
         long started = System.nanoTime();
-        Cuda.setDevice(device);
-        List<AutoCloseable> created = new ArrayList<>();
-        try {
-            this.stream = Resources.remember(created, CudaStream.create());
-            this.transactionReady = Resources.remember(created, CudaEvent.create());
-            this.commsDone = Resources.remember(created, CudaEvent.create());
-            this.comm = connect.apply(nativeLock);
-        } catch (RuntimeException e) {
-            created.add(transport::close); // the launcher's transport was made for this communicator
-            Resources.closeAll(created, e, LOG);
-            throw e;
-        }
+        Connected connected = Connected.make(device, nativeLock, connect, transport);
+        this.stream = connected.stream();
+        this.transactionReady = connected.transactionReady();
+        this.commsDone = connected.commsDone();
+        this.comm = connected.comm();
         this.commands = new CommandRunner(comm, stream, libraries, transport, rank, worldSize);
         this.losses = new LostRanks(this, failures, rank, worldSize);
         this.shrinks = new Shrinks(this, rank, worldSize, nativeLock, comm, stream, libraries);
@@ -176,18 +166,45 @@ public final class Communicator implements AutoCloseable {
         this.waits = new Waits(this, nativeLock, comm, stream, recorder, forensics, commsDone);
         this.pipeline = new ExecutePipeline(this, log, events, hostTimeoutNanos, nativeLock, stream, transport, commands,
                 recorder, replays, transactionReady, commsDone, consistency);
+        this.lifecycle = new Lifecycle(this, state, parts, comm, nativeLock, forensics, recorder, log, registrations,
+                this::watchdog, List.of(commsDone, transactionReady, stream));
         reportReady(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started), initEvent);
         this.watchdog = options.watchdogEnabled() ? startWatchdog() : null;
+    }
+
+    /** The comms stream, the transaction's two events and NCCL's communicator, made in this order. */
+    private record Connected(CudaStream stream, CudaEvent transactionReady, CudaEvent commsDone, NcclComm comm) {
+        /** Made on {@code device}; a failure closes what was made and the launcher's transport (made for it). */
+        static Connected make(int device, ReentrantLock lock, Function<ReentrantLock, NcclComm> connect,
+                              Transport transport) {
+            Cuda.setDevice(device);
+            List<AutoCloseable> created = new ArrayList<>();
+            try {
+                CudaStream stream = Resources.remember(created, CudaStream.create());
+                CudaEvent ready = Resources.remember(created, CudaEvent.create());
+                CudaEvent done = Resources.remember(created, CudaEvent.create());
+                return new Connected(stream, ready, done, connect.apply(lock));
+            } catch (RuntimeException e) {
+                created.add(transport::close);
+                Resources.closeAll(created, e, LOG);
+                throw e;
+            }
+        }
     }
 
     /** The monitor thread: NCCL's asynchronous errors, transactions not complete in time, the launcher's poll. */
     private Watchdog startWatchdog() {
         return new Watchdog(rank, comm, stream, recorder, options.watchdogTimeout(), options.watchdogInterval(),
-                () -> state == State.OPEN, this::abortDiagnosed,
+                state::isOpen, lifecycle::abortDiagnosed,
                 pendingNanos -> {
                     forensics.poll(pendingNanos);
                     return failures.poll(log.executed(), pendingNanos);
                 });
+    }
+
+    /** {@return the watchdog, null when it is off or not started yet (the lifecycle stops it at close)} */
+    private Watchdog watchdog() {
+        return watchdog;
     }
 
     /** The init line (NCCL version, rank, device, backend) and the JFR {@code jnccl.CommInit} event. */
@@ -208,7 +225,7 @@ public final class Communicator implements AutoCloseable {
         return attach(new Communicator(id, rank, worldSize, device, options, parts));
     }
 
-    private static Communicator attach(Communicator communicator) {
+    static Communicator attach(Communicator communicator) {
         try {
             communicator.events.attached(communicator);
         } catch (RuntimeException | Error e) {
@@ -352,7 +369,7 @@ public final class Communicator implements AutoCloseable {
      * @return whether it was aborted
      */
     public boolean isAborted() {
-        return state == State.ABORTED;
+        return state.get() == CommState.State.ABORTED;
     }
 
     /**
@@ -361,12 +378,12 @@ public final class Communicator implements AutoCloseable {
      * @return whether it is closed
      */
     public boolean isClosed() {
-        return state == State.CLOSED;
+        return state.get() == CommState.State.CLOSED;
     }
 
     /** {@return why the communicator was aborted, or null} */
     public String abortReason() {
-        return abortReason;
+        return state.reason();
     }
 
     /** {@return the flight recorder's dump of the most recent transactions (for diagnostics)} */
@@ -870,12 +887,12 @@ public final class Communicator implements AutoCloseable {
      * another rank failed, the launcher may not have aborted this communicator itself (MPI mode), so
      * it is aborted here: the other ranks must not wait for this one any more.
      */
-    private <T> T onHost(int what, Supplier<T> call) {
+    <T> T onHost(int what, Supplier<T> call) {
         int before = forensics.enter(what);
         try {
             return call.get();
         } catch (CommunicatorAbortedException e) {
-            abort(e.getMessage(), e.diagnosis().orElse(null));
+            lifecycle.abort(e.getMessage(), e.diagnosis().orElse(null));
             throw losses.or(e);
         } finally {
             forensics.exit(before);
@@ -924,64 +941,7 @@ public final class Communicator implements AutoCloseable {
      * @throws CommunicatorAbortedException  when the other ranks did not split in time, or on abort
      */
     public Optional<Communicator> split(int color, int key) {
-        requireUsable("split");
-        nativeLock.lock();
-        try {
-            log.requireNoneOpen("split");
-        } finally {
-            nativeLock.unlock();
-        }
-        List<Integer> members = Children.members(onHost(Forensics.SPLIT, () -> host.allGather(
-                Children.colorAndKey(color, key), Deadlines.toNanos(options.initTimeout()))), color);
-        int childRank = members.indexOf(rank);
-        events.beforeSplit(color, key);
-        NcclComm childComm = splitNccl(color, key, childRank, members.size());
-        if (childComm == null) {
-            return Optional.empty();
-        }
-        Communicator child;
-        try {
-            Membership membership = new Membership(this, color, key, childRank, members);
-            RankParts parts = Objects.requireNonNull(host.split(membership), "split: the launcher made no parts");
-            child = new Communicator(membership, childComm, parts);
-        } catch (RuntimeException | Error e) {
-            childComm.abort();
-            throw e;
-        }
-        attach(child);
-        synchronized (lifecycle) {
-            if (state == State.OPEN) {
-                children.add(child);
-                return Optional.of(child);
-            }
-        }
-        child.close();
-        requireUsable("split");
-        throw new IllegalStateException("split: communicator of rank " + rank + " was closed during the split");
-    }
-
-    /**
-     * NCCL's split of this communicator (null for a negative color), bounded by the init timeout; a
-     * failure aborts this communicator (its state is unknown), one caused by an abort from another
-     * thread says so.
-     */
-    private NcclComm splitNccl(int color, int key, int childRank, int childSize) {
-        nativeLock.lock();
-        try {
-            requireUsable("split");
-            return comm.split(color, key, childRank, childSize, options.initTimeout(), failures::cancellation,
-                    new ReentrantLock());
-        } catch (RuntimeException e) {
-            if (state == State.ABORTED && !(e instanceof IllegalArgumentException)) {
-                // Aborted by another thread (a failed peer of the pack, the watchdog) while NCCL split:
-                // say why, as every other call after an abort does.
-                throw abortedDuring("split (color " + color + ", key " + key + ")", e);
-            }
-            abortHoldingLock("split (color " + color + ", key " + key + ") failed: " + e.getMessage());
-            throw e;
-        } finally {
-            nativeLock.unlock();
-        }
+        return lifecycle.split(color, key);
     }
 
     /**
@@ -1012,20 +972,13 @@ public final class Communicator implements AutoCloseable {
         Shrinks.requireFeature("revoke", NcclFeature.REVOKE, libraries);
         nativeLock.lock();
         try {
-            synchronized (lifecycle) {
-                if (state == State.REVOKED) {
-                    return;
-                }
+            if (state.get() == CommState.State.REVOKED) {
+                return;
             }
             requireUsable("revoke");
             log.requireNoneOpen("revoke");
             comm.revoke(Deadlines.deadline(options.closeTimeout()), options.closeTimeout());
-            synchronized (lifecycle) {
-                if (state == State.OPEN) {
-                    state = State.REVOKED;
-                    abortReason = "revoked (Communicator.revoke)";
-                }
-            }
+            state.revoke("revoked (Communicator.revoke)");
         } finally {
             nativeLock.unlock();
         }
@@ -1071,7 +1024,7 @@ public final class Communicator implements AutoCloseable {
 
     /** The state a shrink needs: not closed, no transaction open. */
     void requireShrinkable() {
-        if (state == State.CLOSED) {
+        if (state.get() == CommState.State.CLOSED) {
             throw new IllegalStateException("shrink: communicator of rank " + rank + " is closed");
         }
         nativeLock.lock();
@@ -1089,8 +1042,8 @@ public final class Communicator implements AutoCloseable {
 
     /** {@return whether NCCL's handles of this communicator are still usable: neither aborted nor closed} */
     boolean isOpenOrRevoked() {
-        State current = state;
-        return current == State.OPEN || current == State.REVOKED;
+        CommState.State current = state.get();
+        return current == CommState.State.OPEN || current == CommState.State.REVOKED;
     }
 
     /** {@return the launcher's host side (a shrink asks it for the survivors' parts)} */
@@ -1104,21 +1057,7 @@ public final class Communicator implements AutoCloseable {
      * answers is known already, and the survivors go on (MPI mode would end the job).
      */
     void retire(String reason) {
-        synchronized (lifecycle) {
-            if (state == State.CLOSED) {
-                return;
-            }
-            abortReason = state == State.ABORTED ? abortReason + "; then " + reason : reason;
-            state = State.ABORTED;
-        }
-        for (Communicator child : children.live()) {
-            child.retire("the communicator it was split from (rank " + rank + ") was " + reason);
-        }
-        LOG.info("rank {} (device {}): communicator retired: {}", rank, device, reason);
-        String abandoned = comm.abort();
-        if (abandoned != null) {
-            abortReason = abortReason + "; then " + abandoned;
-        }
+        lifecycle.retire(reason);
     }
 
     // ---------------------------------------------------------------- abort and close
@@ -1137,65 +1076,7 @@ public final class Communicator implements AutoCloseable {
      * @param reason why; reported by every exception that follows
      */
     public void abort(String reason) {
-        abort(reason, null);
-    }
-
-    /**
-     * The watchdog's abort: diagnosed first (see {@link Diagnosis}), so that the verdict leads the
-     * reason on every rank; not for a thread interrupted inside NCCL, whose own interrupt is the cause.
-     */
-    private void abortDiagnosed(String reason) {
-        Diagnosis made = null;
-        if (!reason.startsWith("watchdog: " + Watchdog.INTERRUPTED_IN_NCCL)) {
-            try {
-                made = forensics.diagnose(reason);
-            } catch (RuntimeException e) {
-                LOG.warn("rank {}: the diagnosis of the abort failed; aborting without it", rank, e);
-            }
-        }
-        abort(reason, made);
-    }
-
-    /**
-     * {@link #abort(String)} with the diagnosis that leads the reason: the one given, else the one the
-     * launcher knows (a peer's), else none.
-     */
-    private void abort(String reason, Diagnosis given) {
-        Objects.requireNonNull(reason, "abort: reason is null");
-        Diagnosis known = given != null ? given : failures.diagnosis();
-        String explained = Diagnoses.lead(known, failures.explainAbort(reason));
-        RankSummary before = forensics.beforeAbort();
-        synchronized (lifecycle) {
-            if (state == State.ABORTED || state == State.CLOSED) {
-                return;
-            }
-            abortReason = explained;
-            diagnosis = known;
-            state = State.ABORTED;
-        }
-        forensics.aborted(before, explained, known); // before NCCL's abort, which may hang or end the process
-        for (Communicator child : children.live()) {
-            child.abort("the communicator it was split from (rank " + rank + ") was aborted: " + explained, known);
-        }
-        LOG.error("rank {} (device {}): aborting communicator: {}\n  flight recorder, {}", rank, device, explained,
-                recorder.dump());
-        Events.Abort.record(rank, explained);
-        // First release threads the host side keeps waiting (barriers): one of them may hold the lock.
-        try {
-            failures.aborting(explained);
-        } catch (RuntimeException e) {
-            LOG.warn("rank {}: the host side failed while aborting", rank, e);
-        }
-        String abandoned = comm.abort(); // bounded: see NcclComm's bounded abort
-        if (abandoned != null) {
-            explained = explained + "; then " + abandoned;
-            abortReason = explained; // what the calls that find it aborted from now on report
-        }
-        try {
-            failures.aborted(explained);
-        } catch (RuntimeException e) {
-            LOG.warn("rank {}: the host side failed after the abort", rank, e);
-        }
+        lifecycle.abort(reason, null);
     }
 
     /**
@@ -1208,10 +1089,8 @@ public final class Communicator implements AutoCloseable {
      */
     @Override
     public void close() {
-        synchronized (lifecycle) {
-            if (state == State.CLOSED) {
-                return;
-            }
+        if (state.get() == CommState.State.CLOSED) {
+            return;
         }
         waits.refuseInsideCapture("close"); // the close waits for the comms stream: CUDA forbids it in a capture
         replays.refuseOpenGraphs(rank, worldSize);
@@ -1219,81 +1098,7 @@ public final class Communicator implements AutoCloseable {
         if (survivors != null) {
             survivors.close(); // made by this one's shrink: the launcher that closes this one closes it too
         }
-        for (Communicator child : children.live()) {
-            child.close(); // bounded and idempotent like this one
-        }
-        int before = forensics.enter(Forensics.CLOSE);
-        try {
-            closeSelf();
-        } finally {
-            forensics.exit(before);
-            if (parent != null) {
-                parent.children.remove(this);
-            }
-        }
-    }
-
-    private void closeSelf() {
-        long deadline = Deadlines.deadline(options.closeTimeout());
-        if (watchdog != null) {
-            watchdog.stop();
-        }
-        // A thread held inside NCCL (blocking mode, a peer gone) is ended by an abort.
-        if (!comm.lockForClose(options.closeTimeout(), () -> abort("close: another thread of rank " + rank
-                + " was still inside a call of this communicator after " + Deadlines.toMillis(options.closeTimeout())
-                + " ms (CommunicatorOptions.closeTimeout)"))) {
-            synchronized (lifecycle) {
-                state = State.CLOSED;
-            }
-            return;
-        }
-        try {
-            if (state == State.OPEN) {
-                finalizeOrAbort(deadline);
-            } else if (state == State.REVOKED) {
-                retire("closed after it was revoked"); // NCCL's work is revoked: nothing to finalize
-            }
-            synchronized (lifecycle) {
-                state = State.CLOSED;
-            }
-            releaseAll();
-        } finally {
-            nativeLock.unlock();
-        }
-    }
-
-    /**
-     * The bounded close of an open communicator: the launcher first learns whether the other ranks
-     * are closing too (MPI mode ends a job whose ranks wait for one that closed early instead of
-     * hanging), then NCCL finalizes and destroys; either failing (or the deadline) aborts instead.
-     */
-    private void finalizeOrAbort(long deadline) {
-        String failure = events.closing(log.executed(), Deadlines.remainingNanos(deadline));
-        if (failure == null) {
-            failure = comm.finalizeAndDestroy(stream, deadline, options.closeTimeout());
-        }
-        if (failure != null) {
-            LOG.warn("rank {}: {}; aborting instead", rank, failure);
-            abort(failure);
-        }
-    }
-
-    /** After the finalize or the abort: what the communicator held, each release guarded (close always ends). */
-    private void releaseAll() {
-        comm.closeArena();
-        registrations.dropAll();
-        recorder.closeEvents();
-        try {
-            transport.close();
-        } catch (RuntimeException e) {
-            LOG.warn("rank {}: closing the transport failed", rank, e);
-        }
-        try {
-            events.closed(abortReason != null);
-        } catch (RuntimeException e) {
-            LOG.warn("rank {}: closing the host side failed", rank, e);
-        }
-        Resources.closeAll(List.of(commsDone, transactionReady, stream), null, LOG);
+        lifecycle.close();
     }
 
     /** {@link #abort} from a thread that holds the native lock: released for the abort, then taken again. */
@@ -1315,7 +1120,7 @@ public final class Communicator implements AutoCloseable {
     void abortDiagnosedHoldingLock(String reason) {
         nativeLock.unlock();
         try {
-            abortDiagnosed(reason);
+            lifecycle.abortDiagnosed(reason);
         } finally {
             nativeLock.lock();
         }
@@ -1324,7 +1129,7 @@ public final class Communicator implements AutoCloseable {
     // ---------------------------------------------------------------- checks
 
     final void requireUsable(String operation) {
-        if (state != State.OPEN) {
+        if (!state.isOpen()) {
             // Out of line: the hot callers' compiled code stays small enough for C2 to inline them
             // (and to scalar-replace the transaction handle that begin returns).
             throw unusable(operation);
@@ -1332,14 +1137,14 @@ public final class Communicator implements AutoCloseable {
     }
 
     private RuntimeException unusable(String operation) {
-        State current = state;
-        if (current == State.ABORTED) {
-            failures.beforeAbortedException(abortReason);
-            Diagnosis known = diagnosis;
+        CommState.State current = state.get();
+        if (current == CommState.State.ABORTED) {
+            failures.beforeAbortedException(state.reason());
+            Diagnosis known = state.diagnosis();
             return losses.aborted(Diagnoses.lead(known, operation + ": communicator of rank " + rank
-                    + " was aborted: " + abortReason), null, known);
+                    + " was aborted: " + state.reason()), null, known);
         }
-        if (current == State.REVOKED) {
+        if (current == CommState.State.REVOKED) {
             return new CommunicatorAbortedException(operation + ": communicator of rank " + rank + " was revoked"
                     + " (Communicator.revoke): only shrink, abort and close remain");
         }
@@ -1347,8 +1152,8 @@ public final class Communicator implements AutoCloseable {
     }
 
     /** The exception for a native call that failed because the communicator was aborted meanwhile. */
-    private CommunicatorAbortedException abortedDuring(String operation, RuntimeException failure) {
-        failures.beforeAbortedException(abortReason);
+    CommunicatorAbortedException abortedDuring(String operation, RuntimeException failure) {
+        failures.beforeAbortedException(state.reason());
         Throwable cause = failure;
         if (Thread.currentThread().isInterrupted()) {
             // The watchdog aborted because this thread was interrupted inside NCCL: as for the host
@@ -1357,9 +1162,9 @@ public final class Communicator implements AutoCloseable {
             interrupted.addSuppressed(failure);
             cause = interrupted;
         }
-        Diagnosis known = diagnosis;
+        Diagnosis known = state.diagnosis();
         return losses.aborted(Diagnoses.lead(known, operation + ": communicator of rank " + rank
-                + " was aborted while the call was in NCCL: " + abortReason), cause, known);
+                + " was aborted while the call was in NCCL: " + state.reason()), cause, known);
     }
 
     /**
@@ -1370,7 +1175,7 @@ public final class Communicator implements AutoCloseable {
      * half enqueued) the communicator is aborted first: it cannot be trusted any more.
      */
     RuntimeException failedInNative(String operation, RuntimeException failure, boolean halfDone) {
-        if (state == State.ABORTED && !(failure instanceof CommunicatorAbortedException)) {
+        if (state.get() == CommState.State.ABORTED && !(failure instanceof CommunicatorAbortedException)) {
             return abortedDuring(operation, failure);
         }
         if (halfDone && !(failure instanceof CommunicatorAbortedException)) {
@@ -1434,6 +1239,11 @@ public final class Communicator implements AutoCloseable {
         return commands;
     }
 
+    /** {@return how this communicator splits, aborts and closes} */
+    Lifecycle lifecycle() {
+        return lifecycle;
+    }
+
     /** {@return the argument checks of this rank, shared with its transactions} */
     final Checks checks() {
         return checks;
@@ -1441,7 +1251,7 @@ public final class Communicator implements AutoCloseable {
 
     @Override
     public String toString() {
-        return "Communicator[rank " + rank + " of " + worldSize + ", device " + device + ", " + state
+        return "Communicator[rank " + rank + " of " + worldSize + ", device " + device + ", " + state.get()
                 + "]";
     }
 }
