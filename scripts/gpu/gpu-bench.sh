@@ -20,7 +20,7 @@
 #   host   a transaction and an all-reduce enqueue (C cases transaction, all_reduce, all_reduce_ordered;
 #          JMH transaction*, allReduceEnqueue*)
 #   graph  a training step of K = 1, 8, 32 transactions, enqueued one by one or replayed from a CUDA
-#          graph (C cases graph_step_eager, graph_replay, with -m blocking unless $C_ARGS says
+#          graph (C cases graph_step_eager, graph_replay, graph_replay_ordered, with -m blocking unless $C_ARGS says
 #          otherwise; JMH graphStepEager, graphReplay); PARTS=graph runs only this, quickly.
 # Extra arguments go to JMH (e.g. -wi 1 -i 3 for a quicker run); $C_ARGS to the C program, both parts
 # (e.g. C_ARGS="-n 20000 -r 3"); $GRAPH_C_ARGS to the graph part's C run only, after its own
@@ -165,7 +165,7 @@ if has_part host; then
 fi
 if has_part graph; then
   # Blocking: the communicator jnccl's default mode (BLOCKING_SPLIT) runs its work on.
-  graph_c_args="-m blocking ${C_ARGS:-} --cases graph_step_eager,graph_replay ${GRAPH_C_ARGS:-}"
+  graph_c_args="-m blocking ${C_ARGS:-} --cases graph_step_eager,graph_replay,graph_replay_ordered ${GRAPH_C_ARGS:-}"
   log "running the C program, graph step ($graph_c_args)"
   # shellcheck disable=SC2086
   "$c_bin" $graph_c_args | tee "$out/c-graph.txt" || { log "the C program (graph step) failed"; status=1; }
@@ -298,25 +298,30 @@ grep -o '# host-only [^ ]* measurement: [0-9.]* us/op' "$out/jmh.txt" \
       function v(x) { return (x == "") ? "-" : sprintf("%.3f", x) }
       function r(a, b) { return (a != "" && b != "" && b + 0 > 0) ? sprintf("%.2f", a / b) : "-" }
       END {
-        fmt = "%-4s %-11s | %8s %8s | %8s %8s | %8s %8s | %8s %8s | %8s %8s | %8s\n"
-        printf fmt, "", "", "C", "eager", "C", "graph", "jnccl", "eager", "jnccl", "replay", "replay/", "C graph", "replay/"
-        printf fmt, "K", "C comm", "us", "host", "us", "host", "us", "host", "us", "host", "us", "host", "eager"
+        fmt = "%-4s %-11s | %8s %8s | %8s %8s | %8s %8s | %8s %8s | %8s %8s | %8s %8s | %8s | %8s\n"
+        printf fmt, "", "", "C", "eager", "C", "graph", "C graph", "ordered", "jnccl", "eager", "jnccl", "replay", "replay/", "C graph", "replay/", "replay/"
+        printf fmt, "K", "C comm", "us", "host", "us", "host", "us", "host", "us", "host", "us", "host", "us", "host", "ord host", "eager"
         for (j = 0; j < nrows; j++) {
           split(rows[j], kc, SUBSEP); k = kc[1]; comm = kc[2]
-          ce = c["graph_step_eager", k, comm]; cg = c["graph_replay", k, comm]
+          ce = c["graph_step_eager", k, comm]; cg = c["graph_replay", k, comm]; co = c["graph_replay_ordered", k, comm]
           je = jn["graphStepEager", k]; jr = jn["graphReplay", k]
           printf fmt, k, comm, v(ce), v(ch["graph_step_eager", k, comm]), v(cg), v(ch["graph_replay", k, comm]),
-            v(je), v(jh["graphStepEager", k]), v(jr), v(jh["graphReplay", k]),
-            r(jr, cg), r(jh["graphReplay", k], ch["graph_replay", k, comm]), r(jr, je)
+            v(co), v(ch["graph_replay_ordered", k, comm]), v(je), v(jh["graphStepEager", k]), v(jr), v(jh["graphReplay", k]),
+            r(jr, cg), r(jh["graphReplay", k], ch["graph_replay", k, comm]),
+            r(jh["graphReplay", k], ch["graph_replay_ordered", k, comm]), r(jr, je)
         }
         print ""
         print "a step = K times (event record on compute + stream wait + ncclGroupStart + reduce-scatter + all-gather, out of place,"
         print "  + ncclGroupEnd), then event record on comms + stream wait of compute (jnccl: comm.begin(compute)..."
         print "  execute(null) K times, comm.waitOnComms(compute))."
         print "C eager = graph_step_eager; C graph = graph_replay: the step captured once, then one"
-        print "  cudaGraphLaunch(exec, compute) per step. jnccl eager = graphStepEager; jnccl replay = graphReplay:"
+        print "  cudaGraphLaunch(exec, compute) per step, nothing else; C graph ordered = graph_replay_ordered: that"
+        print "  launch + cudaEventRecord(done, compute) + cudaStreamWaitEvent(comms, done), the native calls of"
+        print "  jnccl replay in a loop on one stream. jnccl eager = graphStepEager; jnccl replay = graphReplay:"
         print "  comm.launch(graph, compute). us: all included (C: median of repetitions; jnccl: JMH average); host:"
-        print "  the synchronizations left out. replay/C graph: jnccl replay over C graph (target: at most 1.1);"
+        print "  the synchronizations left out (C graph cases and jnccl replay synchronize the compute stream)."
+        print "  replay/C graph: jnccl replay over C graph (targets: us at most 1.0, host at most 1.2); replay/ord"
+        print "  host: over C graph ordered (what is left is jnccl own Java work);"
         print "  replay/eager: jnccl replay over jnccl eager (us). C comm: the C communicator (ncclConfig_t.blocking);"
         print "  jnccl runs its default mode, whose work runs on a blocking communicator split from a non-blocking one."
       }

@@ -50,8 +50,14 @@
  *                       CudaGraph.capture; cudaStreamEndCapture, cudaGraphInstantiate with no flags,
  *                       cudaGraphDestroy), then one cudaGraphLaunch(exec, compute) per step: what
  *                       CUDA itself charges to replay the step, the baseline of jnccl's graphReplay
- *                       (comm.launch(graph, compute), which adds an event record and a stream wait
- *                       on each side of its cudaGraphLaunch).
+ *                       (comm.launch(graph, compute)). C's figure includes that one call and nothing
+ *                       else: no ordering with a comms stream, no tracking.
+ *   graph_replay_ordered the same launch plus the native calls jnccl's graphReplay makes around it
+ *                       when its loop replays on one stream: cudaGraphLaunch(exec, compute) +
+ *                       cudaEventRecord(done, compute) + cudaStreamWaitEvent(comms, done) (the
+ *                       comms stream waits for the replay, so that the communicator's later work
+ *                       and its watchdog's probes come after it); jnccl over this case is jnccl's
+ *                       own Java cost, this case over graph_replay what the ordering costs.
  * The graph cases score per step, not per transaction, as JMH does; they run with every communicator
  * chosen (-m) like the others.
  * On a non-blocking communicator ncclGroupEnd / an ungrouped collective may return ncclInProgress
@@ -62,8 +68,8 @@
  * inside the timed loop, exactly as in the JMH benchmark, so the device queue stays bounded. An
  * operation of the graph cases is a whole step (JMH's QueueBound ticks once per benchmark call, i.e.
  * per step too): graph_step_eager synchronizes the comms stream, where its collectives run,
- * graph_replay the compute stream, which its launches run on (jnccl's graphReplay launches on the
- * comms stream and synchronizes that one); at K = 32 the device queue then holds up to 256 steps of
+ * graph_replay and graph_replay_ordered the compute stream, which their launches run on (as jnccl's
+ * graphReplay, which launches on the compute stream and synchronizes that one); at K = 32 the device queue then holds up to 256 steps of
  * 64 collectives, so CUDA's own launch queue may hold the host back as well, alike in C and JMH.
  *
  * Timing: clock_gettime(CLOCK_MONOTONIC) around REPS repetitions of ITERS operations after a
@@ -408,7 +414,16 @@ static void graph_replay(bench_t *b) {
   bound_stream(b, b->compute);
 }
 
-/* graph_replay: captures the step into b->graph, as jnccl's CudaGraph.capture does. */
+/* jnccl's comm.launch(graph, compute) in a loop on one stream: the launch, then the comms stream
+ * waits for it (the wait of the compute stream for the comms stream is skipped: nothing ran there). */
+static void graph_replay_ordered(bench_t *b) {
+  CUDA_CHECK(cudaGraphLaunch(b->graph, b->compute));
+  CUDA_CHECK(cudaEventRecord(b->done, b->compute));
+  CUDA_CHECK(cudaStreamWaitEvent(b->comms, b->done, 0));
+  bound_stream(b, b->compute);
+}
+
+/* graph_replay, graph_replay_ordered: captures the step into b->graph, as jnccl's CudaGraph.capture does. */
 static void capture_step(bench_t *b) {
   cudaGraph_t graph = NULL;
   CUDA_CHECK(cudaStreamBeginCapture(b->compute, cudaStreamCaptureModeThreadLocal));
@@ -577,7 +592,7 @@ static void measure(rank_t *self, const char *name, op_fn op, const plan_t *plan
   double maxSeconds = plan->maxSeconds;
   setup(&b, self, plan->device, plan->count, kind);
   b.k = k;
-  if (op == graph_replay) capture_step(&b);
+  if (op == graph_replay || op == graph_replay_ordered) capture_step(&b);
   double warm = run(&b, op, plan->warmup, NULL);
   long iters = plan->iterations;
   double perRep = warm * 1e-6 * (double)iters;
@@ -618,7 +633,7 @@ static void usage(const char *argv0) {
           " [-m MODE[,MODE...]: both|all|blocking|nonblocking|split|splitnoshare|splitbparent] [-d DEVICE]"
           " [--cases transaction,all_reduce,all_reduce_ordered,reduce_scatter_ordered,broadcast_ordered,"
           "all_to_all_ordered,reduce_mean_ordered,reduce_max_ordered,reduce_norm_squared_ordered,"
-          "graph_step_eager,graph_replay]"
+          "graph_step_eager,graph_replay,graph_replay_ordered]"
           " [--graph-transactions K,... (default 1,8,32)] [--world W --rank R --id-file FILE | --threads W]\n",
           argv0);
   exit(2);
@@ -673,7 +688,8 @@ static int known_cases(const char *list) {
   for (;;) {
     size_t len = strcspn(p, ",");
     int known = (len == 16 && strncmp(p, "graph_step_eager", len) == 0) ||
-                (len == 12 && strncmp(p, "graph_replay", len) == 0);
+                (len == 12 && strncmp(p, "graph_replay", len) == 0) ||
+                (len == 20 && strncmp(p, "graph_replay_ordered", len) == 0);
     for (size_t c = 0; !known && c < sizeof SIMPLE_CASES / sizeof SIMPLE_CASES[0]; c++)
       known = strlen(SIMPLE_CASES[c].name) == len && strncmp(p, SIMPLE_CASES[c].name, len) == 0;
     if (!known) {
@@ -696,6 +712,8 @@ static void run_plan(rank_t *self, const plan_t *plan) {
       if (has_case(cases, "graph_step_eager"))
         measure(self, "graph_step_eager", graph_step_eager, plan, plan->modes[m], plan->graphSteps[g]);
       if (has_case(cases, "graph_replay")) measure(self, "graph_replay", graph_replay, plan, plan->modes[m], plan->graphSteps[g]);
+      if (has_case(cases, "graph_replay_ordered"))
+        measure(self, "graph_replay_ordered", graph_replay_ordered, plan, plan->modes[m], plan->graphSteps[g]);
     }
   }
 }

@@ -473,12 +473,19 @@ public final class Communicator implements AutoCloseable {
     /**
      * Launches {@code graph}, which captured transactions of this communicator
      * ({@link CudaGraph#capture} around {@link #begin} or the convenience operations), on
-     * {@code stream}, tracked as one transaction: after the same pace as a transaction, the comms
-     * stream waits for {@code stream}'s work so far, launches the graph and {@code stream} waits for
-     * it; the flight recorder lists the replay ("replay of graph #id") with every command the graph
-     * captured, and the watchdog probes its completion, so a replay that never completes is dumped
-     * and aborted like a stuck transaction. On the comms stream the replay stays in order with this
-     * communicator's other transactions, as NCCL needs on every rank.
+     * {@code stream}, tracked as one transaction: after the same pace as a transaction, the graph is
+     * launched on {@code stream} (as {@link CudaGraph#launch}), after {@code stream}'s work so far and
+     * after every transaction and replay of this communicator enqueued before, and the comms stream
+     * waits for it, so that later transactions run after it: the replay stays in order with this
+     * communicator's other work, as NCCL needs on every rank. When the previous replay ran on the
+     * same {@code stream} object and nothing was executed on this communicator since (a training
+     * loop replaying its step), {@code stream} already stands after the comms stream, and the
+     * replay costs one launch, one event record and one stream wait. The flight recorder lists the
+     * replay ("replay of graph #id") with every command the graph captured, and the watchdog probes
+     * its completion, so a replay that never completes is dumped and aborted like a stuck
+     * transaction. Work you enqueue yourself on {@link #stream()} is not work of this communicator:
+     * make {@code stream} wait for it (e.g. {@link #waitOnComms}) before the launch if the replay
+     * needs it.
      *
      * <p>Every rank must launch its own graph of the same step, as every rank executes the same
      * transactions. {@link CudaGraph#launch} also replays it, untracked and unpaced.
@@ -510,6 +517,11 @@ public final class Communicator implements AutoCloseable {
         } finally {
             forensics.exit(before);
         }
+    }
+
+    /** {@return what the graphs captured and where the last replay ran} (a test reads its count of comms-stream waits) */
+    GraphReplays graphReplays() {
+        return replays;
     }
 
     // ---------------------------------------------------------------- convenience operations

@@ -35,8 +35,9 @@ final class ExecutePipeline {
     private final CommandRunner runner;
     private final FlightRecorder recorder;
     private final GraphReplays replays;
-    /** Recorded on a replay's stream for the comms stream to wait for, and back. */
+    /** Recorded on the comms stream for a replay's stream to wait for, when it must ({@link #launchOrdered}). */
     private final CudaEvent replayReady;
+    /** Recorded on a replay's stream after the launch, for the comms stream to wait for. */
     private final CudaEvent replayDone;
     /** The consistency check, or null when it is off: then its cost is this one null test per transaction. */
     private final ConsistencyCheck consistency;
@@ -222,10 +223,9 @@ final class ExecutePipeline {
 
     /**
      * A replay of {@code graph} as one transaction, the same stages: pace, the consistency check when
-     * on (by the commands the graph replays: graph ids differ between ranks), lock, the comms stream
-     * waits for {@code userStream}'s work so far, launches the graph (in order with the other
-     * transactions, as NCCL needs on every rank) and {@code userStream} waits for it, recorder
-     * ("replay of graph #id", probed like any other), events.
+     * on (by the commands the graph replays: graph ids differ between ranks), lock, the launch on
+     * {@code userStream} ordered with the comms stream ({@link #launchOrdered}), recorder ("replay of
+     * graph #id", probed like any other: the comms stream waited for it), events.
      */
     void replay(CudaGraph graph, CudaStream userStream, List<Command> captured) {
         Events.Transaction event = Events.transactionEnabled() ? new Events.Transaction() : null;
@@ -246,20 +246,45 @@ final class ExecutePipeline {
         try {
             face.requireUsable("launch");
             number = log.nextNumber("launch");
-            userStream.record(replayReady);
-            stream.waitFor(replayReady);
-            try {
-                graph.launch(stream);
-            } catch (RuntimeException e) {
-                throw face.failedInNative("launch of " + graph, e, false);
-            }
+            launchOrdered(graph, userStream);
             log.countExecuted();
+            replays.replayedOn(userStream, log.executed());
             recorder.addReplay(number, captured, graph.id());
-            stream.record(replayDone);
-            userStream.waitFor(replayDone);
         } finally {
             lock.unlock();
         }
         report(number, captured, graph.id(), true, event);
+    }
+
+    /**
+     * Launches {@code graph} on {@code userStream}, as C's {@code cudaGraphLaunch(exec, stream)} does,
+     * in order with the comms stream both ways, so that NCCL sees this communicator's work in the
+     * same order on every rank: {@code userStream} first waits for the comms stream's work so far,
+     * unless it already stands after all of it ({@link GraphReplays#mustWaitForComms}: the common
+     * case of a loop replaying its step on one stream), and the comms stream then waits for the
+     * launch: later transactions run after the replay, and the watchdog's next probe covers it. On
+     * the comms stream itself nothing needs ordering. A failure once the graph is launched aborts
+     * (the comms stream could run ahead of the replay's NCCL work); one before leaves the
+     * communicator usable.
+     */
+    private void launchOrdered(CudaGraph graph, CudaStream userStream) {
+        boolean elsewhere = userStream != stream;
+        try {
+            if (elsewhere && replays.mustWaitForComms(userStream, log.executed())) {
+                stream.record(replayReady);
+                userStream.waitFor(replayReady);
+            }
+            graph.launch(userStream);
+        } catch (RuntimeException e) {
+            throw face.failedInNative("launch of " + graph, e, false);
+        }
+        if (elsewhere) {
+            try {
+                userStream.record(replayDone);
+                stream.waitFor(replayDone);
+            } catch (RuntimeException e) {
+                throw face.failedInNative("launch of " + graph, e, true);
+            }
+        }
     }
 }

@@ -20,6 +20,7 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.time.Duration;
+import java.util.Arrays;
 import java.util.Random;
 import java.util.concurrent.atomic.AtomicReference;
 import org.junit.jupiter.api.AfterEach;
@@ -307,6 +308,99 @@ class CudaGraphTest {
                 }
             }
             assertFalse(comm.isAborted(), "aborted: " + comm.recentTransactions());
+        }
+    }
+
+    /**
+     * A replay waits for the comms stream only when something ran there since the last replay on its
+     * stream. Each round: two replays back to back on one stream (the second skips the wait), a
+     * transaction begun on another stream that overwrites the graph's input on the comms stream
+     * (it must run after the replay before it), a replay that must wait for it; at the end a replay
+     * on the other stream (a different stream waits). Each replay's output is copied out on its
+     * stream and checked element by element against the input it must have seen. The graph reads
+     * its input with a copy, not NCCL: the emulation runs one communicator's NCCL operations in the
+     * order they were posted whatever their streams, and delays each of them here, so a replay that
+     * did not wait for the transaction would copy the input before the transaction wrote it. (That
+     * same posting order keeps the transaction after the replay before it on the emulation whether
+     * or not the comms stream waits for the replay: only a GPU checks that wait by the data.)
+     */
+    @Test
+    void aReplayWaitsForTheCommsStreamOnlyWhenWorkRanThereSinceTheLastReplayOnItsStream() {
+        int rounds = 3;
+        MemorySegment[] inputs = new MemorySegment[3 * rounds];
+        DeviceMemory[] staged = new DeviceMemory[inputs.length];
+        DeviceMemory[] outputs = new DeviceMemory[inputs.length + 1];
+        DeviceMemory[] buffers = new DeviceMemory[4]; // the input, then the chain's three
+        try (NativeEnv _ = NativeEnv.set("JNCCL_HOST_DELAY_RANK", "0", "JNCCL_HOST_DELAY_US", "3000");
+             Communicator comm = communicator(CommunicatorOptions.defaults()); CudaStream other = CudaStream.create()) {
+            try {
+                for (int i = 0; i < inputs.length; i++) {
+                    inputs[i] = randomFloats();
+                    staged[i] = upload(inputs[i]);
+                }
+                for (int i = 0; i < outputs.length; i++) {
+                    outputs[i] = upload(randomFloats());
+                }
+                for (int j = 0; j < buffers.length; j++) {
+                    buffers[j] = upload(randomFloats());
+                }
+                DeviceTensor[] tensors = tensors(buffers);
+                DeviceTensor[] chained = Arrays.copyOfRange(tensors, 1, tensors.length);
+                try (CudaGraph graph = CudaGraph.capture(stream, () -> {
+                    stream.copyAsync(tensors[0], chained[0]);
+                    chain(comm, stream, chained);
+                })) {
+                    replayRounds(comm, graph, other, tensors, tensors(staged), tensors(outputs), rounds);
+                }
+                for (int i = 0; i < inputs.length; i++) {
+                    assertBits(inputs[i].toArray(ValueLayout.JAVA_FLOAT), download(outputs[i]), "replay " + i);
+                }
+                assertBits(inputs[inputs.length - 1].toArray(ValueLayout.JAVA_FLOAT), download(outputs[inputs.length]),
+                        "the replay on the other stream, after the last one");
+                assertFalse(comm.isAborted(), "aborted: " + comm.recentTransactions());
+            } finally {
+                stream.synchronize(); // no copy may still use the memory (after a failed assertion too)
+                other.synchronize();
+                comm.synchronize();
+                closeAll(staged, outputs, buffers);
+            }
+        }
+    }
+
+    /** {@link #aReplayWaitsForTheCommsStreamOnlyWhenWorkRanThereSinceTheLastReplayOnItsStream}'s rounds, then both streams synchronized. */
+    private void replayRounds(Communicator comm, CudaGraph graph, CudaStream other, DeviceTensor[] buffers,
+                              DeviceTensor[] staged, DeviceTensor[] outputs, int rounds) {
+        GraphReplays replays = comm.graphReplays();
+        long waits = replays.commsWaits();
+        DeviceTensor in = buffers[0];
+        DeviceTensor out = buffers[buffers.length - 1];
+        for (int r = 0; r < rounds; r++) {
+            for (int i = 3 * r; i < 3 * r + 2; i++) {
+                stream.copyAsync(staged[i], in);
+                comm.launch(graph, stream);
+                stream.copyAsync(out, outputs[i]);
+            }
+            assertEquals(waits + 1 + r, replays.commsWaits(), "round " + r + ": replays back to back on one stream waited");
+            comm.begin(other).send(staged[3 * r + 2], 0).recv(in, 0).execute(null); // on the comms stream only
+            comm.launch(graph, stream);
+            stream.copyAsync(out, outputs[3 * r + 2]);
+            assertEquals(waits + 2 + r, replays.commsWaits(), "round " + r + ": the replay after the transaction waited");
+        }
+        // Its chain may overlap the copy-out of the last replay on the first stream: both hold that input.
+        comm.launch(graph, other);
+        other.copyAsync(out, outputs[3 * rounds]);
+        assertEquals(waits + 2 + rounds, replays.commsWaits(), "a replay on another stream waited");
+        stream.synchronize();
+        other.synchronize();
+    }
+
+    private static void closeAll(DeviceMemory[]... arrays) {
+        for (DeviceMemory[] memory : arrays) {
+            for (DeviceMemory m : memory) {
+                if (m != null) {
+                    m.close();
+                }
+            }
         }
     }
 

@@ -67,7 +67,8 @@ import org.openjdk.jmh.infra.IterationParams;
  *       by one, or captured once into a CUDA graph and replayed with {@code comm.launch(graph, compute)}.</li>
  * </ul>
  *
- * <p>Every variant synchronizes the comms stream after every 256th operation
+ * <p>Every variant synchronizes the comms stream ({@code graphReplay}: the compute stream, which its
+ * launches run on, as C's graph_replay) after every 256th operation
  * ({@link QueueBound#SYNC_EVERY}), inside the measured method, so the device queue stays bounded;
  * the cost of that synchronization is amortized into every variant in the same way (the C program
  * does the same). After each iteration a line "# host-only ...: N us/op without the
@@ -242,9 +243,25 @@ public class HostCostBenchmark {
         DeviceMemory stepMemory;
         DeviceTensor src;
         DeviceTensor part;
+        /** Whether the benchmark is {@link #graphReplay}: its queue bound synchronizes the compute stream. */
+        boolean replay;
+
+        /**
+         * Which benchmark runs: {@link #graphReplay} launches on the compute stream, which C's
+         * graph_replay synchronizes, {@link #graphStepEager} runs its collectives on the comms stream,
+         * which C's graph_step_eager synchronizes; each bound synchronizes the same stream as its C twin.
+         *
+         * @param benchmark the benchmark's parameters
+         */
+        @Setup(Level.Trial)
+        public void chooseStream(BenchmarkParams benchmark) {
+            replay = benchmark.getBenchmark().endsWith(".graphReplay");
+        }
 
         @Override
         void prepared() {
+            // Read at each synchronization: JMH does not order this setup after chooseStream.
+            queue = new QueueBound(() -> (replay ? compute : commsStream).synchronize());
             // Out of place: in place on one rank NCCL enqueues nothing, and the graph would be empty.
             stepMemory = DeviceMemory.allocate(DType.FP32, count + count / comm.worldSize());
             stepMemory.fill((byte) 0, compute);
@@ -485,8 +502,10 @@ public class HostCostBenchmark {
 
     /**
      * The same step replayed from its CUDA graph through {@code Communicator.launch}: pace, one
-     * cudaGraphLaunch on the comms stream between two event records and two stream waits, one
-     * flight recorder entry, whatever the number of transactions.
+     * cudaGraphLaunch on the compute stream, then an event record there and a wait of the comms
+     * stream for it (the compute stream's wait for the comms stream is skipped: nothing ran there
+     * since the last replay), one flight recorder entry, whatever the number of transactions. C's
+     * twins: graph_replay (the launch alone), graph_replay_ordered (the same native calls).
      *
      * @param s the state
      */
