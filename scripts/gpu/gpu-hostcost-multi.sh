@@ -14,7 +14,7 @@
 # --host (or no nvcc): jnccl's host emulation; the C program is built with gcc against the
 #   libjnccl_host.so inside the benchmark jar and the emulation's own ABI header (no NVIDIA headers).
 # Environment: ITERS (default 20000), REPS (3), WARMUP (2000), WARMUP_MS (jnccl only: its warm-up of each
-#   case also lasts at least this long on every rank; default 0, by count only), COUNT (1024, divisible by W),
+#   case also lasts at least this long on every rank; default 2000, 0: by count only), COUNT (1024, divisible by W),
 #   OUT (logs; default a new /tmp/jnccl-hostcost.XXXXXX), TIMEOUT per program run (default 900 s),
 #   SKIP_C=1 (jnccl only), JAVA_CASES (MultiRankHostCost --cases; default
 #   transaction,all_reduce_ordered,reduce_scatter; scripts/gpu/gpu-torch-hostcost.sh runs the last two),
@@ -89,7 +89,7 @@ log "jnccl, W=$world ($backend): mode ${JAVA_MODES:-both}, cases $java_cases"
 # shellcheck disable=SC2086 # JAVA_OPTS: one word per flag
 launch jnccl "$java_bin" ${JAVA_OPTS:--XX:CompileThresholdScaling=0.05} --enable-native-access=ALL-UNNAMED -Djnccl.backend=$backend -cp "$jar" \
   dev.jnccl.examples.bench.MultiRankHostCost --world "$world" --rank RANK --id-file "$work/j-id" --mode "${JAVA_MODES:-both}" \
-  --iters "$iters" --reps "$reps" --warmup "$warmup" --warmup-ms "${WARMUP_MS:-0}" --count "$count" --cases "$java_cases" || status=1
+  --iters "$iters" --reps "$reps" --warmup "$warmup" --warmup-ms "${WARMUP_MS:-2000}" --count "$count" --cases "$java_cases" || status=1
 
 # ---------------------------------------------------------------- summary
 {

@@ -20,7 +20,7 @@
 #   is built with gcc against the libjnccl_host.so inside the benchmark jar. Its figures say nothing
 #   about NCCL or a GPU: on the emulation streams are host threads that compete with the ranks' threads.
 # Environment: ITERS (default 20000), REPS (3), WARMUP (2000), WARMUP_MS (jnccl only: its warm-up of each
-#   case also lasts at least this long on every rank; default 0, by count only), COUNT (1024, divisible by every W),
+#   case also lasts at least this long on every rank; default 2000, 0: by count only), COUNT (1024, divisible by every W),
 #   CASES (default transaction; a comma list of gpu-hostcost-multi.sh's cases, or all: the transaction and
 #   every convenience operation), OUT (logs; default a new
 #   /tmp/jnccl-hostcost-threads.XXXXXX), TIMEOUT per program run (default 900 s), JAVA_OPTS (extra JVM
@@ -86,7 +86,7 @@ for world in "${worlds[@]}"; do
   # shellcheck disable=SC2086
   timeout "$limit" "$java_bin" --enable-native-access=ALL-UNNAMED -Djnccl.backend=$backend "${java_nccl[@]}" \
     ${JAVA_OPTS:-} -cp "$jar" dev.jnccl.examples.bench.ThreadsHostCost --world "$world" --mode "${JAVA_MODES:-both}" \
-    --iters "$iters" --reps "$reps" --warmup "$warmup" --warmup-ms "${WARMUP_MS:-0}" --count "$count" --cases "$cases" --pin-cpus "$pin" --max-lead "${MAX_LEAD:-0}" \
+    --iters "$iters" --reps "$reps" --warmup "$warmup" --warmup-ms "${WARMUP_MS:-2000}" --count "$count" --cases "$cases" --pin-cpus "$pin" --max-lead "${MAX_LEAD:-0}" \
     > "$out/jnccl.$world.txt" 2>&1 || { log "jnccl at W=$world failed: see $out/jnccl.$world.txt"; tail -n 5 "$out/jnccl.$world.txt" >&2; status=1; }
   if [ "$mode" = gpu ]; then
     # The version each program loaded: NCCL 2.28 would have refused, but say so plainly if it ran.

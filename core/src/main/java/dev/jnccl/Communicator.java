@@ -554,7 +554,7 @@ public final class Communicator implements AutoCloseable {
             log.discard(number);
             throw e;
         }
-        executeOrdered("reduceScatter", number, stream);
+        executeOrdered(number, stream);
     }
 
     /**
@@ -732,7 +732,7 @@ public final class Communicator implements AutoCloseable {
             log.discard(number);
             throw e;
         }
-        executeOrdered(kind.method(), number, stream);
+        executeOrdered(number, stream);
     }
 
     /** {@link #ordered} for a counted kind. */
@@ -745,7 +745,7 @@ public final class Communicator implements AutoCloseable {
             log.discard(number);
             throw e;
         }
-        executeOrdered(kind.method(), number, stream);
+        executeOrdered(number, stream);
     }
 
     /** Opens a convenience operation's transaction, its ready event to be recorded on {@code stream}. */
@@ -756,23 +756,16 @@ public final class Communicator implements AutoCloseable {
 
     /**
      * Executes a convenience operation's checked commands after the work on {@code stream} so far
-     * (the ready event is recorded only now: nobody else can use it while the transaction is
-     * open), then makes {@code stream} wait for them.
+     * (the ready event is recorded only now, inside the pipeline's lock hold: nobody else can use it
+     * while the transaction is open), then makes {@code stream} wait for them (in the same lock hold).
      */
-    private void executeOrdered(String operation, long number, CudaStream stream) {
+    private void executeOrdered(long number, CudaStream stream) {
         try {
-            nativeLock.lock();
-            try {
-                requireUsable(operation);
-                stream.record(transactionReady);
-            } finally {
-                nativeLock.unlock();
-            }
-            execute(null);
+            // A direct call: no transaction handle lives here for the pipeline's inlining to cost (see #execute).
+            pipeline.execute(null, stream);
         } finally {
             log.discard(number); // after a failure before the execute; nothing once executed
         }
-        waitOnComms(stream);
     }
 
     /**
@@ -1229,6 +1222,11 @@ public final class Communicator implements AutoCloseable {
     /** {@return what the calling thread does, for the execute pipeline's stages} */
     final Forensics forensics() {
         return forensics;
+    }
+
+    /** {@return the waits on this communicator's communication (the pipeline orders a convenience operation's stream through them)} */
+    final Waits waits() {
+        return waits;
     }
 
     /** {@return the NCCL side of this communicator (tests ask the emulation about its handle)} */

@@ -18,6 +18,8 @@ import dev.jnccl.internal.Native;
 import dev.jnccl.spi.Command.Function;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -71,6 +73,24 @@ final class NcclComm {
      * leak a working communicator's GPU memory.
      */
     private static final Duration MIN_ABORT_BOUND = Duration.ofSeconds(5);
+    /**
+     * {@link #group}'s writes of {@link #callThread} and {@link #callStartedNanos}: release stores.
+     * Their readers (the watchdog's poll, an abort's log line) look every interval, not in step with
+     * the enqueue, so the four full fences per enqueue that volatile stores cost would order nothing
+     * they rely on; the lock's release after the enqueue drains the stores anyway.
+     */
+    private static final VarHandle CALL_THREAD;
+    private static final VarHandle CALL_STARTED_NANOS;
+
+    static {
+        try {
+            MethodHandles.Lookup lookup = MethodHandles.lookup();
+            CALL_THREAD = lookup.findVarHandle(NcclComm.class, "callThread", Thread.class);
+            CALL_STARTED_NANOS = lookup.findVarHandle(NcclComm.class, "callStartedNanos", long.class);
+        } catch (ReflectiveOperationException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
 
     private final int rank;
     private final int worldSize;
@@ -544,8 +564,8 @@ final class NcclComm {
         MemorySegment work = work("ncclGroupStart");
         check(Nccl.ncclGroupStart(), "ncclGroupStart", work);
         boolean open = true;
-        callThread = Thread.currentThread();
-        callStartedNanos = System.nanoTime();
+        CALL_THREAD.setRelease(this, Thread.currentThread());
+        CALL_STARTED_NANOS.setRelease(this, System.nanoTime());
         try {
             body.run();
             open = false;
@@ -556,8 +576,8 @@ final class NcclComm {
                 check(result, "ncclGroupEnd", work);
             }
         } finally {
-            callStartedNanos = 0;
-            callThread = null;
+            CALL_STARTED_NANOS.setRelease(this, 0L);
+            CALL_THREAD.setRelease(this, (Thread) null);
             if (open) {
                 Nccl.ncclGroupEnd(); // close it; the original failure is the one that matters
             }

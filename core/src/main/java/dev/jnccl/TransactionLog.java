@@ -22,10 +22,21 @@ final class TransactionLog {
     /** How many transaction outcomes are remembered, for the messages of stale handles. */
     private static final int OUTCOMES = 1024;
     private static final VarHandle HOLDER;
+    /**
+     * The holder's writes of {@link #openNumber}, {@link #executed} and of the claim's release are
+     * release stores: other threads read them (volatile reads) only for messages, counts and the next
+     * claim, whose compare-and-set orders with them; a full fence per write (a volatile store's) buys
+     * them nothing, and the communicator's unlock right after drains the stores anyway.
+     */
+    private static final VarHandle OPEN_NUMBER;
+    private static final VarHandle EXECUTED;
 
     static {
         try {
-            HOLDER = MethodHandles.lookup().findVarHandle(TransactionLog.class, "holder", Thread.class);
+            MethodHandles.Lookup lookup = MethodHandles.lookup();
+            HOLDER = lookup.findVarHandle(TransactionLog.class, "holder", Thread.class);
+            OPEN_NUMBER = lookup.findVarHandle(TransactionLog.class, "openNumber", long.class);
+            EXECUTED = lookup.findVarHandle(TransactionLog.class, "executed", long.class);
         } catch (ReflectiveOperationException e) {
             throw new ExceptionInInitializerError(e);
         }
@@ -70,7 +81,7 @@ final class TransactionLog {
         commands.clear();
         openReady = ready;
         openOwner = caller;
-        openNumber = number;
+        OPEN_NUMBER.setRelease(this, number);
         return number;
     }
 
@@ -83,7 +94,7 @@ final class TransactionLog {
             throw stillOpen(operation);
         }
         long number = ++sequence;
-        holder = null;
+        HOLDER.setRelease(this, (Thread) null);
         return number;
     }
 
@@ -163,8 +174,8 @@ final class TransactionLog {
         if (openNumber == number && holder == Thread.currentThread()) {
             outcomes[(int) (number % OUTCOMES)] = executed ? number : -number;
             openReady = null;
-            openNumber = 0;
-            holder = null;
+            OPEN_NUMBER.setRelease(this, 0L);
+            HOLDER.setRelease(this, (Thread) null);
             // openOwner stays: a handle used from another thread meanwhile may have read the number before.
         }
     }
@@ -184,7 +195,7 @@ final class TransactionLog {
 
     /** Counts a transaction or replay whose enqueue starts (only the thread holding the lock writes it). */
     void countExecuted() {
-        executed++;
+        EXECUTED.setRelease(this, executed + 1); // one writer: the thread holding the communicator's lock
     }
 
     /** {@return the transactions and replays executed so far} */

@@ -38,11 +38,16 @@ final class Waits {
         lock.lock();
         try {
             face.requireUsable("waitOnComms");
-            stream.record(commsDone);
-            waiting.waitFor(commsDone);
+            orderAfterComms(waiting);
         } finally {
             lock.unlock();
         }
+    }
+
+    /** {@code waiting} waits for all communication enqueued so far; the caller holds the lock and checked the state. */
+    void orderAfterComms(CudaStream waiting) {
+        stream.record(commsDone);
+        waiting.waitFor(commsDone);
     }
 
     /** See {@link Communicator#synchronize}. */

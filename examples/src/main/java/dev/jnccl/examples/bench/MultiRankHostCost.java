@@ -41,7 +41,7 @@ import java.util.List;
  * <pre>
  * java --enable-native-access=ALL-UNNAMED -cp jnccl-benchmarks.jar dev.jnccl.examples.bench.MultiRankHostCost \
  *     --world 2 --rank 0 --id-file /tmp/id [--mode BLOCKING_SPLIT|NON_BLOCKING|both] [--iters 20000]
- *     [--reps 3] [--warmup 2000] [--warmup-ms 0] [--count 1024] [--device 0]
+ *     [--reps 3] [--warmup 2000] [--warmup-ms 2000] [--count 1024] [--device 0]
  *     [--cases transaction,all_reduce_ordered,reduce_scatter,...]
  * </pre>
  * (--cases: default every case above.)

@@ -87,7 +87,7 @@ final class PairedRank {
             case "all_to_all" -> raw.hasAllToAll()
                     ? new Runnable[] {() -> comm.allToAll(tensor, other, compute), raw::allToAll} : null;
             case "reduce_mean" -> new Runnable[] {
-                () -> comm.reduceMean(tensor, compute), () -> raw.allReduce(Nccl.ncclAvg())};
+                () -> comm.reduceMean(tensor, compute), raw::reduceMean};
             case "reduce_max" -> new Runnable[] {
                 () -> comm.reduceMax(tensor, compute), () -> raw.allReduce(Nccl.ncclMax())};
             case "reduce_norm_squared" -> new Runnable[] {() -> comm.reduceNormSquared(one, compute), raw::allReduceOne};

@@ -50,7 +50,8 @@ final class RankHostCost {
         /**
          * Parses {@code --world --rank --device --count --iters --warmup --warmup-ms --reps --id-file --mode
          * BLOCKING_SPLIT|NON_BLOCKING|both --cases a,b --pin-cpus true|false --max-lead N}; {@code --warmup-ms}:
-         * the warm-up also lasts at least that long (0, the default: by count only);
+         * the warm-up also lasts at least that long (default 2000, as PairedHostCost's; 0: by count only, which
+         * leaves short loops JIT-cold on a fast machine);
          * {@code threads}: the ranks are threads of this process (no --rank or --id-file; --pin-cpus
          * and --max-lead, ThreadsOptions' CPU pinning and launch-queue lead, allowed; 0: jnccl's default).
          */
@@ -67,7 +68,7 @@ final class RankHostCost {
             String cases = String.join(",", CASES);
             boolean pinCpus = true;
             int maxLead = 0;
-            long warmupMs = 0;
+            long warmupMs = 2_000;
             for (int i = 0; i < args.length; i += 2) {
                 String name = args[i];
                 if (i + 1 >= args.length) {

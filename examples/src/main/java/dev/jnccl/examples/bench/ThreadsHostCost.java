@@ -26,7 +26,7 @@ import java.util.Arrays;
  * <pre>
  * NCCL_MULTI_RANK_GPU_ENABLE=1 java --enable-native-access=ALL-UNNAMED -cp jnccl-benchmarks.jar \
  *     dev.jnccl.examples.bench.ThreadsHostCost --world 2 [--mode BLOCKING_SPLIT|NON_BLOCKING|both]
- *     [--iters 20000] [--reps 3] [--warmup 2000] [--warmup-ms 0] [--count 1024] [--device 0]
+ *     [--iters 20000] [--reps 3] [--warmup 2000] [--warmup-ms 2000] [--count 1024] [--device 0]
  *     [--cases transaction,all_reduce_ordered,reduce_scatter] [--pin-cpus true|false] [--max-lead N]
  * </pre>
  */

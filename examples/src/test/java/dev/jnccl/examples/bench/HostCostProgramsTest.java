@@ -155,5 +155,6 @@ class HostCostProgramsTest {
         assertEquals(3, settings.maxLead());
         assertEquals(false, settings.pinCpus());
         assertEquals(4, settings.world());
+        assertEquals(2000, settings.warmupMs(), "the warm-up lasts 2 s by default, not only a count of calls");
     }
 }
