@@ -951,7 +951,7 @@ public final class Communicator implements AutoCloseable {
         attach(child);
         synchronized (lifecycle) {
             if (state == State.OPEN) {
-                children.add(child);
+                children.add(child, members);
                 return Optional.of(child);
             }
         }
@@ -1104,6 +1104,14 @@ public final class Communicator implements AutoCloseable {
      * answers is known already, and the survivors go on (MPI mode would end the job).
      */
     void retire(String reason) {
+        retire(reason, List.of());
+    }
+
+    /**
+     * {@link #retire(String)} by a shrink without ranks {@code excluded}: the children with an
+     * excluded member are retired too, the others go on (see {@link Children#reachedBy}).
+     */
+    void retire(String reason, List<Integer> excluded) {
         synchronized (lifecycle) {
             if (state == State.CLOSED) {
                 return;
@@ -1111,7 +1119,7 @@ public final class Communicator implements AutoCloseable {
             abortReason = state == State.ABORTED ? abortReason + "; then " + reason : reason;
             state = State.ABORTED;
         }
-        for (Communicator child : children.live()) {
+        for (Communicator child : children.reachedBy(excluded)) {
             child.retire("the communicator it was split from (rank " + rank + ") was " + reason);
         }
         LOG.info("rank {} (device {}): communicator retired: {}", rank, device, reason);
@@ -1174,9 +1182,6 @@ public final class Communicator implements AutoCloseable {
             state = State.ABORTED;
         }
         forensics.aborted(before, explained, known); // before NCCL's abort, which may hang or end the process
-        for (Communicator child : children.live()) {
-            child.abort("the communicator it was split from (rank " + rank + ") was aborted: " + explained, known);
-        }
         LOG.error("rank {} (device {}): aborting communicator: {}\n  flight recorder, {}", rank, device, explained,
                 recorder.dump());
         Events.Abort.record(rank, explained);
@@ -1185,6 +1190,11 @@ public final class Communicator implements AutoCloseable {
             failures.aborting(explained);
         } catch (RuntimeException e) {
             LOG.warn("rank {}: the host side failed while aborting", rank, e);
+        }
+        // After the launcher has decided whether the abort is a loss (a hang's diagnosis may make it one):
+        // aborted for lost ranks, a child without them is whole and goes on (see Children.reachedBy).
+        for (Communicator child : children.reachedBy(losses.lost())) {
+            child.abort("the communicator it was split from (rank " + rank + ") was aborted: " + explained, known);
         }
         String abandoned = comm.abort(); // bounded: see NcclComm's bounded abort
         if (abandoned != null) {
