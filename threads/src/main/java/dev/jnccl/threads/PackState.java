@@ -432,8 +432,12 @@ final class PackState {
         return false;
     }
 
-    /** The classes of jnccl's own calls: core's, and the threads, CUDA and bindings packages'. */
-    private static final Pattern JNCCL_CALL = Pattern.compile("dev\\.jnccl\\.(threads\\.|cuda\\.|bindings\\.|internal\\.)?[A-Z][^.]*");
+    /**
+     * The classes a thread inside a jnccl call waits in: core's, the CUDA, bindings and internal
+     * packages', and the threads package's host side (its other classes run the user's work).
+     */
+    private static final Pattern JNCCL_CALL = Pattern.compile("dev\\.jnccl\\.((cuda|bindings|internal)\\.)?[A-Z][^.]*"
+            + "|dev\\.jnccl\\.threads\\.(PackState|ThreadsHost|CopyEngineTransport)(\\$.*)?");
 
     /** The ranks of clauses "rank N never reached ..." when every clause of the verdict is one; else none. */
     static List<Integer> neverReached(String verdict) {
