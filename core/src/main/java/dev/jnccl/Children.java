@@ -2,7 +2,9 @@ package dev.jnccl;
 
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 
 /**
  * The split bookkeeping of one {@link Communicator}: what its ranks exchange to split, the members
@@ -12,7 +14,8 @@ import java.util.List;
 final class Children {
     /** The parent's lifecycle lock: no child is added once the parent has stopped being open. */
     private final Object lock;
-    private final List<Communicator> live = new ArrayList<>();
+    /** The live children, each with its members' ranks in the parent. */
+    private final Map<Communicator, List<Integer>> live = new LinkedHashMap<>();
 
     Children(Object lock) {
         this.lock = lock;
@@ -45,10 +48,10 @@ final class Children {
         return mates.stream().map(m -> m[1]).toList();
     }
 
-    /** Adds a child; the caller holds the lock and has seen the parent open. */
-    void add(Communicator child) {
+    /** Adds a child of {@code members} (ranks in the parent); the caller holds the lock and has seen the parent open. */
+    void add(Communicator child, List<Integer> members) {
         synchronized (lock) {
-            live.add(child);
+            live.put(child, List.copyOf(members));
         }
     }
 
@@ -61,7 +64,22 @@ final class Children {
     /** {@return the live children now (closing one removes it meanwhile)} */
     List<Communicator> live() {
         synchronized (lock) {
-            return List.copyOf(live);
+            return List.copyOf(live.keySet());
+        }
+    }
+
+    /**
+     * The live children that the parent's abort or retirement reaches: all of them when {@code lost}
+     * is empty; else those with a lost member. A child whose members all survived is whole: its
+     * collectives never wait for a lost rank, so it goes on (NCCL's split communicators are
+     * independent of their parent too) until the parent is closed.
+     *
+     * @param lost ranks of the parent that were lost (or excluded by its shrink), or empty
+     */
+    List<Communicator> reachedBy(List<Integer> lost) {
+        synchronized (lock) {
+            return live.entrySet().stream().filter(e -> lost.isEmpty() || e.getValue().stream().anyMatch(lost::contains))
+                    .map(Map.Entry::getKey).toList();
         }
     }
 }

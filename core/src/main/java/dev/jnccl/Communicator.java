@@ -167,7 +167,7 @@ public final class Communicator implements AutoCloseable {
         this.pipeline = new ExecutePipeline(this, log, events, hostTimeoutNanos, nativeLock, stream, transport, commands,
                 recorder, replays, transactionReady, commsDone, consistency);
         this.lifecycle = new Lifecycle(this, state, parts, comm, nativeLock, forensics, recorder, log, registrations,
-                this::watchdog, List.of(commsDone, transactionReady, stream));
+                losses, this::watchdog, List.of(commsDone, transactionReady, stream));
         reportReady(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started), initEvent);
         this.watchdog = options.watchdogEnabled() ? startWatchdog() : null;
     }
@@ -1062,7 +1062,15 @@ public final class Communicator implements AutoCloseable {
      * answers is known already, and the survivors go on (MPI mode would end the job).
      */
     void retire(String reason) {
-        lifecycle.retire(reason);
+        lifecycle.retire(reason, List.of());
+    }
+
+    /**
+     * {@link #retire(String)} by a shrink without ranks {@code excluded}: the children with an
+     * excluded member are retired too, the others go on (see {@link Children#reachedBy}).
+     */
+    void retire(String reason, List<Integer> excluded) {
+        lifecycle.retire(reason, excluded);
     }
 
     // ---------------------------------------------------------------- abort and close

@@ -68,6 +68,8 @@ final class Forensics {
     private final FlightRecorder recorder;
     private final Failures failures;
     private final long exchangeNanos;
+    /** Held while a diagnosis is made (see {@link #diagnose}). */
+    private final Object diagnosing = new Object();
     /** Writes this rank's diagnosis dumps; null when they are off. */
     private final DumpWriter dumps;
     /** What the last calling thread is in (see {@link #enter}); read by any thread. */
@@ -219,10 +221,15 @@ final class Forensics {
      * ERROR with every summary and recorded as the JFR event {@code jnccl.Diagnosis}.
      */
     Diagnosis diagnose(String trigger) {
-        Diagnosis known = failures.diagnosis();
-        if (known != null) {
-            return known;
+        // One diagnosis at a time: the rank's thread and its watchdog often see the same failure at once, and
+        // the second takes the first's diagnosis instead of a second exchange that waits as long for a dead peer.
+        synchronized (diagnosing) {
+            Diagnosis known = failures.diagnosis();
+            return known != null ? known : diagnoseNow(trigger);
         }
+    }
+
+    private Diagnosis diagnoseNow(String trigger) {
         RankSummary own = summary();
         List<RankSummary> all = gather(own);
         boolean complete = all.size() == face.worldSize()

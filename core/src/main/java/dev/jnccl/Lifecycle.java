@@ -33,6 +33,8 @@ final class Lifecycle {
     private final FlightRecorder recorder;
     private final TransactionLog log;
     private final Registrations registrations;
+    /** The launcher's lost ranks: an abort for them leaves the children without them whole. */
+    private final LostRanks losses;
     /** Live communicators split from this one; closed before this one. */
     private final Children children;
     /** The watchdog, made after this part (it aborts through it): null when it is off. */
@@ -42,7 +44,7 @@ final class Lifecycle {
 
     Lifecycle(Communicator self, CommState state, RankParts parts, NcclComm comm, ReentrantLock nativeLock,
               Forensics forensics, FlightRecorder recorder, TransactionLog log, Registrations registrations,
-              Supplier<Watchdog> watchdog, List<AutoCloseable> cudaResources) {
+              LostRanks losses, Supplier<Watchdog> watchdog, List<AutoCloseable> cudaResources) {
         this.self = self;
         this.state = state;
         this.parts = parts;
@@ -52,6 +54,7 @@ final class Lifecycle {
         this.recorder = recorder;
         this.log = log;
         this.registrations = registrations;
+        this.losses = losses;
         this.children = new Children(state.monitor());
         this.watchdog = watchdog;
         this.cudaResources = cudaResources;
@@ -89,7 +92,7 @@ final class Lifecycle {
         Communicator.attach(child);
         synchronized (state.monitor()) {
             if (state.isOpen()) {
-                children.add(child);
+                children.add(child, members);
                 return Optional.of(child);
             }
         }
@@ -159,10 +162,6 @@ final class Lifecycle {
             return;
         }
         forensics.aborted(before, explained, known); // before NCCL's abort, which may hang or end the process
-        for (Communicator child : children.live()) {
-            child.lifecycle().abort("the communicator it was split from (rank " + self.rank() + ") was aborted: "
-                    + explained, known);
-        }
         LOG.error("rank {} (device {}): aborting communicator: {}\n  flight recorder, {}", self.rank(), self.device(),
                 explained, recorder.dump());
         Events.Abort.record(self.rank(), explained);
@@ -171,6 +170,12 @@ final class Lifecycle {
             parts.failures().aborting(explained);
         } catch (RuntimeException e) {
             LOG.warn("rank {}: the host side failed while aborting", self.rank(), e);
+        }
+        // After the launcher has decided whether the abort is a loss (a hang's diagnosis may make it one):
+        // aborted for lost ranks, a child without them is whole and goes on (see Children.reachedBy).
+        for (Communicator child : children.reachedBy(losses.lost())) {
+            child.lifecycle().abort("the communicator it was split from (rank " + self.rank() + ") was aborted: "
+                    + explained, known);
         }
         String abandoned = comm.abort(); // bounded: see NcclComm's bounded abort
         if (abandoned != null) {
@@ -183,12 +188,12 @@ final class Lifecycle {
         }
     }
 
-    /** See {@link Communicator#retire}. */
-    void retire(String reason) {
+    /** See {@link Communicator#retire(String, List)}. */
+    void retire(String reason, List<Integer> excluded) {
         if (!state.retire(reason)) {
             return;
         }
-        for (Communicator child : children.live()) {
+        for (Communicator child : children.reachedBy(excluded)) {
             child.retire("the communicator it was split from (rank " + self.rank() + ") was " + reason);
         }
         LOG.info("rank {} (device {}): communicator retired: {}", self.rank(), self.device(), reason);
@@ -232,7 +237,7 @@ final class Lifecycle {
             if (state.get() == CommState.State.OPEN) {
                 finalizeOrAbort(deadline, self.stream());
             } else if (state.get() == CommState.State.REVOKED) {
-                retire("closed after it was revoked"); // NCCL's work is revoked: nothing to finalize
+                retire("closed after it was revoked", List.of()); // NCCL's work is revoked: nothing to finalize
             }
             state.close();
             releaseAll();

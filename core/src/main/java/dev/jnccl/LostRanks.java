@@ -49,7 +49,7 @@ final class LostRanks {
     }
 
     /** The launcher's lost ranks, when they make a recovery: in range, not this rank; sorted; else empty. */
-    private List<Integer> lost() {
+    List<Integer> lost() {
         List<Integer> lost;
         try {
             lost = failures.lostRanks();

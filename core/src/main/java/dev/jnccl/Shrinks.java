@@ -203,7 +203,7 @@ final class Shrinks {
             record(event, excluded, members.size(), made.path);
             return made.survivors;
         } catch (RuntimeException | Error e) {
-            face.retire(reason + " failed: " + e.getMessage());
+            face.retire(reason + " failed: " + e.getMessage(), excluded);
             release(e);
             throw e;
         }
@@ -269,7 +269,7 @@ final class Shrinks {
             why = agree(host, failed, deadline);
             if (why == null) {
                 NcclComm adopted = shrunk;
-                face.retire(reason);
+                face.retire(reason, excluded);
                 try {
                     return new Made(successor(membership, parts, lock, l -> adopted), "nccl", null);
                 } catch (RuntimeException | Error e) {
@@ -281,7 +281,7 @@ final class Shrinks {
                 shrunk.abort(); // another survivor's shrink failed: nobody keeps this one
             }
         }
-        face.retire(reason + " (by re-init: " + why + ")");
+        face.retire(reason + " (by re-init: " + why + ")", excluded);
         return new Made(reinit(host, membership, parts, deadline), "reinit", why);
     }
 

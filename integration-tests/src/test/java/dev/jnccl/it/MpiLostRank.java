@@ -7,16 +7,21 @@ import dev.jnccl.RankLostException;
 import dev.jnccl.ReduceOp;
 import dev.jnccl.mpi.MpiCommunicators;
 import dev.jnccl.mpi.MpiOptions;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
 
 /**
  * One rank of an MPI job that loses processes and goes on without them (main class started by
  * {@link MpiLostRankTest} as {@code mpirun --enable-recovery -np W java ... MpiLostRank VICTIMS SEED},
  * VICTIMS the original ranks killed in turn, e.g. {@code 1,3}, each prefixed with {@code b} when the
- * survivors wait for it in a host-side barrier rather than an all-reduce; with
+ * survivors wait for it in a host-side barrier rather than an all-reduce, with {@code k} when it is
+ * killed between steps (the survivors post their all-reduce only after its death, see
+ * {@link #awaitGate}); with
  * {@link MpiOptions#withContinueWithoutFailedRanks(int)} 2). For each victim: every member
  * all-reduces SUM (checked); then the victim prints {@code RUNNING rank=R pid=P} and sleeps until the
  * test SIGKILLs it, while the others all-reduce again, which must end in {@link RankLostException}
@@ -65,7 +70,8 @@ public final class MpiLostRank {
         Communicator current = comm;
         for (String token : victims) {
             boolean inBarrier = token.startsWith("b");
-            int victim = Integer.parseInt(token.substring(inBarrier ? 1 : 0));
+            boolean betweenSteps = token.startsWith("k");
+            int victim = Integer.parseInt(token.substring(inBarrier || betweenSteps ? 1 : 0));
             try (RankContext c = new RankContext(current, seed)) {
                 sumAndCheck(c, current, members, "before" + victim, rank);
             }
@@ -74,6 +80,9 @@ public final class MpiLostRank {
                 System.out.flush();
                 Thread.sleep(120_000); // SIGKILLed by the test
                 throw new IllegalStateException("the victim was not killed");
+            }
+            if (betweenSteps) {
+                awaitGate(victim, rank);
             }
             current = survive(current, members, victim, inBarrier, rank, seed);
             members.remove(Integer.valueOf(victim));
@@ -90,6 +99,24 @@ public final class MpiLostRank {
         for (Communicator each : opened.reversed()) {
             each.close();
         }
+    }
+
+    /**
+     * A victim killed between steps: the survivors post their next all-reduce only once the test has
+     * seen the victim's process end (it creates the file {@code -Djnccl.it.lostGate} + "." + victim),
+     * so nothing of theirs is in flight when it dies. Prints {@code POSTED rank=R at=T}: the time from
+     * there to LOST is the detection of a death found by the next collective.
+     */
+    private static void awaitGate(int victim, int rank) throws InterruptedException {
+        Path gate = Path.of(System.getProperty("jnccl.it.lostGate") + "." + victim);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(120);
+        while (!Files.exists(gate)) {
+            if (System.nanoTime() > deadline) {
+                throw new IllegalStateException("the test did not open " + gate + " within 120 s");
+            }
+            Thread.sleep(20);
+        }
+        System.out.println("POSTED rank=" + rank + " at=" + System.currentTimeMillis());
     }
 
     /**

@@ -5,6 +5,8 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
@@ -61,6 +63,15 @@ class MpiLostRankTest {
         runAndCheck(MpiJobs.Launcher.OPEN_MPI, WORLD, List.of("b2"));
     }
 
+    /**
+     * Rank 2 dies between steps: no collective of the survivors is in flight when it dies; their next
+     * all-reduce, posted once its process has ended, must end in RankLostException as mid-step.
+     */
+    @org.junit.jupiter.api.Test
+    void survivorsOfARankKilledBetweenStepsRecover() throws Exception {
+        runAndCheck(MpiJobs.Launcher.OPEN_MPI, WORLD, List.of("k2"));
+    }
+
     /** {@code victims}: see {@link MpiLostRank}. */
     private static void runAndCheck(MpiJobs.Launcher launcher, int world, List<String> victims) throws Exception {
         if (!REAL_NCCL) {
@@ -69,18 +80,22 @@ class MpiLostRankTest {
         MpiJobs jobs = new MpiJobs(launcher, BACKEND, REAL_NCCL, REAL_NCCL
                 ? Map.of("NCCL_SOCKET_IFNAME", "lo", "NCCL_NVLS_ENABLE", "0") : Map.of()).survivorsRunOn();
         String spec = String.join(",", victims);
-        try (MpiJobs.Job job = jobs.start(MpiLostRank.class, spec, world)) {
+        Path gate = Files.createTempDirectory("jnccl-lost-gate-").resolve("gate");
+        try (MpiJobs.Job job = jobs.start(MpiLostRank.class, spec, world, "-Djnccl.it.lostGate=" + gate)) {
             List<Integer> members = new java.util.ArrayList<>();
             for (int r = 0; r < world; r++) {
                 members.add(r);
             }
             for (String token : victims) {
-                int victim = Integer.parseInt(token.replace("b", ""));
+                int victim = Integer.parseInt(token.replaceAll("[bk]", ""));
                 Matcher running = job.awaitLine("RUNNING rank=" + victim + " pid=(\\d+)", MpiWorldsChecks.JOB_TIMEOUT);
-                ProcessHandle.of(Long.parseLong(running.group(1))).ifPresent(ProcessHandle::destroyForcibly); // SIGKILL
+                kill(Long.parseLong(running.group(1)));
                 // With the survivors' FIRST lines: the time from the kill to the first collective of the
                 // recovered communicator (docs/elastic.md reports it from the GPU machine).
                 System.out.println("KILLED rank=" + victim + " at=" + System.currentTimeMillis());
+                if (token.startsWith("k")) {
+                    Files.createFile(Path.of(gate + "." + victim)); // the process has ended: the survivors go on
+                }
                 for (int rank : members) {
                     if (rank != victim) {
                         job.awaitLine("LOST rank=" + rank + " lost=\\[" + members.indexOf(victim) + "\\] of "
@@ -101,8 +116,17 @@ class MpiLostRankTest {
             assertEquals(0, exit, "mpirun's exit code (Open MPI with --enable-recovery exits 0 after a death)\n"
                     + output);
             job.assertNoRankLeft(Duration.ofSeconds(15));
-            output.lines().filter(l -> l.startsWith("LOST rank=") || l.startsWith("FIRST rank="))
-                    .forEach(System.out::println);
+            output.lines().filter(l -> l.startsWith("LOST rank=") || l.startsWith("FIRST rank=")
+                    || l.startsWith("POSTED rank=")).forEach(System.out::println);
+        }
+    }
+
+    /** SIGKILLs process {@code pid} and waits (bounded) until it has ended. */
+    private static void kill(long pid) throws Exception {
+        java.util.Optional<ProcessHandle> process = ProcessHandle.of(pid);
+        if (process.isPresent()) {
+            process.get().destroyForcibly();
+            process.get().onExit().get(30, TimeUnit.SECONDS);
         }
     }
 }

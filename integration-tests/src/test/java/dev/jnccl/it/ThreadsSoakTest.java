@@ -1233,7 +1233,7 @@ class ThreadsSoakTest {
     }
 
     /** Waits (bounded) until no native thread named jnccl-* is left; returns how many are. */
-    private static int awaitNoNativePackThreads(Duration grace) {
+    static int awaitNoNativePackThreads(Duration grace) {
         long deadline = System.nanoTime() + grace.toNanos();
         while (true) {
             long alive = Usage.nativePackThreads();

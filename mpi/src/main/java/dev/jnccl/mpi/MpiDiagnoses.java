@@ -56,6 +56,8 @@ final class MpiDiagnoses {
     private final IntToLongFunction closedAfter;
     /** The diagnosis every rank's abort leads with: this rank's, or the first a peer sent. */
     private final AtomicReference<Diagnosis> diagnosis = new AtomicReference<>();
+    /** How long each peer has been silent over the exchanges (guarded by this). */
+    private final Silences silences;
     /** Per rank: whether it has said that it aborted (this rank's own entry: whether it aborted). */
     private final boolean[] aborted;
     /** The first reason a peer gave for its abort, or null. */
@@ -72,6 +74,7 @@ final class MpiDiagnoses {
         this.size = size;
         this.closedAfter = closedAfter;
         this.aborted = new boolean[size];
+        this.silences = new Silences(size);
     }
 
     /** Starts answering the peers for {@code face} (no thread in a world of one). */
@@ -177,6 +180,8 @@ final class MpiDiagnoses {
         RankSummary[] all = new RankSummary[size];
         all[rank] = own;
         int missing = size - 1;
+        boolean[] refused = new boolean[size];
+        long posted = System.nanoTime();
         for (int peer = 0; peer < size; peer++) {
             if (peer != rank) {
                 try {
@@ -184,6 +189,7 @@ final class MpiDiagnoses {
                 } catch (RuntimeException e) {
                     // MPI knows the peer is gone (a launcher that keeps the job running after a death).
                     all[peer] = Diagnoses.absent(peer, size, "its process is gone (" + e.getMessage() + ")");
+                    refused[peer] = true;
                     missing--;
                 }
             }
@@ -198,20 +204,36 @@ final class MpiDiagnoses {
             }
             missing -= accept(answer.get(), exchange, all);
         }
+        boolean[] answered = new boolean[size];
+        for (int peer = 0; peer < size; peer++) {
+            answered[peer] = peer == rank || (all[peer] != null && !refused[peer]);
+        }
+        silences.exchanged(posted, answered, refused);
         return unanswered(all, TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start));
     }
 
     /**
-     * The peers that do not answer a request for their summary within {@code timeoutNanos}: their
+     * The peers that have not answered a request for their summary for {@code timeoutNanos}: their
      * processes are gone (a live peer answers from its own thread whatever its rank's thread does).
-     * A peer that closed its communicator is not among them.
+     * A peer that closed its communicator is not among them. The silence of the exchange just
+     * before (the abort's diagnosis) counts: a peer silent there is asked again only for the rest
+     * of the bound (see {@link Silences}).
      */
-    List<Integer> unreachable(long timeoutNanos) {
+    synchronized List<Integer> unreachable(long timeoutNanos) {
         List<Integer> gone = new ArrayList<>();
-        for (RankSummary summary : summaries(Diagnoses.summary(communicator), timeoutNanos)) {
-            if (summary.status() == RankSummary.Status.ABSENT && summary.rank() != rank) {
+        long wait = silences.probeNanos(timeoutNanos, System.nanoTime());
+        List<RankSummary> all = summaries(Diagnoses.summary(communicator), wait);
+        long now = System.nanoTime();
+        for (RankSummary summary : all) {
+            if (summary.status() == RankSummary.Status.ABSENT && summary.rank() != rank
+                    && silences.goneAfter(summary.rank(), timeoutNanos, now)) {
                 gone.add(summary.rank());
             }
+        }
+        if (wait < timeoutNanos) {
+            LOG.info("rank {}: probe for lost ranks waited {} ms (silent since the exchange before: the rest of {} ms);"
+                    + " gone: {}", rank, TimeUnit.NANOSECONDS.toMillis(wait), TimeUnit.NANOSECONDS.toMillis(timeoutNanos),
+                    gone);
         }
         return gone;
     }

@@ -388,8 +388,12 @@ final class PackState {
         if (minWorld == 0 || diagnosis == null) {
             return false;
         }
-        List<Integer> culprits = neverReached(diagnosis.verdict());
-        if (culprits.isEmpty() || culprits.contains(reporter) || culprits.stream().anyMatch(r -> r >= size)) {
+        List<Integer> named = neverReached(diagnosis.verdict());
+        if (named.isEmpty() || named.contains(reporter) || named.stream().anyMatch(r -> r >= size)) {
+            return false;
+        }
+        List<Integer> culprits = named.stream().filter(r -> !waitsInJnccl(r)).toList();
+        if (culprits.isEmpty()) {
             return false;
         }
         for (int culprit : culprits) {
@@ -404,6 +408,36 @@ final class PackState {
         }
         return abortedForLoss();
     }
+
+    /**
+     * Whether rank {@code rank}'s thread is inside a jnccl call now: a rank that the verdict names as
+     * never having reached this pack's call, but which waits in a call on another communicator (a
+     * split's collective that waits for the hung rank), is not hung itself; that communicator's own
+     * abort answers for it.
+     */
+    private boolean waitsInJnccl(int rank) {
+        Thread thread;
+        synchronized (lock) {
+            thread = working[rank];
+        }
+        if (thread == null) {
+            return false;
+        }
+        for (StackTraceElement frame : thread.getStackTrace()) {
+            String type = frame.getClassName();
+            if (!(type.startsWith("java.") || type.startsWith("jdk.") || type.startsWith("sun."))) {
+                return JNCCL_CALL.matcher(type).matches(); // the innermost frame outside the JDK
+            }
+        }
+        return false;
+    }
+
+    /**
+     * The classes a thread inside a jnccl call waits in: core's, the CUDA, bindings and internal
+     * packages', and the threads package's host side (its other classes run the user's work).
+     */
+    private static final Pattern JNCCL_CALL = Pattern.compile("dev\\.jnccl\\.((cuda|bindings|internal)\\.)?[A-Z][^.]*"
+            + "|dev\\.jnccl\\.threads\\.(PackState|ThreadsHost|CopyEngineTransport)(\\$.*)?");
 
     /** The ranks of clauses "rank N never reached ..." when every clause of the verdict is one; else none. */
     static List<Integer> neverReached(String verdict) {

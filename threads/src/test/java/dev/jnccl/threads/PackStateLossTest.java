@@ -175,6 +175,34 @@ class PackStateLossTest {
     }
 
     @Test
+    void aRankNamedByAHangVerdictThatWaitsInACallOfASplitIsNotLostTheHungOneIs() throws Exception {
+        PackState pack = new PackState(4, DRAIN, 2);
+        PackState pair = pack.child(1, 0, List.of(1, 2));
+        RankThreads ranks = RankThreads.start(4, rank -> {
+            pack.working(rank, true);
+            if (rank == 1) {
+                Thread.sleep(TimeUnit.SECONDS.toMillis(30)); // stands for user code that hangs
+            } else {
+                pair.barrier("barrier", 1, LONG_NANOS); // rank 2 waits for it in their split's barrier
+            }
+            return null;
+        }, 1, 2);
+        RankThreads.awaitWaiting(ranks.thread(0));
+        RankThreads.awaitWaiting(ranks.thread(1));
+        // The root's verdict names both: rank 2 never reached the root's call because it waits in the split's.
+        Diagnosis verdict = new Diagnosis("rank 1 never reached transaction #3 (it is in user code: at X.y(X.java:1));"
+                + " rank 2 never reached transaction #3 (it is in user code: at X.z(X.java:2))", List.of(), true);
+        assertTrue(pack.loseHung(0, verdict));
+        ranks.join();
+        assertEquals(List.of(1), pack.lostRanks(), "rank 2 waits in a jnccl call: not hung itself");
+        assertInstanceOf(InterruptedException.class, ranks.error(1));
+        assertEquals(List.of(0), pair.lostRanks(), "the split lost rank 1 in its numbering");
+        CommunicatorAbortedException released = assertInstanceOf(CommunicatorAbortedException.class, ranks.error(2));
+        assertTrue(released.getMessage().contains("ranks [0] were lost"), released.getMessage());
+        assertNull(pack.failure());
+    }
+
+    @Test
     void onlyVerdictsOfRanksThatNeverReachedTheCallNameRanksToLose() {
         assertEquals(List.of(1, 3), PackState.neverReached("rank 1 never reached transaction #4 (idle); rank 3 never"
                 + " reached transaction #4 (it is in user code: at A.b(A.java:2))"));
