@@ -7,6 +7,7 @@ import dev.jnccl.internal.Deadlines;
 import dev.jnccl.spi.HostSide;
 import dev.jnccl.spi.RankParts;
 import java.time.Duration;
+import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
@@ -110,6 +111,23 @@ final class Grows {
         }
     }
 
+    /**
+     * {@link RankLostException#recover()}: the survivors' communicator of {@code lost}, grown back by
+     * the replacements the launcher starts ({@link dev.jnccl.spi.Failures#replacements}), if any.
+     */
+    static Communicator recover(Communicator comm, List<Integer> lost) {
+        Communicator survivors = comm.shrink(lost.stream().mapToInt(Integer::intValue).toArray());
+        int added = comm.failures().replacements(lost);
+        if (added <= 0) {
+            return survivors;
+        }
+        GrowTicket made = survivors.growTicket(survivors.worldSize() + added);
+        if (survivors.rank() == 0) {
+            survivors.failures().replace(made);
+        }
+        return survivors.grow(made);
+    }
+
     /** The communicator a grow made, or null. */
     Communicator grown() {
         return grown;
@@ -155,6 +173,10 @@ final class Grows {
                     : UniqueId.generate()).bytes();
         }
         GrowTicket made = GrowTicket.fromBytes(host.allGather(mine, Deadlines.remainingNanos(deadline)).getFirst());
+        if (made.toWorld() != newWorldSize) {
+            throw new IllegalArgumentException("growTicket: rank 0 grows to " + made.toWorld() + " ranks, rank " + rank
+                    + " asked for " + newWorldSize + " (every rank passes the same size)");
+        }
         LOG.info("rank {} of {}: a grow to {} ranks will take the {} path{}", rank, worldSize, newWorldSize,
                 name(made.path()), why == null ? "" : " (" + why + ")");
         return made;
