@@ -48,10 +48,10 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
     public ThreadsOptions {
         OptionChecks.given(NAME, communicator, "communicator options are null");
         OptionChecks.range(NAME, "maxLead", maxLead, 1, MAX_LEAD);
-        devices = checkedDevices(devices, "rank");
+        devices = checkedDevices(devices, "rank", "devices");
         OptionChecks.range(NAME, "minWorld", minWorld, 0, Integer.MAX_VALUE);
         OptionChecks.given(NAME, replacementDevices, "replacementDevices is null (an empty list means none)");
-        replacementDevices = checkedDevices(replacementDevices, "replacement");
+        replacementDevices = checkedDevices(replacementDevices, "spare", "replacementDevices");
     }
 
     /**
@@ -87,13 +87,14 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
     }
 
     /** A copy of {@code devices}; List.copyOf alone would throw a NullPointerException without a message. */
-    private static List<Integer> checkedDevices(List<Integer> devices, String of) {
+    private static List<Integer> checkedDevices(List<Integer> devices, String of, String option) {
         OptionChecks.given(NAME, devices, "devices is null (an empty list means one rank per device)");
         List<Integer> copy = new ArrayList<>(devices);
         for (int rank = 0; rank < copy.size(); rank++) {
             Integer device = copy.get(rank);
             if (device == null) {
-                throw OptionChecks.missing(NAME, "the device of " + of + " " + rank + " is null in " + copy);
+                throw OptionChecks.missing(NAME, "the device of " + of + " " + rank + " is null in " + option + " "
+                        + copy);
             }
             if (device < 0) {
                 throw OptionChecks.negative(NAME, "device " + device + " of " + of + " " + rank);
@@ -246,7 +247,8 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
      *
      * @param devices the spare devices, used in this order (none: off)
      * @return a copy with the replacement devices replaced
-     * @throws IllegalArgumentException when {@code devices} is null or holds a negative device
+     * @throws NullPointerException     when {@code devices} is null
+     * @throws IllegalArgumentException when a device is negative
      */
     public ThreadsOptions withReplacementDevices(int... devices) {
         OptionChecks.given("withReplacementDevices", devices, "devices is null");
