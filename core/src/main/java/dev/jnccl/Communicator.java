@@ -1197,6 +1197,11 @@ public final class Communicator implements AutoCloseable {
         return current == State.OPEN || current == State.REVOKED;
     }
 
+    /** {@return the grow of this communicator} */
+    Grows grows() {
+        return grows;
+    }
+
     /** {@return the launcher's failure handling (a recovery asks it for replacement ranks)} */
     Failures failures() {
         return failures;

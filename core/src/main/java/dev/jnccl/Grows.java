@@ -87,6 +87,15 @@ final class Grows {
 
     /** See {@link Communicator#grow}. */
     Communicator grow(GrowTicket given) {
+        return grow(given, () -> {});
+    }
+
+    /**
+     * See {@link Communicator#grow}; {@code started} runs once this rank's part of the grow has
+     * started (NCCL accepted its call; before the init of the re-init path), so that a launcher
+     * starts the new ranks only then.
+     */
+    private Communicator grow(GrowTicket given, Runnable started) {
         if (given == null) {
             throw new IllegalArgumentException("grow: ticket is null");
         }
@@ -103,7 +112,7 @@ final class Grows {
                 return made;
             }
             face.requireShrinkable("grow");
-            made = run(given);
+            made = run(given, started);
             grown = made;
             return made;
         } finally {
@@ -122,10 +131,16 @@ final class Grows {
             return survivors;
         }
         GrowTicket made = survivors.growTicket(survivors.worldSize() + added);
-        if (survivors.rank() == 0) {
-            survivors.failures().replace(made);
-        }
-        return survivors.grow(made);
+        // The coordinator of NCCL's grow (rank 0) has the replacements started once its grow has.
+        Runnable replace = survivors.rank() != 0 ? () -> {} : () -> {
+            try {
+                survivors.failures().replace(made);
+            } catch (RuntimeException e) { // then the grow ends at its deadline, or when the launcher fails it
+                LOG.error("rank 0 of {}: the launcher could not start the replacements of {}", survivors.worldSize(),
+                        made, e);
+            }
+        };
+        return survivors.grows().grow(made, replace);
     }
 
     /** The communicator a grow made, or null. */
@@ -192,7 +207,7 @@ final class Grows {
     }
 
     /** The grow itself, bounded by the init timeout; whatever fails, this communicator ends retired. */
-    private Communicator run(GrowTicket given) {
+    private Communicator run(GrowTicket given, Runnable onStart) {
         long started = System.nanoTime();
         Events.Grow event = new Events.Grow();
         event.begin();
@@ -200,8 +215,8 @@ final class Grows {
         String reason = "grown to " + given.toWorld() + " ranks by the " + name(given.path()) + " path";
         RankParts parts = Objects.requireNonNull(face.hostSide().grow(face, given), "grow: the launcher made no parts");
         try {
-            Communicator made = given.path() == GrowTicket.Path.NCCL ? byNccl(given, parts, deadline, reason)
-                    : byReinit(given, parts, deadline, reason);
+            Communicator made = given.path() == GrowTicket.Path.NCCL ? byNccl(given, parts, deadline, reason, onStart)
+                    : byReinit(given, parts, deadline, reason, onStart);
             LOG.info("rank {} of {}: {} in {} ms", rank, worldSize, reason,
                     TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started));
             record(event, rank, worldSize, given);
@@ -222,13 +237,14 @@ final class Grows {
      * NCCL's grow of this (alive) communicator, then this one retired. NCCL wants the id from the
      * coordinator only; the host emulation meets by id on every rank, so there every rank passes it.
      */
-    private Communicator byNccl(GrowTicket given, RankParts parts, long deadline, String reason) {
+    private Communicator byNccl(GrowTicket given, RankParts parts, long deadline, String reason, Runnable started) {
         boolean passId = rank == 0 || libraries.backend() == BackendSetting.HOST;
         ReentrantLock lock = new ReentrantLock();
         NcclComm made;
         nativeLock.lock();
         try {
-            made = comm.grow(given.id(), passId, given.toWorld(), left(deadline), parts.failures()::cancellation, lock);
+            made = comm.grow(given.id(), passId, given.toWorld(), left(deadline), parts.failures()::cancellation, lock,
+                    started);
         } finally {
             nativeLock.unlock();
         }
@@ -243,8 +259,10 @@ final class Grows {
     }
 
     /** The re-init path: this communicator retired first (it may hold the device), then a new init. */
-    private Communicator byReinit(GrowTicket given, RankParts parts, long deadline, String reason) {
+    private Communicator byReinit(GrowTicket given, RankParts parts, long deadline, String reason,
+                                  Runnable started) {
         face.retire(reason);
+        started.run(); // an init waits for every rank, whichever comes first
         adopted = parts;
         Duration left = left(deadline);
         return Communicator.grown(face, given.toWorld(), parts, new ReentrantLock(), l -> NcclComm.init(given.id(),

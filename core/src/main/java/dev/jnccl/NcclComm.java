@@ -267,15 +267,20 @@ final class NcclComm {
      * it, with rank -1: it keeps its rank among {@code newSize}); the new ranks join with the same
      * {@code id} ({@link #joinGrow}). NCCL wants the id from the coordinator only (the rank that got
      * it from {@link #growId}), the other existing ranks pass NULL: {@code passId} says whether this
-     * rank passes it. The wait, the lock, the deadline and what a failure leaves are {@link #split}'s.
+     * rank passes it. {@code started} runs once NCCL accepted the call, before the wait: new ranks
+     * must not call before the existing ones (NCCL fails a new rank that arrives first). The wait, the
+     * lock, the deadline and what a failure leaves are {@link #split}'s.
      *
      * @throws NcclException                when NCCL refuses
      * @throws CommunicatorAbortedException at the deadline, on cancellation, or when this one is aborted
      */
     NcclComm grow(UniqueId id, boolean passId, int newSize, Duration timeout, Supplier<String> cancellation,
-                  ReentrantLock newLock) {
-        return derive("ncclCommGrow", into -> startGrow(id, passId, newSize, into), true, rank, newSize, timeout,
-                cancellation, newLock);
+                  ReentrantLock newLock, Runnable started) {
+        return derive("ncclCommGrow", into -> {
+            MemorySegment source = startGrow(id, passId, newSize, into);
+            started.run();
+            return source;
+        }, true, rank, newSize, timeout, cancellation, newLock);
     }
 
     /** Starts NCCL's grow on this communicator's non-blocking handle; the id lives in {@code into}'s arena. */

@@ -27,11 +27,13 @@ import java.util.Map;
 import java.util.Set;
 import java.util.SplittableRandom;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.stream.IntStream;
+import java.util.stream.LongStream;
+import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
+import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * Threads mode replacing a lost rank ({@link ThreadsOptions#withReplacementDevices}): at world 4,
@@ -40,7 +42,8 @@ import org.junit.jupiter.params.provider.EnumSource;
  * spare device. Every rank, the replacement too, checks each step's all-reduce of random integers
  * element by element against the sum of the members' inputs, at world 4 before and after; the
  * members after the recovery are the survivors in their old order, then the replacement. No thread
- * of the pack is left.
+ * of the pack is left. A pair (2 -> 1 -> 2) by each path of the grow also runs in the GPU machine's
+ * threads multi-rank suite, both ranks and the spare on the one GPU (NCCL 2.30.7: ncclCommGrow).
  */
 @Timeout(120)
 class ThreadsReplacementTest {
@@ -55,6 +58,19 @@ class ThreadsReplacementTest {
 
     enum Fault { THROWS, INTERRUPTED, HANGS }
 
+    /** One round: {@code victim} of {@code world} goes by {@code fault} at {@code step}. */
+    private record Plan(int world, int victim, Fault fault, int step, long seed) {
+        @Override
+        public String toString() {
+            return fault + " of rank " + victim + " of " + world + " at step " + step + ", seed " + seed;
+        }
+    }
+
+    @AfterEach
+    void clearPathSetting() {
+        System.clearProperty("jnccl.grow.path");
+    }
+
     /**
      * What each rank saw, by identity: the members at the end, the step it started from, and the
      * world size of each step it checked.
@@ -67,34 +83,58 @@ class ThreadsReplacementTest {
         assumeTrue(Cuda.deviceCount() > WORLD, "needs a spare device besides one per rank (" + Cuda.deviceCount()
                 + " devices)");
         long seed = Packs.newSeed();
-        int victimStep = new SplittableRandom(seed).nextInt(STEPS);
-        String round = fault + " at step " + victimStep + ", seed " + seed;
+        Plan plan = new Plan(WORLD, VICTIM, fault, new SplittableRandom(seed).nextInt(STEPS), seed);
         ThreadsOptions options = ThreadsOptions.defaults().withPinCpus(false).withContinueWithoutFailedRanks(2)
                 .withReplacementDevices(SPARE);
         if (fault == Fault.HANGS) {
             options = options.withCommunicator(CommunicatorOptions.defaults().withWatchdog(WATCHDOG));
         }
+        runAndCheck(plan, options, SPARE);
+    }
+
+    /**
+     * World 2 -> 1 -> 2 by each path of the grow: rank 1 throws, rank 0 alone recovers and grows back
+     * with a replacement. On the emulation the spare is device 2; in the GPU machine's multi-rank
+     * suite ({@link Packs#placed}: both ranks on the one GPU) the spare is that GPU too.
+     */
+    @ParameterizedTest
+    @ValueSource(strings = {"auto", "nccl", "reinit"})
+    void aPairGrowsBackAfterALossByEitherPath(String path) throws Exception {
+        System.setProperty("jnccl.grow.path", path);
+        long seed = Packs.newSeed();
+        Plan plan = new Plan(2, 1, Fault.THROWS, new SplittableRandom(seed).nextInt(STEPS), seed);
+        ThreadsOptions placed = Packs.placed(2, ThreadsOptions.defaults().withPinCpus(false));
+        int spare = placed.devices().isEmpty() ? Math.min(2, Cuda.deviceCount() - 1) : placed.devices().getFirst();
+        runAndCheck(plan, placed.withContinueWithoutFailedRanks(1).withReplacementDevices(spare), spare);
+    }
+
+    /** Runs {@code plan}; checks the loss, the replacement, the members and every rank's steps. */
+    private static void runAndCheck(Plan plan, ThreadsOptions options, int spare) {
         Map<Long, Seen> seen = new ConcurrentHashMap<>();
-        try (ThreadsPack pack = ThreadsCommunicators.launch(WORLD, options,
-                comm -> rank(comm, fault, victimStep, seed, seen))) {
+        try (ThreadsPack pack = ThreadsCommunicators.launch(plan.world(), options, comm -> rank(comm, plan, seen))) {
             pack.join();
-            assertEquals(Set.of(VICTIM), pack.lostRanks().keySet(), round);
-            assertEquals(List.of(SPARE), pack.replacementDevices(), round);
-            assertFalse(pack.hasException(), round);
+            assertEquals(Set.of(plan.victim()), pack.lostRanks().keySet(), plan::toString);
+            assertEquals(List.of(spare), pack.replacementDevices(), plan::toString);
+            assertFalse(pack.hasException(), plan::toString);
         }
-        List<Long> members = List.of(0L, 1L, 2L, REPLACEMENT);
-        assertEquals(Set.of(0L, 1L, 2L, REPLACEMENT), seen.keySet(), round);
-        for (long identity : List.of(0L, 1L, 2L)) {
-            assertEquals(members, seen.get(identity).members(), round + ": members at the end on " + identity);
-            assertEquals(STEPS, seen.get(identity).worlds().size(), round + ": steps checked on " + identity);
+        List<Long> members = new java.util.ArrayList<>(LongStream.range(0, plan.world())
+                .filter(r -> r != plan.victim()).boxed().toList());
+        List<Long> survivors = List.copyOf(members);
+        members.add(REPLACEMENT);
+        assertEquals(Set.copyOf(members), seen.keySet(), plan::toString);
+        for (long identity : survivors) {
+            assertEquals(members, seen.get(identity).members(), plan + ": members at the end on " + identity);
+            assertEquals(STEPS, seen.get(identity).worlds().size(), plan + ": steps checked on " + identity);
         }
         Seen replaced = seen.get(REPLACEMENT);
-        assertEquals(members, replaced.members(), round);
-        // From the victim's step, or the next one when the victim's all-reduce of it went out before its interrupt.
-        assertTrue(replaced.from() == victimStep || fault == Fault.INTERRUPTED && replaced.from() == victimStep + 1,
-                round + ": the replacement started from step " + replaced.from());
-        assertEquals(STEPS - replaced.from(), replaced.worlds().size(), round + ": the replacement's steps");
-        seen.values().forEach(s -> assertTrue(s.worlds().stream().allMatch(w -> w == WORLD), round + ": " + s));
+        assertEquals(members, replaced.members(), plan::toString);
+        // From the victim's step; or the step before, which the victim finished but a survivor saw fail
+        // in its wait; or (interrupted) the next, when the victim's all-reduce of it went out first.
+        long from = replaced.from();
+        assertTrue(from == plan.step() || from == plan.step() - 1 || plan.fault() == Fault.INTERRUPTED
+                && from == plan.step() + 1, plan + ": the replacement started from step " + from);
+        assertEquals(STEPS - replaced.from(), replaced.worlds().size(), plan + ": the replacement's steps");
+        seen.values().forEach(s -> assertTrue(s.worlds().stream().allMatch(w -> w == plan.world()), plan + ": " + s));
         Packs.assertNoPackThreads();
     }
 
@@ -119,25 +159,25 @@ class ThreadsReplacementTest {
      * survivors recover and agree, with the replacement, on the members (by identity, in rank order)
      * and the step to go on from.
      */
-    private static void rank(Communicator first, Fault fault, int victimStep, long seed, Map<Long, Seen> seen) {
+    private static void rank(Communicator first, Plan plan, Map<Long, Seen> seen) {
         boolean replacement = ThreadsCommunicators.isReplacement();
         long identity = replacement ? REPLACEMENT : first.rank();
         Communicator comm = first;
         List<Integer> worlds = new java.util.ArrayList<>();
         long step = 0;
-        List<Long> members = IntStream.range(0, WORLD).mapToObj(r -> (long) r).toList();
+        List<Long> members = LongStream.range(0, plan.world()).boxed().toList();
         if (replacement) {
             members = members(comm, identity);
             step = agreedStep(comm, Long.MAX_VALUE);
         }
         long from = step;
         while (step <= STEPS) {
-            if (identity == VICTIM && step == victimStep) {
-                fail(fault);
+            if (identity == plan.victim() && step == plan.step()) {
+                fail(plan.fault(), plan.victim());
             }
             try {
                 if (step < STEPS) {
-                    allReduceChecked(comm, seed, members, (int) step);
+                    allReduceChecked(comm, plan.seed(), members, (int) step);
                     worlds.add(comm.worldSize());
                 } else {
                     comm.barrier();
@@ -161,9 +201,9 @@ class ThreadsReplacementTest {
         return Arrays.stream(comm.allGatherLongsHost(step)).min().orElseThrow();
     }
 
-    private static void fail(Fault fault) {
+    private static void fail(Fault fault, int victim) {
         switch (fault) {
-            case THROWS -> throw new IllegalStateException("injected failure of rank " + VICTIM);
+            case THROWS -> throw new IllegalStateException("injected failure of rank " + victim);
             case INTERRUPTED -> Thread.currentThread().interrupt(); // its next wait ends with it
             case HANGS -> {
                 try {
