@@ -118,7 +118,7 @@ public final class GrowTicket {
 
     @Override
     public String toString() {
-        return "GrowTicket[" + fromWorld + " -> " + toWorld + " ranks by " + path.name().toLowerCase(java.util.Locale.ROOT)
-                + ", " + id + "]";
+        return "GrowTicket[" + fromWorld + " -> " + toWorld + " ranks by "
+                + path.name().toLowerCase(java.util.Locale.ROOT) + ", " + id + "]";
     }
 }

@@ -62,8 +62,8 @@ final class Grows {
     GrowTicket ticket(int newWorldSize) {
         if (newWorldSize <= worldSize) {
             throw new IllegalArgumentException("growTicket: newWorldSize " + newWorldSize + " out of range ["
-                    + (worldSize + 1) + ", " + Integer.MAX_VALUE + "]: a grow adds ranks to the " + worldSize + " of rank "
-                    + rank);
+                    + (worldSize + 1) + ", " + Integer.MAX_VALUE + "]: a grow adds ranks to the " + worldSize
+                    + " of rank " + rank);
         }
         Shrinks.Setting setting = setting();
         claim("growTicket");

@@ -124,6 +124,7 @@ class GrowTest {
             assertTrue(other.getMessage().contains("already has the ticket of a grow to 3 ranks"), other.getMessage());
             assertFalse(comm.isAborted(), "refused calls change nothing");
             ElasticRanks.checkCollectives(comm, List.of(0, 1), 42);
+            comm.barrier(); // neither rank closes while the other still waits in the all-gather
             comm.close();
             IllegalStateException closed = assertThrows(IllegalStateException.class, () -> comm.growTicket(5));
             assertTrue(closed.getMessage().contains("is closed"), closed.getMessage());
@@ -185,6 +186,35 @@ class GrowTest {
             assertTrue(interrupted.getMessage().contains("interrupted"), interrupted.getMessage());
             interrupter.join();
             assertTrue(comm.isAborted());
+            return null;
+        }, null);
+        rethrowAny(results);
+    }
+
+    @Test
+    void aSecondThreadIsRefusedWhileOneGrows() throws Throwable {
+        List<Object> results = run(2, 3, new ElasticRanks.Pack(2), OPTIONS, (comm, handOut) -> {
+            if (comm.rank() != 0) {
+                return null; // never makes the ticket: rank 0's growTicket waits for it
+            }
+            Thread first = Thread.ofPlatform().start(() -> {
+                try {
+                    comm.growTicket(3);
+                } catch (CommunicatorAbortedException expected) {
+                    // interrupted below
+                }
+            });
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (first.getState() != Thread.State.TIMED_WAITING && System.nanoTime() < deadline) {
+                Thread.sleep(5); // until the first call waits for rank 1
+            }
+            IllegalStateException refused = assertThrows(IllegalStateException.class, () -> comm.growTicket(3));
+            assertTrue(refused.getMessage().contains("is already growing"), refused.getMessage());
+            IllegalStateException alsoGrow = assertThrows(IllegalStateException.class,
+                    () -> comm.grow(new GrowTicket(GrowTicket.Path.REINIT, 2, 3, UniqueId.generate())));
+            assertTrue(alsoGrow.getMessage().contains("is already growing"), alsoGrow.getMessage());
+            first.interrupt();
+            first.join();
             return null;
         }, null);
         rethrowAny(results);
