@@ -4,7 +4,8 @@
 # gradients; the last rank throws at step 5, the survivors recover (RankLostException.recover),
 # reload the model from their new rank 0, re-shard the data and finish. Prints OK and exits 0 when
 # the final weights match the plain-Java reference run at the same sequence of world sizes, 1
-# otherwise. JNCCL_BACKEND=cuda|host|auto (default auto), JAVA_OPTS, SKIP_BUILD=1, FORCE_BUILD=1:
+# otherwise. --replace: a spare device (4 on the emulation; the last visible GPU otherwise) gets a
+# replacement rank: the survivors grow back to 4 ranks with it, and it reloads their model. JNCCL_BACKEND=cuda|host|auto (default auto), JAVA_OPTS, SKIP_BUILD=1, FORCE_BUILD=1:
 # see scripts/lib/example.sh.
 set -euo pipefail
 caller_dir=$(pwd)

@@ -60,6 +60,7 @@ public final class Communicator implements AutoCloseable {
 
     static {
         Modes.install(Communicator::create);
+        Modes.installJoin(Communicator::join);
         Diagnoses.install(communicator -> communicator.forensics.summary(),
                 (communicator, trigger) -> communicator.forensics.diagnose(trigger));
     }
@@ -105,6 +106,8 @@ public final class Communicator implements AutoCloseable {
     private final Forensics forensics;
     /** The shrink to the survivors and the communicator it made. */
     private final Shrinks shrinks;
+    /** The grow of this communicator (its ticket) and the communicator it made. */
+    private final Grows grows;
     /** What the launcher says of lost ranks: {@link RankLostException} instead of a plain abort. */
     private final LostRanks losses;
 
@@ -162,6 +165,7 @@ public final class Communicator implements AutoCloseable {
         this.commands = new CommandRunner(comm, stream, libraries, transport, rank, worldSize);
         this.losses = new LostRanks(this, failures, rank, worldSize);
         this.shrinks = new Shrinks(this, rank, worldSize, nativeLock, comm, stream, libraries);
+        this.grows = new Grows(this, rank, worldSize, nativeLock, comm, libraries);
         this.registrations = new Registrations(this, nativeLock, comm);
         this.waits = new Waits(this, nativeLock, comm, stream, recorder, forensics, commsDone);
         this.pipeline = new ExecutePipeline(this, log, events, hostTimeoutNanos, nativeLock, stream, transport, commands,
@@ -244,10 +248,38 @@ public final class Communicator implements AutoCloseable {
     static Communicator successor(Membership survivors, RankParts parts, ReentrantLock lock,
                                   Function<ReentrantLock, NcclComm> connect) {
         Communicator old = survivors.parent();
+        return made(survivors.rank(), survivors.worldSize(), old.device, old.options, parts, lock, connect);
+    }
+
+    /**
+     * The grown communicator of a {@link #grow}: rank {@code old.rank()} of {@code worldSize}, on the
+     * same device with the same options, its NCCL communicator made by {@code connect} under
+     * {@code lock}, attached to its launcher.
+     */
+    static Communicator grown(Communicator old, int worldSize, RankParts parts, ReentrantLock lock,
+                              Function<ReentrantLock, NcclComm> connect) {
+        return made(old.rank, worldSize, old.device, old.options, parts, lock, connect);
+    }
+
+    /** A new rank of a grow (see {@link #joinGrow}) with a launcher's parts: behind {@link Modes#joinGrow}. */
+    private static Communicator join(GrowTicket ticket, int rank, int device, CommunicatorOptions options,
+                                     RankParts parts) {
+        Grows.checkJoin(ticket, rank, options);
+        Objects.requireNonNull(parts, "joinGrow: parts are null");
+        Events.Grow event = new Events.Grow();
+        event.begin();
+        Communicator joined = made(rank, ticket.toWorld(), device, options, parts, new ReentrantLock(),
+                lock -> Grows.join(ticket, rank, device, options, parts.failures()::cancellation, lock));
+        Grows.record(event, rank, ticket.fromWorld(), ticket);
+        return joined;
+    }
+
+    /** A communicator made of {@code parts}, attached; the launcher's side ends when the constructor fails. */
+    private static Communicator made(int rank, int worldSize, int device, CommunicatorOptions options, RankParts parts,
+                                     ReentrantLock lock, Function<ReentrantLock, NcclComm> connect) {
         Communicator made;
         try {
-            made = new Communicator(survivors.rank(), survivors.worldSize(), old.device, old.options, parts, null, lock,
-                    connect);
+            made = new Communicator(rank, worldSize, device, options, parts, null, lock, connect);
         } catch (RuntimeException | Error e) {
             try {
                 parts.events().closed(true); // the constructor closed the transport; the launcher's side ends too
@@ -1027,14 +1059,86 @@ public final class Communicator implements AutoCloseable {
         return shrinks.shrink(excludedRanks);
     }
 
+    /**
+     * The ticket of a grow of this communicator to {@code newWorldSize} ranks: collective among this
+     * communicator's ranks, each of which gets the same ticket; the launcher hands it to the new
+     * ranks, which join with {@link #joinGrow}, while the existing ones call {@link #grow}. The ranks
+     * agree here on how the grown communicator is made: NCCL's {@code ncclCommGrow} (NCCL 2.29.2+,
+     * rank 0 gets the grow's id from {@code ncclCommGetUniqueId}) while every rank's communicator is
+     * healthy (not aborted, no asynchronous error, nothing pending on its comms stream), else a new
+     * communicator of all ranks with a fresh unique id (re-init). The system property
+     * {@code jnccl.grow.path} ({@code auto}, {@code nccl}, {@code reinit}) overrides the choice;
+     * {@code nccl} is refused on an NCCL without grow, naming the version needed and the one loaded.
+     * Bounded by {@link CommunicatorOptions#initTimeout()}, interruptible. A second call with the
+     * same size returns the same ticket.
+     *
+     * @param newWorldSize the number of ranks after the grow, above {@link #worldSize()}
+     * @return the ticket, the same on every rank of this communicator
+     * @throws IllegalArgumentException      for a size not above this world, before anything else
+     * @throws IllegalStateException         when closed, a transaction is open, another thread is growing
+     *                                       this communicator, or it has a ticket for another size
+     * @throws UnsupportedOperationException for {@code jnccl.grow.path=nccl} on an NCCL without grow
+     * @throws CommunicatorAbortedException  when the other ranks did not agree in time, or on interrupt
+     */
+    public GrowTicket growTicket(int newWorldSize) {
+        return grows.ticket(newWorldSize);
+    }
+
+    /**
+     * This rank's communicator after the grow of {@code ticket}: the same rank, in a world of
+     * {@code ticket.toWorld()} ranks whose added ranks joined with {@link #joinGrow}; on the same
+     * device with the same options. Collective among this communicator's ranks and the new ones, by
+     * the path the ticket carries. This communicator is retired afterwards (aborted, never destroyed),
+     * also when the grow fails (a new rank that never comes: the init timeout ends it); closing it
+     * closes the grown one too. A second call with the same ticket returns the same communicator.
+     * Bounded by {@link CommunicatorOptions#initTimeout()}, interruptible.
+     *
+     * @param ticket the ticket {@link #growTicket} gave this communicator
+     * @return the grown communicator, to be closed by the caller (or through this one)
+     * @throws IllegalArgumentException      for a null ticket or one this communicator did not make
+     * @throws IllegalStateException         when closed, a transaction is open or another thread is growing it
+     * @throws UnsupportedOperationException when the launcher cannot grow
+     * @throws CommunicatorAbortedException  when a rank did not join in time, on interrupt, or when aborted
+     * @throws NcclException                 when NCCL refuses the grown communicator
+     */
+    public Communicator grow(GrowTicket ticket) {
+        return grows.grow(ticket);
+    }
+
+    /**
+     * A new rank of a grow, for processes of the caller's own launcher (as {@link #initRank}, whose
+     * host side over NCCL it gets): rank {@code rank} of {@code ticket.toWorld()}, joining the ranks
+     * that call {@link #grow} with the same ticket. Waits up to {@link CommunicatorOptions#initTimeout()}.
+     *
+     * @param ticket  the ticket the existing ranks made ({@link GrowTicket#fromBytes} across processes)
+     * @param rank    this rank, in {@code [ticket.fromWorld(), ticket.toWorld())}
+     * @param device  the CUDA device of this rank (made the calling thread's current device)
+     * @param options deadlines and diagnostics
+     * @return the communicator, to be closed by the caller
+     * @throws IllegalArgumentException      for a null ticket or options, a rank not among the added ones or
+     *                                       a bad device, before any native call
+     * @throws UnsupportedOperationException for a ticket of NCCL's grow on an NCCL without it
+     * @throws CommunicatorAbortedException  when the other ranks did not join in time, or on interrupt
+     * @throws NcclException                 when NCCL refuses the communicator
+     */
+    public static Communicator joinGrow(GrowTicket ticket, int rank, int device, CommunicatorOptions options) {
+        Grows.checkJoin(ticket, rank, options);
+        return join(ticket, rank, device, options, NcclHostSide.parts(() -> null));
+    }
+
     /** The state a shrink needs: not closed, no transaction open. */
     void requireShrinkable() {
+        requireShrinkable("shrink");
+    }
+
+    /** The state {@code operation} (a shrink, a grow) needs: not closed, no transaction open. */
+    void requireShrinkable(String operation) {
         if (state.get() == CommState.State.CLOSED) {
-            throw new IllegalStateException("shrink: communicator of rank " + rank + " is closed");
+            throw new IllegalStateException(operation + ": communicator of rank " + rank + " is closed");
         }
         nativeLock.lock();
         try {
-            log.requireNoneOpen("shrink");
+            log.requireNoneOpen(operation);
         } finally {
             nativeLock.unlock();
         }
@@ -1049,6 +1153,16 @@ public final class Communicator implements AutoCloseable {
     boolean isOpenOrRevoked() {
         CommState.State current = state.get();
         return current == CommState.State.OPEN || current == CommState.State.REVOKED;
+    }
+
+    /** {@return the grow of this communicator} */
+    Grows grows() {
+        return grows;
+    }
+
+    /** {@return the launcher's failure handling (a recovery asks it for replacement ranks)} */
+    Failures failures() {
+        return failures;
     }
 
     /** {@return the launcher's host side (a shrink asks it for the survivors' parts)} */
@@ -1110,6 +1224,10 @@ public final class Communicator implements AutoCloseable {
         Communicator survivors = shrinks.survivors();
         if (survivors != null) {
             survivors.close(); // made by this one's shrink: the launcher that closes this one closes it too
+        }
+        Communicator grown = grows.grown();
+        if (grown != null) {
+            grown.close(); // the same for the communicator its grow made
         }
         lifecycle.close();
     }

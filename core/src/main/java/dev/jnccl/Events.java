@@ -166,6 +166,26 @@ final class Events {
         public Shrink() {}
     }
 
+    /** A grow (see {@link dev.jnccl.Communicator#grow}): the JFR event {@code jnccl.Grow}. */
+    @Name("jnccl.Grow")
+    @Label("Grow")
+    @Category({"jnccl"})
+    @Description("A communicator grown by new ranks: which path made the new one, and how long it took")
+    @StackTrace(false)
+    public static final class Grow extends Event {
+        /** This rank (the same in the old and the grown communicator; a new rank's in the grown one). */
+        @Label("Rank") public int rank;
+        /** The old number of ranks. */
+        @Label("From World") public int fromWorld;
+        /** The grown number of ranks. */
+        @Label("To World") public int toWorld;
+        /** The path that made the new communicator: nccl (ncclCommGrow) or reinit. */
+        @Label("Path") public String path;
+
+        /** Creates the event. */
+        public Grow() {}
+    }
+
     /**
      * The diagnosis of an abort (see {@link dev.jnccl.Diagnosis}), recorded by the rank that made it:
      * the JFR event {@code jnccl.Diagnosis}.

@@ -164,9 +164,25 @@ final class NcclComm {
      */
     static NcclComm init(UniqueId id, int rank, int worldSize, int device, CommunicatorOptions options,
                                 Duration timeout, Supplier<String> cancellation, ReentrantLock lock) {
+        return make(id, false, rank, worldSize, device, options, timeout, cancellation, lock);
+    }
+
+    /**
+     * A new rank's communicator of a grow: {@code ncclCommGrow(NULL, worldSize, id, rank, ...)}
+     * with the id that the existing rank 0 got from {@code ncclCommGetUniqueId}; otherwise as
+     * {@link #init} (the wait, the deadline, what a failure leaves).
+     */
+    static NcclComm joinGrow(UniqueId id, int rank, int worldSize, int device, CommunicatorOptions options,
+                             Duration timeout, Supplier<String> cancellation, ReentrantLock lock) {
+        return make(id, true, rank, worldSize, device, options, timeout, cancellation, lock);
+    }
+
+    private static NcclComm make(UniqueId id, boolean grow, int rank, int worldSize, int device,
+                                 CommunicatorOptions options, Duration timeout, Supplier<String> cancellation,
+                                 ReentrantLock lock) {
         NcclComm comm = new NcclComm(rank, worldSize, device, options, lock);
         try {
-            comm.initialize(id, timeout, cancellation);
+            comm.initialize(id, grow, timeout, cancellation);
             return comm;
         } catch (RuntimeException e) {
             comm.abortHandles();
@@ -175,19 +191,24 @@ final class NcclComm {
         }
     }
 
-    private void initialize(UniqueId id, Duration timeout, Supplier<String> cancellation) {
+    private void initialize(UniqueId id, boolean grow, Duration timeout, Supplier<String> cancellation) {
         long deadline = Deadlines.deadline(timeout);
+        String function = grow ? "ncclCommGrow" : "ncclCommInitRankConfig";
         try (Arena call = Arena.ofConfined()) {
             MemorySegment config = config(call, 0);
             MemorySegment out = call.allocate(ADDRESS);
-            int result = Nccl.ncclCommInitRankConfig(out, worldSize, NcclTypes.segment(id, call), rank, config);
+            // ncclCommGrow takes the id by pointer and may read it after returning (non-blocking): it
+            // lives as long as this communicator
+            int result = grow
+                    ? NcclElasticCalls.ncclCommGrow(MemorySegment.NULL, worldSize, NcclTypes.segment(id, arena), rank,
+                            out, config)
+                    : Nccl.ncclCommInitRankConfig(out, worldSize, NcclTypes.segment(id, call), rank, config);
             parent = nullToNull(out.get(ADDRESS, 0));
             if (result != SUCCESS && result != IN_PROGRESS) {
-                throw failure(result, "ncclCommInitRankConfig", parent);
+                throw failure(result, function, parent);
             }
         }
-        awaitInit(parent, "ncclCommInitRankConfig", deadline, timeout, cancellation,
-                "for the other ranks to join");
+        awaitInit(parent, function, deadline, timeout, cancellation, "for the other ranks to join");
         splitBlocking(deadline, timeout, cancellation);
     }
 
@@ -259,6 +280,68 @@ final class NcclComm {
                     Supplier<String> cancellation, ReentrantLock newLock) {
         return derive("ncclCommShrink", into -> startShrink(excluded, flags, into), true, newRank, newSize, timeout,
                 cancellation, newLock);
+    }
+
+    /**
+     * ncclCommGrow of this communicator's non-blocking handle (every rank of this communicator calls
+     * it, with rank -1: it keeps its rank among {@code newSize}); the new ranks join with the same
+     * {@code id} ({@link #joinGrow}). NCCL wants the id from the coordinator only (the rank that got
+     * it from {@link #growId}), the other existing ranks pass NULL: {@code passId} says whether this
+     * rank passes it. {@code started} runs once NCCL accepted the call, before the wait: new ranks
+     * must not call before the existing ones (NCCL fails a new rank that arrives first). The wait, the
+     * lock, the deadline and what a failure leaves are {@link #split}'s.
+     *
+     * @throws NcclException                when NCCL refuses
+     * @throws CommunicatorAbortedException at the deadline, on cancellation, or when this one is aborted
+     */
+    NcclComm grow(UniqueId id, boolean passId, int newSize, Duration timeout, Supplier<String> cancellation,
+                  ReentrantLock newLock, Runnable started) {
+        return derive("ncclCommGrow", into -> {
+            MemorySegment source = startGrow(id, passId, newSize, into);
+            started.run();
+            return source;
+        }, true, rank, newSize, timeout, cancellation, newLock);
+    }
+
+    /** Starts NCCL's grow on this communicator's non-blocking handle; the id lives in {@code into}'s arena. */
+    private MemorySegment startGrow(UniqueId id, boolean passId, int newSize, NcclComm into) {
+        MemorySegment source = parent;
+        if (source == null) {
+            throw new CommunicatorAbortedException("ncclCommGrow: the communicator of rank " + rank + " was aborted");
+        }
+        try (Arena call = Arena.ofConfined()) {
+            MemorySegment config = into.config(call, 0);
+            MemorySegment unique = passId ? NcclTypes.segment(id, into.arena) : MemorySegment.NULL;
+            into.childSlot.set(ADDRESS, 0, MemorySegment.NULL);
+            int started = NcclElasticCalls.ncclCommGrow(source, newSize, unique, -1, into.childSlot, config);
+            if (started != SUCCESS && started != IN_PROGRESS) {
+                throw failure(started, "ncclCommGrow", source);
+            }
+        }
+        return source;
+    }
+
+    /**
+     * ncclCommGetUniqueId of this communicator's non-blocking handle: the id of its next grow (NCCL
+     * asks for one call, on one rank, before each grow, with nothing outstanding). Caller holds the lock.
+     *
+     * @throws NcclException                when NCCL refuses
+     * @throws CommunicatorAbortedException when this one is aborted
+     */
+    UniqueId growId() {
+        MemorySegment source = parent;
+        if (source == null) {
+            throw new CommunicatorAbortedException("ncclCommGetUniqueId: the communicator of rank " + rank
+                    + " was aborted");
+        }
+        try (Arena call = Arena.ofConfined()) {
+            MemorySegment out = call.allocate(UniqueId.BYTES);
+            int result = NcclElasticCalls.ncclCommGetUniqueId(source, out);
+            if (result != SUCCESS) {
+                throw failure(result, "ncclCommGetUniqueId", source);
+            }
+            return UniqueId.fromBytes(out.toArray(java.lang.foreign.ValueLayout.JAVA_BYTE));
+        }
     }
 
     /**

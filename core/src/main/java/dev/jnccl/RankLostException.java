@@ -38,9 +38,12 @@ public final class RankLostException extends CommunicatorAbortedException {
 
     /**
      * The survivors' communicator: {@code communicator.shrink(lostRanks)} (see
-     * {@link Communicator#shrink}), collective among the survivors. Idempotent per communicator: a
-     * second call (from this or another exception of the same communicator) returns the same
-     * communicator.
+     * {@link Communicator#shrink}), collective among the survivors. Where the launcher replaces lost
+     * ranks (threads mode with {@code ThreadsOptions.withReplacementDevices}), the survivors'
+     * communicator is then grown back by the replacements ({@link Communicator#grow}: the survivors
+     * first, in the order of their old ranks, the replacements last), and that grown communicator is
+     * returned. Idempotent per communicator: a second call (from this or another exception of the
+     * same communicator) returns the same communicator.
      *
      * @return the survivors' communicator
      * @throws IllegalStateException when this exception was deserialized (it has no communicator),
@@ -51,6 +54,6 @@ public final class RankLostException extends CommunicatorAbortedException {
             throw new IllegalStateException("recover: this RankLostException was deserialized and has no communicator"
                     + " (lost ranks " + lostRanks + ")");
         }
-        return communicator.shrink(lostRanks.stream().mapToInt(Integer::intValue).toArray());
+        return Grows.recover(communicator, lostRanks);
     }
 }

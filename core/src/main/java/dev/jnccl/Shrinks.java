@@ -217,6 +217,11 @@ final class Shrinks {
     private void release(Throwable failure) {
         RankParts parts = unowned;
         unowned = null;
+        releaseParts(parts, failure);
+    }
+
+    /** Closes {@code parts} (null: nothing) that no communicator took, as {@link #release} says; a grow's too. */
+    static void releaseParts(RankParts parts, Throwable failure) {
         if (parts == null) {
             return;
         }
@@ -291,8 +296,16 @@ final class Shrinks {
      * also no asynchronous error and nothing pending on the comms stream.
      */
     private String unfitForNcclShrink(boolean healthy) {
-        if (!libraries.supports(NcclFeature.SHRINK)) {
-            return "NCCL " + face.ncclVersion() + " has no ncclCommShrink";
+        return unfitFor(NcclFeature.SHRINK, "ncclCommShrink", healthy);
+    }
+
+    /**
+     * Why NCCL's {@code feature} (shrink, grow) cannot derive a communicator of this one, or null
+     * when it can: see {@link #unfitForNcclShrink}.
+     */
+    String unfitFor(NcclFeature feature, String function, boolean healthy) {
+        if (!libraries.supports(feature)) {
+            return "NCCL " + face.ncclVersion() + " has no " + function;
         }
         nativeLock.lock();
         try {
@@ -334,6 +347,11 @@ final class Shrinks {
      * reason first, else the first survivor's that said no).
      */
     private String agree(HostSide host, String unfit, long deadline) {
+        return agree(host, rank, unfit, deadline);
+    }
+
+    /** {@link #agree(HostSide, String, long)} of {@code rank} (a grow's agreement too). */
+    static String agree(HostSide host, int rank, String unfit, long deadline) {
         byte[] mine = unfit == null ? new byte[0] : ("rank " + rank + ": " + unfit)
                 .getBytes(java.nio.charset.StandardCharsets.UTF_8);
         for (byte[] answer : host.allGather(mine, Deadlines.remainingNanos(deadline))) {

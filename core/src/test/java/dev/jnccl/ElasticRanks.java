@@ -52,6 +52,11 @@ final class ElasticRanks {
             return new RankParts(host, Transport.NCCL, RankEvents.NONE, host);
         }
 
+        /** {@return the grown world's pack of {@code ticket} (made by the first rank, old or new, that asks)} */
+        Pack grown(GrowTicket ticket) {
+            return survivors.computeIfAbsent("grow " + ticket, key -> new Pack(ticket.toWorld()));
+        }
+
         /** {@return the survivors' pack of {@code members} (made by the first survivor that asks)} */
         Pack survivors(List<Integer> members) {
             return survivors.computeIfAbsent(members.toString(), key -> new Pack(members.size()));
@@ -108,6 +113,11 @@ final class ElasticRanks {
         @Override
         public RankParts shrink(Membership survivors) {
             return pack.survivors(survivors.members()).parts(survivors.rank());
+        }
+
+        @Override
+        public RankParts grow(Communicator existing, GrowTicket ticket) {
+            return pack.grown(ticket).parts(rank);
         }
 
         @Override

@@ -111,6 +111,30 @@ public interface Failures {
     }
 
     /**
+     * How many ranks the launcher starts in place of {@code lostRanks} (this communicator's lost
+     * ranks, as {@link #lostRanks} named them) once the survivors have shrunk: {@link
+     * dev.jnccl.RankLostException#recover()} then grows the survivors' communicator by that many
+     * ranks (the new ones last, see {@link Communicator#grow}); 0, the default, for none. Every
+     * survivor must get the same answer for the same loss, also when it asks again.
+     *
+     * @param lostRanks the lost ranks being recovered from
+     * @return the number of replacement ranks, 0 or more
+     */
+    default int replacements(List<Integer> lostRanks) {
+        return 0;
+    }
+
+    /**
+     * Starts the replacement ranks of a recovery ({@link #replacements}), which join the grown
+     * communicator with {@link Modes#joinGrow} and {@code ticket}: asked on the survivors'
+     * communicator, by its rank 0, once the ticket is made; asked again with the same ticket when a
+     * recovery is repeated (start them once). Must not wait for the new ranks.
+     *
+     * @param ticket the grow's ticket: the new ranks are {@code [ticket.fromWorld(), ticket.toWorld())}
+     */
+    default void replace(dev.jnccl.GrowTicket ticket) {}
+
+    /**
      * Every rank's summary for the diagnosis of an abort, gathered over a channel that does not need
      * NCCL (the NCCL communicator may be stuck), within {@code timeoutNanos}: a rank that does not
      * answer in time is given as absent ({@link Diagnoses#absent}), never waited for beyond it. The

@@ -103,4 +103,20 @@ public interface HostSide {
         throw new UnsupportedOperationException("shrink: this launcher cannot shrink (" + getClass().getSimpleName()
                 + " has no host side for the survivors)");
     }
+
+    /**
+     * The parts of this (existing) rank's communicator of a {@link Communicator#grow}, before the
+     * grown communicator is made: its host side meets this communicator's ranks (same ranks) and the
+     * new ranks {@code [ticket.fromWorld(), ticket.toWorld())}, which the launcher starts with
+     * {@link Modes#joinGrow} and the same ticket.
+     *
+     * @param existing this rank's communicator, being grown
+     * @param ticket   the grow's ticket
+     * @return the grown communicator's parts
+     * @throws UnsupportedOperationException when this launcher cannot grow (the default)
+     */
+    default RankParts grow(Communicator existing, dev.jnccl.GrowTicket ticket) {
+        throw new UnsupportedOperationException("grow: this launcher cannot grow (" + getClass().getSimpleName()
+                + " has no host side for the grown world)");
+    }
 }

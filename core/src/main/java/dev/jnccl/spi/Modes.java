@@ -2,6 +2,7 @@ package dev.jnccl.spi;
 
 import dev.jnccl.Communicator;
 import dev.jnccl.CommunicatorOptions;
+import dev.jnccl.GrowTicket;
 import dev.jnccl.UniqueId;
 import java.util.Objects;
 
@@ -31,7 +32,23 @@ public final class Modes {
                             RankParts parts);
     }
 
+    /** The new rank of a grow, handed over by {@link Communicator}'s class initializer as {@link Factory} is. */
+    public interface Joiner {
+        /**
+         * See {@link Modes#joinGrow}.
+         *
+         * @param ticket  the grow's ticket
+         * @param rank    this rank among the added ones
+         * @param device  the CUDA device
+         * @param options deadlines and diagnostics
+         * @param parts   the launcher's parts
+         * @return the communicator
+         */
+        Communicator join(GrowTicket ticket, int rank, int device, CommunicatorOptions options, RankParts parts);
+    }
+
     private static volatile Factory factory;
+    private static volatile Joiner joiner;
 
     private Modes() {}
 
@@ -46,6 +63,48 @@ public final class Modes {
             throw new IllegalStateException("Modes.install: the communicator factory is installed once, by Communicator");
         }
         factory = Objects.requireNonNull(communicators, "Modes.install: factory is null");
+    }
+
+    /**
+     * Called once by {@link Communicator}'s class initializer.
+     *
+     * @param joins the new ranks' factory
+     * @throws IllegalStateException on any later call
+     */
+    public static synchronized void installJoin(Joiner joins) {
+        if (joiner != null) {
+            throw new IllegalStateException("Modes.installJoin: the grow's factory is installed once, by Communicator");
+        }
+        joiner = Objects.requireNonNull(joins, "Modes.installJoin: joiner is null");
+    }
+
+    /**
+     * A new rank of a grow with the launcher's parts (the launcher's host side of the grown world,
+     * the same world its existing ranks' {@link HostSide#grow} gives): rank {@code rank} of
+     * {@code ticket.toWorld()}, waiting up to {@link CommunicatorOptions#initTimeout()} for every
+     * rank; see {@link Communicator#joinGrow}.
+     *
+     * @param ticket  the ticket the existing ranks made
+     * @param rank    this rank, in {@code [ticket.fromWorld(), ticket.toWorld())}
+     * @param device  the CUDA device of this rank
+     * @param options deadlines and diagnostics
+     * @param parts   the launcher's parts of the grown world for this rank
+     * @return the communicator, ready to use
+     */
+    public static Communicator joinGrow(GrowTicket ticket, int rank, int device, CommunicatorOptions options,
+                                        RankParts parts) {
+        if (joiner == null) {
+            loadCommunicator();
+        }
+        return joiner.join(ticket, rank, device, options, parts);
+    }
+
+    private static void loadCommunicator() {
+        try { // Communicator's class initializer installs the factories
+            Class.forName(Communicator.class.getName(), true, Communicator.class.getClassLoader());
+        } catch (ClassNotFoundException e) {
+            throw new IllegalStateException(e);
+        }
     }
 
     /**
@@ -68,11 +127,7 @@ public final class Modes {
                                             CommunicatorOptions options, RankParts parts) {
         Factory installed = factory;
         if (installed == null) {
-            try { // Communicator's class initializer installs the factory
-                Class.forName(Communicator.class.getName(), true, Communicator.class.getClassLoader());
-            } catch (ClassNotFoundException e) {
-                throw new IllegalStateException(e);
-            }
+            loadCommunicator();
             installed = factory;
         }
         return installed.create(id, rank, worldSize, device, options, parts);

@@ -199,6 +199,12 @@ public final class NcclHostSide implements HostSide, RankEvents, Failures {
         return parts(cancellation);
     }
 
+    /** The grown world's host side is again the grown communicator's own NCCL collectives. */
+    @Override
+    public RankParts grow(Communicator existing, dev.jnccl.GrowTicket ticket) {
+        return parts(cancellation);
+    }
+
     @Override
     public void closed(boolean aborted) {
         closed = true;

@@ -29,7 +29,14 @@ import java.util.concurrent.ConcurrentSkipListMap;
  * state from their new rank 0 (a broadcast), re-shard the batch over the smaller world and go on.
  * {@link #main} prints the world of each step and the final loss, and checks the final weights
  * against {@link #reference}, the same training in plain Java at the same sequence of world sizes.
- * Run: {@code scripts/run-elastic-example.sh} (4 ranks on the host emulation without a GPU).
+ *
+ * <p>With {@code --replace} the pack has a spare device ({@link ThreadsOptions#withReplacementDevices}):
+ * the survivors' {@code recover()} grows their communicator back to 4 ranks with a replacement rank
+ * that the pack starts on the spare device, running the same loop; it knows it is one
+ * ({@link ThreadsCommunicators#isReplacement()}) and first takes part in the survivors' reload, so it
+ * starts from their model and step. Every step then runs at 4 ranks, the replacement's share of the
+ * batch the lost rank's.
+ * Run: {@code scripts/run-elastic-example.sh [--replace]} (4 ranks on the host emulation without a GPU).
  */
 public final class ElasticTraining {
     /** Features of the model (its weights), the last one a constant 1 (the bias). */
@@ -63,14 +70,16 @@ public final class ElasticTraining {
      * @param args ignored
      */
     public static void main(String[] args) {
+        boolean replace = Arrays.asList(args).contains("--replace");
         int gpus = JncclRuntime.query().backend() == Backend.HOST ? 4 : 0;
-        if (gpus == 0 && Cuda.deviceCount() < 3) {
+        int needed = replace ? 4 : 3; // a replacement needs a spare device besides the ranks'
+        if (gpus == 0 && Cuda.deviceCount() < needed) {
             // One rank is lost and the pack goes on with at least 2 (withContinueWithoutFailedRanks(2)).
-            System.err.println("ElasticTraining needs 3 or more GPUs (" + Cuda.deviceCount() + " visible), or the host"
-                    + " emulation (-Djnccl.backend=host)");
+            System.err.println("ElasticTraining" + (replace ? " --replace" : "") + " needs " + needed + " or more GPUs ("
+                    + Cuda.deviceCount() + " visible), or the host emulation (-Djnccl.backend=host)");
             System.exit(2);
         }
-        List<Result> survivors = train(gpus);
+        List<Result> survivors = train(gpus, replace);
         Result first = survivors.getFirst();
         double error = maxDifference(first.weights(), reference(first.worlds()).weights());
         boolean ok = error <= TOLERANCE && survivors.stream().allMatch(r -> Arrays.equals(r.weights(), first.weights()));
@@ -94,20 +103,42 @@ public final class ElasticTraining {
      * @return each survivor's result, in the order of their ranks at the end
      */
     static List<Result> train(int gpus) {
+        return train(gpus, false);
+    }
+
+    /**
+     * As {@link #train(int)}; with {@code replace}, the lost rank is replaced on a spare device (the
+     * device after the ranks': 4 with {@code gpus} 4; with 0, the last visible one, the ranks on the others).
+     *
+     * @return each survivor's result, in the order of their first ranks, then the replacement's
+     */
+    static List<Result> train(int gpus, boolean replace) {
+        int ranks = gpus == 0 && replace ? Cuda.deviceCount() - 1 : gpus;
         ThreadsOptions options = ThreadsOptions.defaults().withContinueWithoutFailedRanks(2);
-        Map<Integer, Result> results = new ConcurrentSkipListMap<>(); // by the ranks' first ranks
-        try (ThreadsPack pack = ThreadsCommunicators.launch(gpus, options, comm -> {
-            int original = comm.rank();
-            results.put(original, rank(comm, original == comm.worldSize() - 1));
+        if (replace) {
+            options = options.withReplacementDevices(ranks);
+        }
+        Map<Integer, Result> results = new ConcurrentSkipListMap<>(); // by the ranks' first ranks, replacements last
+        try (ThreadsPack pack = ThreadsCommunicators.launch(ranks, options, comm -> {
+            boolean replacement = ThreadsCommunicators.isReplacement();
+            int first = replacement ? REPLACEMENT_KEYS + comm.rank() : comm.rank();
+            results.put(first, rank(comm, !replacement && first == comm.worldSize() - 1, replacement));
         })) {
-            pack.join(); // returns once every survivor's work has returned
-            System.out.println("lost ranks: " + pack.lostRanks().keySet());
+            pack.join(); // returns once every survivor's (and replacement's) work has returned
+            System.out.println("lost ranks: " + pack.lostRanks().keySet() + ", replacements on devices "
+                    + pack.replacementDevices());
         }
         return List.copyOf(results.values());
     }
 
-    /** One rank's training loop; {@code doomed}: this rank throws at {@link #LOST_AT}. */
-    private static Result rank(Communicator first, boolean doomed) {
+    /** Where replacements' results go in the map of {@link #train}: after every original rank's. */
+    private static final int REPLACEMENT_KEYS = 1 << 20;
+
+    /**
+     * One rank's training loop; {@code doomed}: this rank throws at {@link #LOST_AT};
+     * {@code replacement}: this rank replaces a lost one and first reloads the survivors' state.
+     */
+    private static Result rank(Communicator first, boolean doomed, boolean replacement) {
         Communicator comm = first;
         double[] state = new double[STATE]; // [next step, weights..., world of each step]
         double[] losses = new double[STEPS];
@@ -116,6 +147,10 @@ public final class ElasticTraining {
         // the whole device), which matters where ranks share a GPU.
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment host = arena.allocate(ValueLayout.JAVA_DOUBLE, STATE);
+            if (replacement) {
+                reload(comm, host, state); // the broadcast the survivors make after their recover()
+                Arrays.fill(losses, Double.NaN); // the steps before it joined were not its own
+            }
             while (state[0] < STEPS) {
                 int step = (int) state[0];
                 if (doomed && step == LOST_AT) {
@@ -124,7 +159,9 @@ public final class ElasticTraining {
                 try {
                     losses[step] = step(comm, host, state, step);
                 } catch (RankLostException e) {
-                    comm = e.recover(); // the survivors' communicator: ranks renumbered, the lost ones gone
+                    // The survivors' communicator: ranks renumbered, the lost ones gone (with a spare
+                    // device, grown back by a replacement rank, last).
+                    comm = e.recover();
                     reload(comm, host, state);
                 }
             }
@@ -153,7 +190,7 @@ public final class ElasticTraining {
     /**
      * After a loss: the survivors' rank 0 hands everyone its state (its next step, its weights, the
      * worlds of the steps it did), so that all go on from the same model and step, with the batch
-     * re-sharded over the smaller world.
+     * re-sharded over the new world; a replacement rank takes part from its start.
      */
     private static void reload(Communicator comm, MemorySegment host, double[] state) {
         MemorySegment.copy(state, 0, host, ValueLayout.JAVA_DOUBLE, 0, STATE);

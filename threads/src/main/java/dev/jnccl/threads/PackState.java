@@ -3,6 +3,7 @@ package dev.jnccl.threads;
 import dev.jnccl.Communicator;
 import dev.jnccl.CommunicatorAbortedException;
 import dev.jnccl.Diagnosis;
+import dev.jnccl.GrowTicket;
 import dev.jnccl.JncclException;
 import dev.jnccl.RankSummary;
 import dev.jnccl.cuda.CudaEvent;
@@ -85,6 +86,8 @@ final class PackState {
     /** Per rank: recorded after its latest copies from peers' buffers; null without memcpy transports. */
     private final CudaEvent[] readsDone;
     private final Object lock = new Object();
+    /** The launch's spare devices and replacement ranks (see {@link Replacements}); null without spares. */
+    private volatile Replacements replacements;
     private final AtomicReference<Failure> failure = new AtomicReference<>();
     /**
      * The diagnosis of the pack's failure: made by the rank whose watchdog fired or whose host-side
@@ -138,6 +141,7 @@ final class PackState {
     private PackState(int size, Duration drainTimeout, int minWorld, PackState parent, int[] parentRanks,
                       boolean split) {
         this.split = split;
+        this.replacements = parent == null ? null : parent.replacements;
         this.size = size;
         this.drainTimeout = drainTimeout;
         this.minWorld = minWorld;
@@ -222,6 +226,37 @@ final class PackState {
             survivors.failFromParent(failed);
         }
         return survivors;
+    }
+
+    /**
+     * The shared state of the grown world of {@code ticket} (the first rank, existing or new, to ask
+     * creates it): this pack's ranks keep their ranks, the new ranks {@code [ticket.fromWorld(),
+     * ticket.toWorld())} are the replacements the launch starts. Related to this pack as a shrink's
+     * survivors are (see {@link #survivors}); a later loss of one of this pack's ranks reaches it too.
+     */
+    PackState grown(GrowTicket ticket) {
+        PackState grown;
+        synchronized (lock) {
+            int[] ranks = new int[ticket.toWorld()];
+            Arrays.setAll(ranks, r -> r < size ? r : -1); // a new rank has no rank here
+            grown = shrunk.computeIfAbsent("grow " + ticket, key -> new PackState(ticket.toWorld(), drainTimeout,
+                    Math.min(minWorld, 1), this, ranks, false));
+        }
+        Failure failed = failure.get();
+        if (failed != null) {
+            grown.failFromParent(failed);
+        }
+        return grown;
+    }
+
+    /** The launch's replacements (set on the root pack before any rank starts; inherited by every pack made from it). */
+    void replacements(Replacements spares) {
+        this.replacements = spares;
+    }
+
+    /** {@return the launch's replacements, or null when it has no spare devices} */
+    Replacements replacements() {
+        return replacements;
     }
 
     /** The packs split or shrunk from this one. Holds the lock. */
@@ -889,6 +924,9 @@ final class PackState {
     private String who(int rank) {
         if (rank < 0) {
             return null; // the pack's owner (ThreadsPack.close, an interrupted join), not a rank
+        }
+        if (parent != null && parentRanks[rank] < 0) {
+            return "replacement rank " + rank;
         }
         return parent == null ? "rank " + rank : "rank " + parentRanks[rank] + " (rank " + rank + " of a split)";
     }

@@ -70,6 +70,7 @@ public final class ThreadsCommunicators {
         boolean realGpu = JncclRuntime.query().backend() == Backend.CUDA;
         UniqueId id = UniqueId.generate();
         PackState state = new PackState(size, options.communicator().closeTimeout(), options.minWorld());
+        Replacements replacements = replacements(options, visible, state, work);
         Throwable[] errors = new Throwable[size];
         List<Thread> threads = new ArrayList<>(size);
         for (int rank = 0; rank < size; rank++) {
@@ -80,7 +81,43 @@ public final class ThreadsCommunicators {
                     () -> runRank(r, deviceOfRank, id, options, work, state, errors, realGpu)));
         }
         threads.forEach(Thread::start);
-        return new ThreadsPack(List.copyOf(threads), state, errors);
+        return new ThreadsPack(List.copyOf(threads), state, errors, replacements);
+    }
+
+    /** The launch's spare devices, checked (null without any); set on the root pack. */
+    private static Replacements replacements(ThreadsOptions options, int visible, PackState state,
+                                             Consumer<Communicator> work) {
+        List<Integer> spares = options.replacementDevices();
+        if (spares.isEmpty()) {
+            return null;
+        }
+        if (!options.continuesWithoutFailedRanks()) {
+            throw new IllegalArgumentException("launch: ThreadsOptions.replacementDevices " + spares + " need"
+                    + " ThreadsOptions.withContinueWithoutFailedRanks (minWorld 1 or more; it is 0): only a lost rank"
+                    + " is replaced");
+        }
+        for (int device : spares) {
+            if (device >= visible) {
+                throw new IllegalArgumentException("launch: replacement device " + device + " of " + spares
+                        + " is not visible (allowed: 0 to " + (visible - 1) + ", " + VisibleDevices.setting() + ")");
+            }
+        }
+        Replacements replacements = new Replacements(state, options, work);
+        state.replacements(replacements);
+        return replacements;
+    }
+
+    /**
+     * Whether the calling thread runs the work of a replacement rank (see {@link
+     * ThreadsOptions#withReplacementDevices}): its communicator is the grown world's, which the
+     * survivors reach by {@link dev.jnccl.RankLostException#recover()}; its work loads the state
+     * from a healthy peer (e.g. joins the broadcast the survivors make after recovering) instead of
+     * starting afresh.
+     *
+     * @return true inside a replacement rank's work, false elsewhere (an original rank, any other thread)
+     */
+    public static boolean isReplacement() {
+        return Replacements.REPLACEMENT.orElse(Boolean.FALSE);
     }
 
     /** The device of each rank: {@link ThreadsOptions#devices()} when set, else rank r on device r. */

@@ -3,6 +3,7 @@ package dev.jnccl.threads;
 import dev.jnccl.Communicator;
 import dev.jnccl.CommunicatorAbortedException;
 import dev.jnccl.Diagnosis;
+import dev.jnccl.GrowTicket;
 import dev.jnccl.RankSummary;
 import dev.jnccl.spi.Diagnoses;
 import dev.jnccl.spi.Failures;
@@ -104,6 +105,27 @@ final class ThreadsHost implements HostSide, RankEvents, Failures {
     public RankParts shrink(Membership survivors) {
         PackState survivorsPack = pack.survivors(++shrinks, survivors.members());
         return parts(survivorsPack, options, survivors.rank());
+    }
+
+    /** The grown world shares a pack of its own with the replacement ranks the launch starts (see {@link Replacements}). */
+    @Override
+    public RankParts grow(Communicator existing, GrowTicket ticket) {
+        return parts(pack.grown(ticket), options, existing.rank());
+    }
+
+    /** One replacement per lost rank while the launch has spare devices (see {@link Replacements#answer}). */
+    @Override
+    public int replacements(List<Integer> lostRanks) {
+        Replacements spares = pack.replacements();
+        return spares == null ? 0 : spares.answer(pack, lostRanks);
+    }
+
+    @Override
+    public void replace(GrowTicket ticket) {
+        Replacements spares = pack.replacements();
+        if (spares != null) {
+            spares.start(ticket, pack.grown(ticket));
+        }
     }
 
     @Override

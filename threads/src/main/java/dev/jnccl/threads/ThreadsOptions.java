@@ -25,16 +25,22 @@ import java.util.function.Consumer;
  *                        continues without a failed rank while at least {@code minWorld} ranks remain
  *                        (see {@link #withContinueWithoutFailedRanks(int)}); at most the pack's size,
  *                        checked at launch
+ * @param replacementDevices the spare devices (empty, the default: none): with {@code minWorld} on, a
+ *                        lost rank is replaced by a new rank on the next spare device (see
+ *                        {@link #withReplacementDevices(int...)}); each 0 or more, below the number of
+ *                        visible devices at launch
  */
 public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAllGather, boolean memcpySendRecv,
-                             int maxLead, boolean pinCpus, List<Integer> devices, int minWorld) {
+                             int maxLead, boolean pinCpus, List<Integer> devices, int minWorld,
+                             List<Integer> replacementDevices) {
     private static final String NAME = "ThreadsOptions";
     /** The largest lead: beyond it a rank could queue so much work that the throttle means nothing. */
     private static final int MAX_LEAD = 65_536;
 
     /**
      * Checks the values: communicator options and devices given, a lead of 1 to 65536, no null or
-     * negative device, a minimum world of 0 or more; {@code devices} is copied.
+     * negative device (also among the replacement devices), a minimum world of 0 or more; the
+     * lists are copied.
      *
      * @throws NullPointerException     naming the option that is null
      * @throws IllegalArgumentException naming the option, its value and the allowed range
@@ -42,8 +48,26 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
     public ThreadsOptions {
         OptionChecks.given(NAME, communicator, "communicator options are null");
         OptionChecks.range(NAME, "maxLead", maxLead, 1, MAX_LEAD);
-        devices = checkedDevices(devices);
+        devices = checkedDevices(devices, "rank", "devices");
         OptionChecks.range(NAME, "minWorld", minWorld, 0, Integer.MAX_VALUE);
+        OptionChecks.given(NAME, replacementDevices, "replacementDevices is null (an empty list means none)");
+        replacementDevices = checkedDevices(replacementDevices, "spare", "replacementDevices");
+    }
+
+    /**
+     * The options without replacement devices, as before the pack could replace lost ranks.
+     *
+     * @param communicator    options of each rank's communicator
+     * @param memcpyAllGather run the all-gathers of transactions as device-to-device copies
+     * @param memcpySendRecv  run the sends and receives of transactions as device-to-device copies
+     * @param maxLead         how many transactions a rank may run ahead (1 to 65536)
+     * @param pinCpus         pin each rank's thread to the CPUs local to its GPU
+     * @param devices         the device of each rank; empty means one rank per device
+     * @param minWorld        the fewest ranks the pack continues with, or 0 for off
+     */
+    public ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAllGather, boolean memcpySendRecv,
+                          int maxLead, boolean pinCpus, List<Integer> devices, int minWorld) {
+        this(communicator, memcpyAllGather, memcpySendRecv, maxLead, pinCpus, devices, minWorld, List.of());
     }
 
     /**
@@ -59,20 +83,21 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
      */
     public ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAllGather, boolean memcpySendRecv,
                           int maxLead, boolean pinCpus, List<Integer> devices) {
-        this(communicator, memcpyAllGather, memcpySendRecv, maxLead, pinCpus, devices, 0);
+        this(communicator, memcpyAllGather, memcpySendRecv, maxLead, pinCpus, devices, 0, List.of());
     }
 
     /** A copy of {@code devices}; List.copyOf alone would throw a NullPointerException without a message. */
-    private static List<Integer> checkedDevices(List<Integer> devices) {
+    private static List<Integer> checkedDevices(List<Integer> devices, String of, String option) {
         OptionChecks.given(NAME, devices, "devices is null (an empty list means one rank per device)");
         List<Integer> copy = new ArrayList<>(devices);
         for (int rank = 0; rank < copy.size(); rank++) {
             Integer device = copy.get(rank);
             if (device == null) {
-                throw OptionChecks.missing(NAME, "the device of rank " + rank + " is null in devices " + copy);
+                throw OptionChecks.missing(NAME, "the device of " + of + " " + rank + " is null in " + option + " "
+                        + copy);
             }
             if (device < 0) {
-                throw OptionChecks.negative(NAME, "device " + device + " of rank " + rank);
+                throw OptionChecks.negative(NAME, "device " + device + " of " + of + " " + rank);
             }
         }
         return List.copyOf(copy);
@@ -85,7 +110,7 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
      *         one rank per device, a failing rank fails the pack
      */
     public static ThreadsOptions defaults() {
-        return new ThreadsOptions(CommunicatorOptions.defaults(), false, false, 8, true, List.of(), 0);
+        return new ThreadsOptions(CommunicatorOptions.defaults(), false, false, 8, true, List.of(), 0, List.of());
     }
 
     /**
@@ -100,13 +125,14 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
         boolean pinCpus = pinCpus();
         List<Integer> devices = devices();
         int minWorld = minWorld();
+        List<Integer> replacementDevices = replacementDevices();
     }
 
     private ThreadsOptions with(Consumer<Copy> change) {
         Copy copy = new Copy();
         change.accept(copy);
         return new ThreadsOptions(copy.communicator, copy.memcpyAllGather, copy.memcpySendRecv, copy.maxLead,
-                copy.pinCpus, copy.devices, copy.minWorld);
+                copy.pinCpus, copy.devices, copy.minWorld, copy.replacementDevices);
     }
 
     /**
@@ -205,6 +231,29 @@ public record ThreadsOptions(CommunicatorOptions communicator, boolean memcpyAll
      */
     public ThreadsOptions withContinueWithoutFailedRanks(int minWorld) {
         return with(c -> c.minWorld = minWorld);
+    }
+
+    /**
+     * Spare devices for replacement ranks: with {@link #withContinueWithoutFailedRanks(int)} on, each
+     * lost rank, while a spare device is left, is replaced. Its survivors' {@link
+     * dev.jnccl.RankLostException#recover()} shrinks their communicator and grows it back to its
+     * size ({@link dev.jnccl.Communicator#grow}): the survivors first, in the order of their ranks,
+     * the replacement last; the pack starts the replacement's thread ({@code jnccl-rank-<r>-replacement})
+     * on the next spare device, with the grown communicator, running the same work, in which
+     * {@link ThreadsCommunicators#isReplacement()} is true (so that it loads its state from a healthy
+     * peer, e.g. by a broadcast the survivors make after recovering). {@link ThreadsPack#join()} waits
+     * for the replacements too; {@link ThreadsPack#replacementDevices()} says where they ran. Without
+     * spares left, the survivors go on alone, as without this option.
+     *
+     * @param devices the spare devices, used in this order (none: off)
+     * @return a copy with the replacement devices replaced
+     * @throws NullPointerException     when {@code devices} is null
+     * @throws IllegalArgumentException when a device is negative
+     */
+    public ThreadsOptions withReplacementDevices(int... devices) {
+        OptionChecks.given("withReplacementDevices", devices, "devices is null");
+        List<Integer> spares = Arrays.stream(devices).boxed().toList();
+        return with(c -> c.replacementDevices = spares);
     }
 
     /** Whether a rank that fails is lost instead of failing the pack. */

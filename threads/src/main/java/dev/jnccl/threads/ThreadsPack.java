@@ -25,12 +25,35 @@ public final class ThreadsPack implements AutoCloseable {
     private final List<Thread> threads;
     private final PackState state;
     private final Throwable[] errors;
+    /** The spare devices and the replacement ranks started on them; null without spares. */
+    private final Replacements replacements;
     private boolean reported;
 
-    ThreadsPack(List<Thread> threads, PackState state, Throwable[] errors) {
+    ThreadsPack(List<Thread> threads, PackState state, Throwable[] errors, Replacements replacements) {
         this.threads = threads;
         this.state = state;
         this.errors = errors;
+        this.replacements = replacements;
+    }
+
+    /**
+     * The devices on which replacement ranks were started (see {@link
+     * ThreadsOptions#withReplacementDevices}), in start order: one per replaced lost rank. A snapshot.
+     *
+     * @return the devices, empty when no rank was replaced
+     */
+    public List<Integer> replacementDevices() {
+        return replacements == null ? List.of() : replacements.usedDevices();
+    }
+
+    /** The ranks' threads and then the replacements' started so far (the ranks start them while they run). */
+    private List<Thread> allThreads() {
+        if (replacements == null) {
+            return threads;
+        }
+        List<Thread> all = new java.util.ArrayList<>(threads);
+        all.addAll(replacements.threads());
+        return all;
     }
 
     /** {@return the number of ranks} */
@@ -85,16 +108,23 @@ public final class ThreadsPack implements AutoCloseable {
      * with the interrupt status kept.
      */
     public void join() {
-        for (Thread thread : threads) {
-            try {
-                thread.join();
-            } catch (InterruptedException e) {
-                state.fail(-1, new JncclInterruptedException("ThreadsPack.join was interrupted: the pack was aborted", e));
-                awaitThreads(INTERRUPTED_JOIN_GRACE);
-                Thread.currentThread().interrupt();
-                rethrow();
-                return;
+        List<Thread> joined = List.of();
+        List<Thread> all = allThreads();
+        while (all.size() > joined.size()) { // a joined rank may have started a replacement meanwhile
+            for (Thread thread : all) {
+                try {
+                    thread.join();
+                } catch (InterruptedException e) {
+                    state.fail(-1, new JncclInterruptedException("ThreadsPack.join was interrupted: the pack was"
+                            + " aborted", e));
+                    awaitThreads(INTERRUPTED_JOIN_GRACE);
+                    Thread.currentThread().interrupt();
+                    rethrow();
+                    return;
+                }
             }
+            joined = all;
+            all = allThreads();
         }
         rethrow();
     }
@@ -103,7 +133,7 @@ public final class ThreadsPack implements AutoCloseable {
     private void awaitThreads(Duration grace) {
         long deadline = Deadlines.deadline(grace);
         boolean interrupted = false;
-        for (Thread thread : threads) {
+        for (Thread thread : allThreads()) {
             while (thread.isAlive() && !Deadlines.passed(deadline)) {
                 try {
                     thread.join(Duration.ofNanos(Math.max(1, Deadlines.remainingNanos(deadline))));
@@ -126,7 +156,7 @@ public final class ThreadsPack implements AutoCloseable {
      */
     public boolean join(Duration timeout) throws InterruptedException {
         long deadline = Deadlines.deadline(timeout);
-        for (Thread thread : threads) {
+        for (Thread thread : allThreads()) {
             long left = deadline - System.nanoTime();
             if (left <= 0 || !thread.join(Duration.ofNanos(left))) {
                 return false;
@@ -163,12 +193,12 @@ public final class ThreadsPack implements AutoCloseable {
      */
     @Override
     public void close() {
-        boolean running = threads.stream().anyMatch(Thread::isAlive);
+        boolean running = allThreads().stream().anyMatch(Thread::isAlive);
         if (running) {
             state.fail(-1, new JncclException("ThreadsPack closed while ranks were still running"));
         }
         long waitMillis = 5_000;
-        for (Thread thread : threads) {
+        for (Thread thread : allThreads()) {
             try {
                 if (!thread.join(Duration.ofMillis(waitMillis))) {
                     LOG.error("ThreadsPack.close: thread {} did not finish within {} ms", thread.getName(), waitMillis);
