@@ -23,10 +23,11 @@ final class TransactionLog {
     private static final int OUTCOMES = 1024;
     private static final VarHandle HOLDER;
     /**
-     * The holder's writes of {@link #openNumber}, {@link #executed} and of the claim's release are
-     * release stores: other threads read them (volatile reads) only for messages, counts and the next
-     * claim, whose compare-and-set orders with them; a full fence per write (a volatile store's) buys
-     * them nothing, and the communicator's unlock right after drains the stores anyway.
+     * The writes that end a transaction ({@link #openNumber}, the claim's release) and {@link #executed}
+     * are release stores (made in the pipeline's code, not in {@code begin}'s, which must stay small):
+     * other threads read them (volatile reads) only for messages, counts and the next claim, whose
+     * compare-and-set orders with them; a full fence per write (a volatile store's) buys them nothing,
+     * and the communicator's unlock right after drains the stores anyway.
      */
     private static final VarHandle OPEN_NUMBER;
     private static final VarHandle EXECUTED;
@@ -81,7 +82,7 @@ final class TransactionLog {
         commands.clear();
         openReady = ready;
         openOwner = caller;
-        OPEN_NUMBER.setRelease(this, number);
+        openNumber = number; // a plain volatile store: a VarHandle's here would grow begin past inlining
         return number;
     }
 
