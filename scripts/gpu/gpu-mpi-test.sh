@@ -15,8 +15,10 @@
 #   late-create-w3  rank 2 of 3 creates late: the others' create names it at the init timeout, the job ends
 #   verdicts-w3   MpiHangVerdictTest: a mismatched count, a skipped collective, a lagging, early or killed rank
 #                 named by the same verdict on every rank (with and without JNCCL_DEBUG=detail)
-#   lost-w3       MpiLostRankTest: rank 1 or 2 of 3 SIGKILLed mid-collective under mpirun --enable-recovery
-#                 with MpiOptions.withContinueWithoutFailedRanks(2): the survivors recover, checked sums
+#   lost-w3       MpiLostRankTest: rank 1 or 2 of 3 SIGKILLed mid-collective, or between steps (the
+#                 survivors post their next all-reduce only after the death), under mpirun --enable-recovery
+#                 with MpiOptions.withContinueWithoutFailedRanks(2): the survivors recover, checked sums;
+#                 the KILLED/POSTED/LOST/FIRST timing lines of every case are printed after the part
 #   example-w4    mpirun -np 4 bin/run-example --launcher mpi: every element checked, last line OK
 # then `ALL PASSED` (exit 0) or `FAILED: parts...` (exit 1). Logs and JUnit reports go to $OUT when
 # set, else /tmp/jnccl-gpu-mpi. PARTS=verdicts-w3,lost-w3 (a comma-separated list) runs those parts only.
@@ -102,6 +104,11 @@ junit late-create-w3 aRankThatCreatesLateIsNamedAtTheInitDeadline
 junit verdicts-w3 - "--select-class=dev.jnccl.it.MpiHangVerdictTest"
 # A lost process: the survivors recover (RankLostException.recover()) and finish; MPICH's case skips.
 junit lost-w3 - "--select-class=dev.jnccl.it.MpiLostRankTest"
+# Timings (epoch ms): KILLED (the test's SIGKILL), POSTED (between steps: the survivors' next all-reduce),
+# LOST (RankLostException seen), FIRST (the recovered communicator's first checked all-reduce done).
+if wanted lost-w3; then
+  grep -E "^(KILLED|POSTED|LOST|FIRST) rank=" "$out/lost-w3.log" | sed "s/^/   /"
+fi
 
 # The example: one process per rank, all on device 0, each its own NCCL "node".
 if wanted example-w4; then
