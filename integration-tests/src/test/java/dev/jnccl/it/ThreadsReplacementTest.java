@@ -59,10 +59,15 @@ class ThreadsReplacementTest {
     enum Fault { THROWS, INTERRUPTED, HANGS }
 
     /** One round: {@code victim} of {@code world} goes by {@code fault} at {@code step}. */
-    private record Plan(int world, int victim, Fault fault, int step, long seed) {
+    private record Plan(int world, int victim, Fault fault, int step, long seed, int replacementStep) {
+        Plan(int world, int victim, Fault fault, int step, long seed) {
+            this(world, victim, fault, step, seed, -1);
+        }
+
         @Override
         public String toString() {
-            return fault + " of rank " + victim + " of " + world + " at step " + step + ", seed " + seed;
+            return fault + " of rank " + victim + " of " + world + " at step " + step + ", seed " + seed
+                    + (replacementStep < 0 ? "" : ", the replacement throws at step " + replacementStep);
         }
     }
 
@@ -106,6 +111,41 @@ class ThreadsReplacementTest {
         ThreadsOptions placed = Packs.placed(2, ThreadsOptions.defaults().withPinCpus(false));
         int spare = placed.devices().isEmpty() ? Math.min(2, Cuda.deviceCount() - 1) : placed.devices().getFirst();
         runAndCheck(plan, placed.withContinueWithoutFailedRanks(1).withReplacementDevices(spare), spare);
+    }
+
+    /**
+     * The only spare is used by the first loss; when the replacement is lost in turn, the survivors
+     * go on at 3 ranks (no spare left): worlds 4, then 4 with the replacement, then 3, every step
+     * checked.
+     */
+    @Test
+    void aLostReplacementIsNotReplacedOnceTheSparesAreUsed() throws Exception {
+        assumeTrue(Cuda.deviceCount() > WORLD, "needs a spare device besides one per rank (" + Cuda.deviceCount()
+                + " devices)");
+        long seed = Packs.newSeed();
+        SplittableRandom random = new SplittableRandom(seed);
+        int first = random.nextInt(STEPS - 2);
+        Plan plan = new Plan(WORLD, VICTIM, Fault.THROWS, first, seed, first + 1 + random.nextInt(STEPS - first - 1));
+        ThreadsOptions options = ThreadsOptions.defaults().withPinCpus(false).withContinueWithoutFailedRanks(2)
+                .withReplacementDevices(SPARE);
+        Map<Long, Seen> seen = new ConcurrentHashMap<>();
+        try (ThreadsPack pack = ThreadsCommunicators.launch(WORLD, options, comm -> rank(comm, plan, seen))) {
+            pack.join();
+            assertEquals(Set.of(VICTIM), pack.lostRanks().keySet(), plan::toString);
+            assertEquals(List.of(SPARE), pack.replacementDevices(), plan + ": one spare, used once");
+            assertFalse(pack.hasException(), plan::toString);
+        }
+        assertEquals(Set.of(0L, 1L, 2L), seen.keySet(), plan + ": the replacement threw");
+        for (long identity : List.of(0L, 1L, 2L)) {
+            Seen s = seen.get(identity);
+            assertEquals(List.of(0L, 1L, 2L), s.members(), plan + ": members at the end on " + identity);
+            assertEquals(STEPS, s.worlds().size(), plan + ": steps checked on " + identity);
+            int shrunk = s.worlds().indexOf(3);
+            assertTrue(shrunk >= plan.replacementStep() - 1 && shrunk <= plan.replacementStep(), plan + ": " + s);
+            assertTrue(s.worlds().subList(0, shrunk).stream().allMatch(w -> w == WORLD), plan + ": " + s);
+            assertTrue(s.worlds().subList(shrunk, STEPS).stream().allMatch(w -> w == 3), plan + ": " + s);
+        }
+        Packs.assertNoPackThreads();
     }
 
     /** Runs {@code plan}; checks the loss, the replacement, the members and every rank's steps. */
@@ -174,6 +214,9 @@ class ThreadsReplacementTest {
         while (step <= STEPS) {
             if (identity == plan.victim() && step == plan.step()) {
                 fail(plan.fault(), plan.victim());
+            }
+            if (identity == REPLACEMENT && step == plan.replacementStep()) {
+                throw new IllegalStateException("injected failure of the replacement at step " + step);
             }
             try {
                 if (step < STEPS) {
