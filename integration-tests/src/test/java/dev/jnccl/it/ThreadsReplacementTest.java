@@ -59,10 +59,15 @@ class ThreadsReplacementTest {
     enum Fault { THROWS, INTERRUPTED, HANGS }
 
     /** One round: {@code victim} of {@code world} goes by {@code fault} at {@code step}. */
-    private record Plan(int world, int victim, Fault fault, int step, long seed) {
+    private record Plan(int world, int victim, Fault fault, int step, long seed, int replacementStep) {
+        Plan(int world, int victim, Fault fault, int step, long seed) {
+            this(world, victim, fault, step, seed, -1);
+        }
+
         @Override
         public String toString() {
-            return fault + " of rank " + victim + " of " + world + " at step " + step + ", seed " + seed;
+            return fault + " of rank " + victim + " of " + world + " at step " + step + ", seed " + seed
+                    + (replacementStep < 0 ? "" : ", the replacement throws at step " + replacementStep);
         }
     }
 
@@ -75,7 +80,17 @@ class ThreadsReplacementTest {
      * What each rank saw, by identity: the members at the end, the step it started from, and the
      * world size of each step it checked.
      */
-    private record Seen(List<Long> members, long from, List<Integer> worlds) {}
+    private record Seen(List<Long> members, long from, List<Integer> worlds) {
+        /** {@return how many steps this rank checked (a step redone after a loss counts once: its last world)} */
+        long checked() {
+            return worlds.stream().filter(java.util.Objects::nonNull).count();
+        }
+
+        /** {@return the worlds of the steps it checked, in step order} */
+        List<Integer> checkedWorlds() {
+            return worlds.stream().filter(java.util.Objects::nonNull).toList();
+        }
+    }
 
     @ParameterizedTest
     @EnumSource(Fault.class)
@@ -108,6 +123,41 @@ class ThreadsReplacementTest {
         runAndCheck(plan, placed.withContinueWithoutFailedRanks(1).withReplacementDevices(spare), spare);
     }
 
+    /**
+     * The only spare is used by the first loss; when the replacement is lost in turn, the survivors
+     * go on at 3 ranks (no spare left): worlds 4, then 4 with the replacement, then 3, every step
+     * checked.
+     */
+    @Test
+    void aLostReplacementIsNotReplacedOnceTheSparesAreUsed() throws Exception {
+        assumeTrue(Cuda.deviceCount() > WORLD, "needs a spare device besides one per rank (" + Cuda.deviceCount()
+                + " devices)");
+        long seed = Packs.newSeed();
+        SplittableRandom random = new SplittableRandom(seed);
+        int first = random.nextInt(STEPS - 2);
+        Plan plan = new Plan(WORLD, VICTIM, Fault.THROWS, first, seed, first + 1 + random.nextInt(STEPS - first - 1));
+        ThreadsOptions options = ThreadsOptions.defaults().withPinCpus(false).withContinueWithoutFailedRanks(2)
+                .withReplacementDevices(SPARE);
+        Map<Long, Seen> seen = new ConcurrentHashMap<>();
+        try (ThreadsPack pack = ThreadsCommunicators.launch(WORLD, options, comm -> rank(comm, plan, seen))) {
+            pack.join();
+            assertEquals(Set.of(VICTIM), pack.lostRanks().keySet(), plan::toString);
+            assertEquals(List.of(SPARE), pack.replacementDevices(), plan + ": one spare, used once");
+            assertFalse(pack.hasException(), plan::toString);
+        }
+        assertEquals(Set.of(0L, 1L, 2L), seen.keySet(), plan + ": the replacement threw");
+        for (long identity : List.of(0L, 1L, 2L)) {
+            Seen s = seen.get(identity);
+            assertEquals(List.of(0L, 1L, 2L), s.members(), plan + ": members at the end on " + identity);
+            assertEquals(STEPS, s.checked(), plan + ": steps checked on " + identity);
+            int shrunk = s.worlds().indexOf(3);
+            assertTrue(shrunk >= plan.replacementStep() - 1 && shrunk <= plan.replacementStep(), plan + ": " + s);
+            assertTrue(s.worlds().subList(0, shrunk).stream().allMatch(w -> w == WORLD), plan + ": " + s);
+            assertTrue(s.worlds().subList(shrunk, STEPS).stream().allMatch(w -> w == 3), plan + ": " + s);
+        }
+        Packs.assertNoPackThreads();
+    }
+
     /** Runs {@code plan}; checks the loss, the replacement, the members and every rank's steps. */
     private static void runAndCheck(Plan plan, ThreadsOptions options, int spare) {
         Map<Long, Seen> seen = new ConcurrentHashMap<>();
@@ -124,7 +174,7 @@ class ThreadsReplacementTest {
         assertEquals(Set.copyOf(members), seen.keySet(), plan::toString);
         for (long identity : survivors) {
             assertEquals(members, seen.get(identity).members(), plan + ": members at the end on " + identity);
-            assertEquals(STEPS, seen.get(identity).worlds().size(), plan + ": steps checked on " + identity);
+            assertEquals(STEPS, seen.get(identity).checked(), plan + ": steps checked on " + identity);
         }
         Seen replaced = seen.get(REPLACEMENT);
         assertEquals(members, replaced.members(), plan::toString);
@@ -133,8 +183,9 @@ class ThreadsReplacementTest {
         long from = replaced.from();
         assertTrue(from == plan.step() || from == plan.step() - 1 || plan.fault() == Fault.INTERRUPTED
                 && from == plan.step() + 1, plan + ": the replacement started from step " + from);
-        assertEquals(STEPS - replaced.from(), replaced.worlds().size(), plan + ": the replacement's steps");
-        seen.values().forEach(s -> assertTrue(s.worlds().stream().allMatch(w -> w == plan.world()), plan + ": " + s));
+        assertEquals(STEPS - replaced.from(), replaced.checked(), plan + ": the replacement's steps");
+        seen.values().forEach(s -> assertTrue(s.checkedWorlds().stream().allMatch(w -> w == plan.world()),
+                plan + ": " + s));
         Packs.assertNoPackThreads();
     }
 
@@ -163,7 +214,7 @@ class ThreadsReplacementTest {
         boolean replacement = ThreadsCommunicators.isReplacement();
         long identity = replacement ? REPLACEMENT : first.rank();
         Communicator comm = first;
-        List<Integer> worlds = new java.util.ArrayList<>();
+        Integer[] worlds = new Integer[STEPS]; // by step: a step redone after a loss keeps its last world
         long step = 0;
         List<Long> members = LongStream.range(0, plan.world()).boxed().toList();
         if (replacement) {
@@ -175,10 +226,13 @@ class ThreadsReplacementTest {
             if (identity == plan.victim() && step == plan.step()) {
                 fail(plan.fault(), plan.victim());
             }
+            if (identity == REPLACEMENT && step == plan.replacementStep()) {
+                throw new IllegalStateException("injected failure of the replacement at step " + step);
+            }
             try {
                 if (step < STEPS) {
                     allReduceChecked(comm, plan.seed(), members, (int) step);
-                    worlds.add(comm.worldSize());
+                    worlds[(int) step] = comm.worldSize();
                 } else {
                     comm.barrier();
                 }
@@ -189,7 +243,7 @@ class ThreadsReplacementTest {
                 step = agreedStep(comm, step);
             }
         }
-        seen.put(identity, new Seen(members, from, List.copyOf(worlds)));
+        seen.put(identity, new Seen(members, from, Arrays.asList(worlds)));
     }
 
     private static List<Long> members(Communicator comm, long identity) {
