@@ -502,6 +502,11 @@ public final class Communicator implements AutoCloseable {
         }
     }
 
+    /** Makes the comms stream wait for the graph replays launched on other streams; the caller holds the native lock. */
+    void joinReplays() {
+        recorder.joinReplays(stream);
+    }
+
     /** {@return what the graphs captured and where the last replay ran} (a test reads its count of comms-stream waits) */
     GraphReplays graphReplays() {
         return replays;
@@ -1274,6 +1279,16 @@ public final class Communicator implements AutoCloseable {
         }
     }
 
+    /** The comms stream waits for the replays launched elsewhere, so that the close's drain covers them; {@return null, or why not} */
+    private String joinReplaysForClose() {
+        try {
+            recorder.joinReplays(stream);
+            return null;
+        } catch (RuntimeException e) {
+            return "close: the comms stream could not wait for the last graph replays: " + e.getMessage();
+        }
+    }
+
     /**
      * The bounded close of an open communicator: the launcher first learns whether the other ranks
      * are closing too (MPI mode ends a job whose ranks wait for one that closed early instead of
@@ -1281,6 +1296,9 @@ public final class Communicator implements AutoCloseable {
      */
     private void finalizeOrAbort(long deadline) {
         String failure = events.closing(log.executed(), Deadlines.remainingNanos(deadline));
+        if (failure == null) {
+            failure = joinReplaysForClose();
+        }
         if (failure == null) {
             failure = comm.finalizeAndDestroy(stream, deadline, options.closeTimeout());
         }

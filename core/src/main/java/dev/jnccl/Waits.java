@@ -38,6 +38,7 @@ final class Waits {
         lock.lock();
         try {
             face.requireUsable("waitOnComms");
+            recorder.joinReplays(stream); // the replays are this communicator's work too
             stream.record(commsDone);
             waiting.waitFor(commsDone);
         } finally {
@@ -54,6 +55,7 @@ final class Waits {
             lock.lock();
             try {
                 face.requireUsable("synchronize");
+                recorder.joinReplays(stream);
                 stream.record(commsDone);
                 through = recorder.recorded();
             } finally {
