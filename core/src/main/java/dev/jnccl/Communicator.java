@@ -322,7 +322,10 @@ public final class Communicator implements AutoCloseable {
         return device;
     }
 
-    /** {@return the comms stream: all communication of this communicator runs on it, in order} */
+    /**
+     * {@return the comms stream: the transactions of this communicator run on it, in order} (a graph
+     * replay runs on the stream given to {@link #launch}, ordered with it)
+     */
     public CudaStream stream() {
         return stream;
     }
@@ -458,12 +461,13 @@ public final class Communicator implements AutoCloseable {
      * ({@link CudaGraph#capture} around {@link #begin} or the convenience operations), on
      * {@code stream}, tracked as one transaction: after the same pace as a transaction, the graph is
      * launched on {@code stream} (as {@link CudaGraph#launch}), after {@code stream}'s work so far and
-     * after every transaction and replay of this communicator enqueued before, and the comms stream
-     * waits for it, so that later transactions run after it: the replay stays in order with this
-     * communicator's other work, as NCCL needs on every rank. When the previous replay ran on the
-     * same {@code stream} object and nothing was executed on this communicator since (a training
-     * loop replaying its step), {@code stream} already stands after the comms stream, and the
-     * replay costs one launch, one event record and one stream wait. The flight recorder lists the
+     * after every transaction and replay of this communicator enqueued before, and before every one
+     * enqueued later (the comms stream waits for it before its next work, {@link #synchronize} and
+     * {@link #waitOnComms} too): the replay stays in order with this communicator's other work, as
+     * NCCL needs on every rank. When the previous replay ran on the same {@code stream} object and
+     * nothing was executed on this communicator since (a training loop replaying its step),
+     * {@code stream} already stands after the comms stream, and the replay costs one launch and one
+     * event record. The flight recorder lists the
      * replay ("replay of graph #id") with every command the graph captured, and the watchdog probes
      * its completion, so a replay that never completes is dumped and aborted like a stuck
      * transaction. Work you enqueue yourself on {@link #stream()} is not work of this communicator:
