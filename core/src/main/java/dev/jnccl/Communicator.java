@@ -78,6 +78,11 @@ public final class Communicator implements AutoCloseable {
     private final ReentrantLock nativeLock;
     private final CudaEvent transactionReady;
     private final CudaEvent commsDone;
+    /**
+     * Recorded after a graph replay on its stream, waited for by the comms stream later: an event of
+     * its own, which nothing else records meanwhile (a capture would record {@code commsDone}).
+     */
+    private final CudaEvent replayDone;
     private final FlightRecorder recorder;
     private final Object lifecycle = new Object();
     private final NcclComm comm;
@@ -163,6 +168,7 @@ public final class Communicator implements AutoCloseable {
             this.stream = Resources.remember(created, CudaStream.create());
             this.transactionReady = Resources.remember(created, CudaEvent.create());
             this.commsDone = Resources.remember(created, CudaEvent.create());
+            this.replayDone = Resources.remember(created, CudaEvent.create());
             this.comm = connect.apply(nativeLock);
         } catch (RuntimeException e) {
             created.add(transport::close); // the launcher's transport was made for this communicator
@@ -175,7 +181,7 @@ public final class Communicator implements AutoCloseable {
         this.registrations = new Registrations(this, nativeLock, comm);
         this.waits = new Waits(this, nativeLock, comm, stream, recorder, forensics, commsDone);
         this.pipeline = new ExecutePipeline(this, log, events, hostTimeoutNanos, nativeLock, stream, transport, commands,
-                recorder, replays, transactionReady, commsDone, consistency);
+                recorder, replays, transactionReady, replayDone, consistency);
         reportReady(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started), initEvent);
         this.watchdog = options.watchdogEnabled() ? startWatchdog() : null;
     }
@@ -1327,7 +1333,7 @@ public final class Communicator implements AutoCloseable {
         } catch (RuntimeException e) {
             LOG.warn("rank {}: closing the host side failed", rank, e);
         }
-        Resources.closeAll(List.of(commsDone, transactionReady, stream), null, LOG);
+        Resources.closeAll(List.of(replayDone, commsDone, transactionReady, stream), null, LOG);
     }
 
     /** {@link #abort} from a thread that holds the native lock: released for the abort, then taken again. */
