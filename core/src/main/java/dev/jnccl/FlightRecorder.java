@@ -18,7 +18,8 @@ import java.util.List;
  * ({@link #probe}); the stream runs in order, so a completed probe means every transaction before
  * it is done, and a probe still pending after the timeout names the oldest transaction before it
  * that is not. The executing thread then pays for no CUDA call at all (an event record per
- * transaction cost about as much as the rest of jnccl's own work).
+ * transaction cost about as much as the rest of jnccl's own work). A graph replay launched on another
+ * stream is covered the same way: the comms stream waits for it before the probe ({@link #joinReplays}).
  */
 final class FlightRecorder {
 

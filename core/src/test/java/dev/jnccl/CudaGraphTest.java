@@ -340,12 +340,8 @@ class CudaGraphTest {
                     inputs[i] = randomFloats();
                     staged[i] = upload(inputs[i]);
                 }
-                for (int i = 0; i < outputs.length; i++) {
-                    outputs[i] = upload(randomFloats());
-                }
-                for (int j = 0; j < buffers.length; j++) {
-                    buffers[j] = upload(randomFloats());
-                }
+                uploadRandom(outputs);
+                uploadRandom(buffers);
                 DeviceTensor[] tensors = tensors(buffers);
                 DeviceTensor[] chained = Arrays.copyOfRange(tensors, 1, tensors.length);
                 float[] last;
@@ -407,6 +403,12 @@ class CudaGraphTest {
         assertEquals(waits + 1, comm.graphReplays().commsWaits(), "a replay on another stream waited");
         comm.synchronize();
         return download(output);
+    }
+
+    private void uploadRandom(DeviceMemory[] memory) {
+        for (int i = 0; i < memory.length; i++) {
+            memory[i] = upload(randomFloats());
+        }
     }
 
     private static void closeAll(DeviceMemory[]... arrays) {
