@@ -405,6 +405,43 @@ class CudaGraphTest {
         return download(output);
     }
 
+    /**
+     * The comms stream's wait for a replay, left for its next work, is not made inside a capture that
+     * the comms stream joined (it would become a node of that graph and be gone for the replay): a
+     * capture in between leaves it for later, and {@code comm.synchronize()} after the capture still
+     * covers the replay. The emulation delays each NCCL operation, so a synchronize that did not wait
+     * for the replay would read the output before the replay wrote it.
+     */
+    @Test
+    void aReplayIsJoinedAfterACaptureOfTheCommsStreamNotInsideIt() {
+        MemorySegment input = randomFloats();
+        DeviceMemory[] buffers = new DeviceMemory[4]; // the input, then the chain's three
+        try (NativeEnv _ = NativeEnv.set("JNCCL_HOST_DELAY_RANK", "0", "JNCCL_HOST_DELAY_US", "3000");
+             Communicator comm = communicator(CommunicatorOptions.defaults()); CudaStream other = CudaStream.create();
+             DeviceMemory staged = upload(input); DeviceMemory scratch = upload(randomFloats())) {
+            try {
+                uploadRandom(buffers);
+                DeviceTensor[] tensors = tensors(buffers);
+                DeviceTensor[] chained = Arrays.copyOfRange(tensors, 1, tensors.length);
+                try (CudaGraph graph = CudaGraph.capture(stream, () -> {
+                    stream.copyAsync(tensors[0], chained[0]);
+                    chain(comm, stream, chained);
+                })) {
+                    stream.copyAsync(staged.tensor(DType.FP32), tensors[0]);
+                    comm.launch(graph, stream);
+                    CudaGraph.capture(other, () -> comm.allReduce(scratch.tensor(DType.FP32), ReduceOp.MAX, other)).close();
+                    comm.synchronize();
+                    assertBits(input.toArray(ValueLayout.JAVA_FLOAT), download(buffers[3]), "the replay after synchronize");
+                }
+                assertFalse(comm.isAborted(), "aborted: " + comm.recentTransactions());
+            } finally {
+                stream.synchronize();
+                comm.synchronize();
+                closeAll(buffers);
+            }
+        }
+    }
+
     private void uploadRandom(DeviceMemory[] memory) {
         for (int i = 0; i < memory.length; i++) {
             memory[i] = upload(randomFloats());
