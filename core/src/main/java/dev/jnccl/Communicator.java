@@ -75,6 +75,11 @@ public final class Communicator implements AutoCloseable {
     private final ReentrantLock nativeLock;
     private final CudaEvent transactionReady;
     private final CudaEvent commsDone;
+    /**
+     * Recorded after a graph replay on its stream, waited for by the comms stream later: an event of
+     * its own, which nothing else records meanwhile (a capture would record {@code commsDone}).
+     */
+    private final CudaEvent replayDone;
     private final FlightRecorder recorder;
     /** Open, revoked, aborted or closed, with the abort's reason. */
     private final CommState state = new CommState();
@@ -161,6 +166,7 @@ public final class Communicator implements AutoCloseable {
         this.stream = connected.stream();
         this.transactionReady = connected.transactionReady();
         this.commsDone = connected.commsDone();
+        this.replayDone = connected.replayDone();
         this.comm = connected.comm();
         this.commands = new CommandRunner(comm, stream, libraries, transport, rank, worldSize);
         this.losses = new LostRanks(this, failures, rank, worldSize);
@@ -169,15 +175,16 @@ public final class Communicator implements AutoCloseable {
         this.registrations = new Registrations(this, nativeLock, comm);
         this.waits = new Waits(this, nativeLock, comm, stream, recorder, forensics, commsDone);
         this.pipeline = new ExecutePipeline(this, log, events, hostTimeoutNanos, nativeLock, stream, transport, commands,
-                recorder, replays, transactionReady, commsDone, consistency);
+                recorder, replays, transactionReady, replayDone, consistency);
         this.lifecycle = new Lifecycle(this, state, parts, comm, nativeLock, forensics, recorder, log, registrations,
-                losses, this::watchdog, List.of(commsDone, transactionReady, stream));
+                losses, this::watchdog, List.of(replayDone, commsDone, transactionReady, stream));
         reportReady(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started), initEvent);
         this.watchdog = options.watchdogEnabled() ? startWatchdog() : null;
     }
 
-    /** The comms stream, the transaction's two events and NCCL's communicator, made in this order. */
-    private record Connected(CudaStream stream, CudaEvent transactionReady, CudaEvent commsDone, NcclComm comm) {
+    /** The comms stream, the transaction's two events, the replays' event and NCCL's communicator, made in this order. */
+    private record Connected(CudaStream stream, CudaEvent transactionReady, CudaEvent commsDone, CudaEvent replayDone,
+                             NcclComm comm) {
         /** Made on {@code device}; a failure closes what was made and the launcher's transport (made for it). */
         static Connected make(int device, ReentrantLock lock, Function<ReentrantLock, NcclComm> connect,
                               Transport transport) {
@@ -187,7 +194,8 @@ public final class Communicator implements AutoCloseable {
                 CudaStream stream = Resources.remember(created, CudaStream.create());
                 CudaEvent ready = Resources.remember(created, CudaEvent.create());
                 CudaEvent done = Resources.remember(created, CudaEvent.create());
-                return new Connected(stream, ready, done, connect.apply(lock));
+                CudaEvent replayed = Resources.remember(created, CudaEvent.create());
+                return new Connected(stream, ready, done, replayed, connect.apply(lock));
             } catch (RuntimeException e) {
                 created.add(transport::close);
                 Resources.closeAll(created, e, LOG);
@@ -371,7 +379,10 @@ public final class Communicator implements AutoCloseable {
         return device;
     }
 
-    /** {@return the comms stream: all communication of this communicator runs on it, in order} */
+    /**
+     * {@return the comms stream: the transactions of this communicator run on it, in order} (a graph
+     * replay runs on the stream given to {@link #launch}, ordered with it)
+     */
     public CudaStream stream() {
         return stream;
     }
@@ -507,12 +518,13 @@ public final class Communicator implements AutoCloseable {
      * ({@link CudaGraph#capture} around {@link #begin} or the convenience operations), on
      * {@code stream}, tracked as one transaction: after the same pace as a transaction, the graph is
      * launched on {@code stream} (as {@link CudaGraph#launch}), after {@code stream}'s work so far and
-     * after every transaction and replay of this communicator enqueued before, and the comms stream
-     * waits for it, so that later transactions run after it: the replay stays in order with this
-     * communicator's other work, as NCCL needs on every rank. When the previous replay ran on the
-     * same {@code stream} object and nothing was executed on this communicator since (a training
-     * loop replaying its step), {@code stream} already stands after the comms stream, and the
-     * replay costs one launch, one event record and one stream wait. The flight recorder lists the
+     * after every transaction and replay of this communicator enqueued before, and before every one
+     * enqueued later (the comms stream waits for it before its next work, {@link #synchronize} and
+     * {@link #waitOnComms} too): the replay stays in order with this communicator's other work, as
+     * NCCL needs on every rank. When the previous replay ran on the same {@code stream} object and
+     * nothing was executed on this communicator since (a training loop replaying its step),
+     * {@code stream} already stands after the comms stream, and the replay costs one launch and one
+     * event record. The flight recorder lists the
      * replay ("replay of graph #id") with every command the graph captured, and the watchdog probes
      * its completion, so a replay that never completes is dumped and aborted like a stuck
      * transaction. Work you enqueue yourself on {@link #stream()} is not work of this communicator:
@@ -549,6 +561,11 @@ public final class Communicator implements AutoCloseable {
         } finally {
             forensics.exit(before);
         }
+    }
+
+    /** Makes the comms stream wait for the graph replays launched on other streams; the caller holds the native lock. */
+    void joinReplays() {
+        recorder.joinReplays(stream);
     }
 
     /** {@return what the graphs captured and where the last replay ran} (a test reads its count of comms-stream waits) */

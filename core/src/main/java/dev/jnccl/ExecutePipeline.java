@@ -187,6 +187,9 @@ final class ExecutePipeline {
     private void enqueue(long number, List<Command> executed, long graph, CudaEvent signal) {
         boolean enqueuing = false;
         try {
+            if (graph == 0) {
+                recorder.joinReplays(stream); // after the replays launched on another stream
+            }
             transport.beforeCommands(executed, stream);
             enqueuing = true;
             // Counted before the commands go to NCCL (not before the transport, which may refuse the
@@ -285,16 +288,21 @@ final class ExecutePipeline {
      * in order with the comms stream both ways, so that NCCL sees this communicator's work in the
      * same order on every rank: {@code userStream} first waits for the comms stream's work so far,
      * unless it already stands after all of it ({@link GraphReplays#mustWaitForComms}: the common
-     * case of a loop replaying its step on one stream), and the comms stream then waits for the
-     * launch: later transactions run after the replay, and the watchdog's next probe covers it. On
-     * the comms stream itself nothing needs ordering. A failure once the graph is launched aborts
-     * (the comms stream could run ahead of the replay's NCCL work); one before leaves the
-     * communicator usable.
+     * case of a loop replaying its step on one stream); then an event is recorded after the launch,
+     * which the comms stream waits for before its next work ({@link FlightRecorder#joinReplays}):
+     * later transactions run after the replay, and the watchdog's next probe covers it. A loop of
+     * replays on one stream thus makes one launch and one event record each. On the comms stream
+     * itself nothing needs ordering. A failure once the graph is launched aborts (the comms stream
+     * could run ahead of the replay's NCCL work); one before leaves the communicator usable.
      */
     private void launchOrdered(CudaGraph graph, CudaStream userStream) {
         boolean elsewhere = userStream != stream;
         try {
-            if (elsewhere && replays.mustWaitForComms(userStream, log.executed())) {
+            boolean waits = elsewhere && replays.mustWaitForComms(userStream, log.executed());
+            if (waits || !elsewhere) {
+                recorder.joinReplays(stream); // after replays launched elsewhere (on another stream)
+            }
+            if (waits) {
                 stream.record(replayReady);
                 userStream.waitFor(replayReady);
             }
@@ -305,10 +313,10 @@ final class ExecutePipeline {
         if (elsewhere) {
             try {
                 userStream.record(replayDone);
-                stream.waitFor(replayDone);
             } catch (RuntimeException e) {
                 throw face.failedInNative("launch of " + graph, e, true);
             }
+            recorder.replayedElsewhere(replayDone);
         }
     }
 }

@@ -18,7 +18,8 @@ import java.util.List;
  * ({@link #probe}); the stream runs in order, so a completed probe means every transaction before
  * it is done, and a probe still pending after the timeout names the oldest transaction before it
  * that is not. The executing thread then pays for no CUDA call at all (an event record per
- * transaction cost about as much as the rest of jnccl's own work).
+ * transaction cost about as much as the rest of jnccl's own work). A graph replay launched on another
+ * stream is covered the same way: the comms stream waits for it before the probe ({@link #joinReplays}).
  */
 final class FlightRecorder {
 
@@ -223,6 +224,12 @@ final class FlightRecorder {
     private long recorded;
     /** The ordinal of the newest transaction known complete. */
     private long completedOrdinal;
+    /**
+     * Recorded after the last graph replay launched on another stream than the comms stream, which
+     * has not waited for it yet ({@link #joinReplays}), or null. Read and written with the comms
+     * lock held.
+     */
+    private CudaEvent unjoinedReplays;
 
     /**
      * A recorder of the last {@code capacity} transactions.
@@ -276,6 +283,34 @@ final class FlightRecorder {
         Entry entry = nextSlot();
         entry.set(sequence, commands, System.nanoTime(), capturedInto, replayOf);
         return entry;
+    }
+
+    /**
+     * Notes that replays ran on another stream, {@code after} recorded there after the last of them:
+     * the comms stream waits for it before its next work ({@link #joinReplays}), not at each replay,
+     * so that a loop replaying its step on one stream pays for no comms-stream call. The caller
+     * holds the comms lock.
+     */
+    void replayedElsewhere(CudaEvent after) {
+        unjoinedReplays = after;
+    }
+
+    /**
+     * Makes the comms stream wait for the replays launched elsewhere since it last did: called, with
+     * the comms lock held, before anything else goes on the comms stream (a transaction, a replay on
+     * another stream, a wait for the comms stream, a probe, the close's drain), so that NCCL sees this
+     * communicator's work in order on every rank and the next probe covers the replays. Nothing
+     * when there are none, nor while the comms stream captures a CUDA graph (the wait would become
+     * part of the graph): the first call after the capture makes it.
+     *
+     * @param stream the comms stream
+     */
+    void joinReplays(CudaStream stream) {
+        CudaEvent unjoined = unjoinedReplays;
+        if (unjoined != null && !stream.isCapturing()) {
+            stream.waitFor(unjoined);
+            unjoinedReplays = null;
+        }
     }
 
     /** {@return the slot of the next entry: a new one while fewer than the capacity, else the oldest} */
@@ -337,6 +372,7 @@ final class FlightRecorder {
             probe = new Probe(CudaEvent.create());
         }
         try {
+            joinReplays(stream);
             stream.record(probe.event);
         } catch (RuntimeException e) {
             synchronized (this) {

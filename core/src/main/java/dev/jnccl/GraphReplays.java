@@ -64,8 +64,8 @@ final class GraphReplays {
      * graph's NCCL work runs after the communicator's work enqueued before it, as NCCL needs on every
      * rank. Not when the last replay ran on the same stream (compared by identity: another wrapper
      * of the same CUDA stream just waits) and nothing was executed on the comms stream since: that
-     * stream already stands after all of it, the comms stream having only waited for that replay
-     * since. Counted when it must.
+     * stream already stands after all of it, the comms stream having at most waited for the replays
+     * on that stream since. Counted when it must.
      *
      * @param executed the transactions and replays this communicator has executed so far
      */

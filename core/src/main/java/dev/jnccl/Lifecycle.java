@@ -254,11 +254,24 @@ final class Lifecycle {
     private void finalizeOrAbort(long deadline, CudaStream stream) {
         String failure = parts.events().closing(log.executed(), Deadlines.remainingNanos(deadline));
         if (failure == null) {
+            failure = joinReplays(stream);
+        }
+        if (failure == null) {
             failure = comm.finalizeAndDestroy(stream, deadline, self.options().closeTimeout());
         }
         if (failure != null) {
             LOG.warn("rank {}: {}; aborting instead", self.rank(), failure);
             self.abort(failure);
+        }
+    }
+
+    /** The comms stream waits for the replays launched elsewhere, so that the close's drain covers them; {@return null, or why not} */
+    private String joinReplays(CudaStream stream) {
+        try {
+            recorder.joinReplays(stream);
+            return null;
+        } catch (RuntimeException e) {
+            return "close: the comms stream could not wait for the last graph replays: " + e.getMessage();
         }
     }
 

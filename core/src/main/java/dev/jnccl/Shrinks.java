@@ -316,6 +316,9 @@ final class Shrinks {
             if (failure != null) {
                 return failure;
             }
+            if (healthy) {
+                face.joinReplays(); // a replay running on another stream is pending work too
+            }
             return healthy && !stream.isIdle() ? "work is pending on its comms stream" : null;
         } catch (RuntimeException e) {
             return "its state cannot be read: " + e.getMessage();

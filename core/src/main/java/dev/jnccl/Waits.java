@@ -46,6 +46,7 @@ final class Waits {
 
     /** {@code waiting} waits for all communication enqueued so far; the caller holds the lock and checked the state. */
     void orderAfterComms(CudaStream waiting) {
+        recorder.joinReplays(stream); // the replays are this communicator's work too
         stream.record(commsDone);
         waiting.waitFor(commsDone);
     }
@@ -59,6 +60,7 @@ final class Waits {
             lock.lock();
             try {
                 face.requireUsable("synchronize");
+                recorder.joinReplays(stream);
                 stream.record(commsDone);
                 through = recorder.recorded();
             } finally {

@@ -315,21 +315,23 @@ class CudaGraphTest {
      * A replay waits for the comms stream only when something ran there since the last replay on its
      * stream. Each round: two replays back to back on one stream (the second skips the wait), a
      * transaction begun on another stream that overwrites the graph's input on the comms stream
-     * (it must run after the replay before it), a replay that must wait for it; at the end a replay
-     * on the other stream (a different stream waits). Each replay's output is copied out on its
-     * stream and checked element by element against the input it must have seen. The graph reads
-     * its input with a copy, not NCCL: the emulation runs one communicator's NCCL operations in the
-     * order they were posted whatever their streams, and delays each of them here, so a replay that
-     * did not wait for the transaction would copy the input before the transaction wrote it. (That
-     * same posting order keeps the transaction after the replay before it on the emulation whether
-     * or not the comms stream waits for the replay: only a GPU checks that wait by the data.)
+     * (it must run after the replay before it), a replay that must wait for it. Then a replay on the
+     * other stream (a different stream waits), after which {@code comm.synchronize()} alone must
+     * cover it: a replay is the communicator's work, though the comms stream waits for it only
+     * lazily. Each replay's output is checked element by element against the input it must have
+     * seen. The graph reads its input with a copy, not NCCL: the emulation runs one communicator's
+     * NCCL operations in the order they were posted whatever their streams, and delays each of them
+     * here, so a replay that did not wait for the transaction would copy the input before the
+     * transaction wrote it. (That same posting order keeps the transaction after the replay before
+     * it on the emulation whether or not the comms stream waits for the replay: only a GPU checks
+     * that wait by the data.)
      */
     @Test
     void aReplayWaitsForTheCommsStreamOnlyWhenWorkRanThereSinceTheLastReplayOnItsStream() {
         int rounds = 3;
-        MemorySegment[] inputs = new MemorySegment[3 * rounds];
+        MemorySegment[] inputs = new MemorySegment[3 * rounds + 1];
         DeviceMemory[] staged = new DeviceMemory[inputs.length];
-        DeviceMemory[] outputs = new DeviceMemory[inputs.length + 1];
+        DeviceMemory[] outputs = new DeviceMemory[3 * rounds];
         DeviceMemory[] buffers = new DeviceMemory[4]; // the input, then the chain's three
         try (NativeEnv _ = NativeEnv.set("JNCCL_HOST_DELAY_RANK", "0", "JNCCL_HOST_DELAY_US", "3000");
              Communicator comm = communicator(CommunicatorOptions.defaults()); CudaStream other = CudaStream.create()) {
@@ -338,25 +340,25 @@ class CudaGraphTest {
                     inputs[i] = randomFloats();
                     staged[i] = upload(inputs[i]);
                 }
-                for (int i = 0; i < outputs.length; i++) {
-                    outputs[i] = upload(randomFloats());
-                }
-                for (int j = 0; j < buffers.length; j++) {
-                    buffers[j] = upload(randomFloats());
-                }
+                uploadRandom(outputs);
+                uploadRandom(buffers);
                 DeviceTensor[] tensors = tensors(buffers);
                 DeviceTensor[] chained = Arrays.copyOfRange(tensors, 1, tensors.length);
+                float[] last;
                 try (CudaGraph graph = CudaGraph.capture(stream, () -> {
                     stream.copyAsync(tensors[0], chained[0]);
                     chain(comm, stream, chained);
                 })) {
                     replayRounds(comm, graph, other, tensors, tensors(staged), tensors(outputs), rounds);
+                    stream.synchronize(); // the last copy-out reads what the next replay writes
+                    last = replayOnAnotherStream(comm, graph, other, tensors, staged[3 * rounds].tensor(DType.FP32),
+                            buffers[buffers.length - 1]);
                 }
-                for (int i = 0; i < inputs.length; i++) {
+                for (int i = 0; i < outputs.length; i++) {
                     assertBits(inputs[i].toArray(ValueLayout.JAVA_FLOAT), download(outputs[i]), "replay " + i);
                 }
-                assertBits(inputs[inputs.length - 1].toArray(ValueLayout.JAVA_FLOAT), download(outputs[inputs.length]),
-                        "the replay on the other stream, after the last one");
+                assertBits(inputs[3 * rounds].toArray(ValueLayout.JAVA_FLOAT), last,
+                        "the replay on the other stream, after comm.synchronize()");
                 assertFalse(comm.isAborted(), "aborted: " + comm.recentTransactions());
             } finally {
                 stream.synchronize(); // no copy may still use the memory (after a failed assertion too)
@@ -367,7 +369,7 @@ class CudaGraphTest {
         }
     }
 
-    /** {@link #aReplayWaitsForTheCommsStreamOnlyWhenWorkRanThereSinceTheLastReplayOnItsStream}'s rounds, then both streams synchronized. */
+    /** {@link #aReplayWaitsForTheCommsStreamOnlyWhenWorkRanThereSinceTheLastReplayOnItsStream}'s rounds, unsynchronized. */
     private void replayRounds(Communicator comm, CudaGraph graph, CudaStream other, DeviceTensor[] buffers,
                               DeviceTensor[] staged, DeviceTensor[] outputs, int rounds) {
         GraphReplays replays = comm.graphReplays();
@@ -381,17 +383,69 @@ class CudaGraphTest {
                 stream.copyAsync(out, outputs[i]);
             }
             assertEquals(waits + 1 + r, replays.commsWaits(), "round " + r + ": replays back to back on one stream waited");
-            comm.begin(other).send(staged[3 * r + 2], 0).recv(in, 0).execute(null); // on the comms stream only
+            comm.begin(other).send(staged[3 * r + 2], 0).recv(in, 0).execute(null); // ordered by the communicator only
             comm.launch(graph, stream);
             stream.copyAsync(out, outputs[3 * r + 2]);
             assertEquals(waits + 2 + r, replays.commsWaits(), "round " + r + ": the replay after the transaction waited");
         }
-        // Its chain may overlap the copy-out of the last replay on the first stream: both hold that input.
+    }
+
+    /**
+     * A replay on {@code other} of {@code input}, which waits for the comms stream (another stream
+     * than the last replay's); {@return the graph's output read once {@code comm.synchronize()}
+     * returned, {@code other} not synchronized}.
+     */
+    private float[] replayOnAnotherStream(Communicator comm, CudaGraph graph, CudaStream other, DeviceTensor[] buffers,
+                                          DeviceTensor input, DeviceMemory output) {
+        long waits = comm.graphReplays().commsWaits();
+        other.copyAsync(input, buffers[0]);
         comm.launch(graph, other);
-        other.copyAsync(out, outputs[3 * rounds]);
-        assertEquals(waits + 2 + rounds, replays.commsWaits(), "a replay on another stream waited");
-        stream.synchronize();
-        other.synchronize();
+        assertEquals(waits + 1, comm.graphReplays().commsWaits(), "a replay on another stream waited");
+        comm.synchronize();
+        return download(output);
+    }
+
+    /**
+     * The comms stream's wait for a replay, left for its next work, is not made inside a capture that
+     * the comms stream joined (it would become a node of that graph and be gone for the replay): a
+     * capture in between leaves it for later, and {@code comm.synchronize()} after the capture still
+     * covers the replay. The emulation delays each NCCL operation, so a synchronize that did not wait
+     * for the replay would read the output before the replay wrote it.
+     */
+    @Test
+    void aReplayIsJoinedAfterACaptureOfTheCommsStreamNotInsideIt() {
+        MemorySegment input = randomFloats();
+        DeviceMemory[] buffers = new DeviceMemory[4]; // the input, then the chain's three
+        try (NativeEnv _ = NativeEnv.set("JNCCL_HOST_DELAY_RANK", "0", "JNCCL_HOST_DELAY_US", "3000");
+             Communicator comm = communicator(CommunicatorOptions.defaults()); CudaStream other = CudaStream.create();
+             DeviceMemory staged = upload(input); DeviceMemory scratch = upload(randomFloats())) {
+            try {
+                uploadRandom(buffers);
+                DeviceTensor[] tensors = tensors(buffers);
+                DeviceTensor[] chained = Arrays.copyOfRange(tensors, 1, tensors.length);
+                try (CudaGraph graph = CudaGraph.capture(stream, () -> {
+                    stream.copyAsync(tensors[0], chained[0]);
+                    chain(comm, stream, chained);
+                })) {
+                    stream.copyAsync(staged.tensor(DType.FP32), tensors[0]);
+                    comm.launch(graph, stream);
+                    CudaGraph.capture(other, () -> comm.allReduce(scratch.tensor(DType.FP32), ReduceOp.MAX, other)).close();
+                    comm.synchronize();
+                    assertBits(input.toArray(ValueLayout.JAVA_FLOAT), download(buffers[3]), "the replay after synchronize");
+                }
+                assertFalse(comm.isAborted(), "aborted: " + comm.recentTransactions());
+            } finally {
+                stream.synchronize();
+                comm.synchronize();
+                closeAll(buffers);
+            }
+        }
+    }
+
+    private void uploadRandom(DeviceMemory[] memory) {
+        for (int i = 0; i < memory.length; i++) {
+            memory[i] = upload(randomFloats());
+        }
     }
 
     private static void closeAll(DeviceMemory[]... arrays) {

@@ -504,10 +504,11 @@ public class HostCostBenchmark {
 
     /**
      * The same step replayed from its CUDA graph through {@code Communicator.launch}: pace, one
-     * cudaGraphLaunch on the compute stream, then an event record there and a wait of the comms
-     * stream for it (the compute stream's wait for the comms stream is skipped: nothing ran there
-     * since the last replay), one flight recorder entry, whatever the number of transactions. C's
-     * twins: graph_replay (the launch alone), graph_replay_ordered (the same native calls).
+     * cudaGraphLaunch on the compute stream, then an event record there, which the comms stream
+     * waits for before its next work (here the watchdog's probe, once per interval; the compute
+     * stream's wait for the comms stream is skipped: nothing ran there since the last replay), one
+     * flight recorder entry, whatever the number of transactions. C's twins: graph_replay (the
+     * launch alone), graph_replay_ordered (the same native calls).
      *
      * @param s the state
      */
