@@ -183,6 +183,9 @@ struct ncclComm {
   int finalizing;
   int init_thread_live;
   pthread_t init_thread;
+  /* A non-blocking grow's newcomm: as NCCL's init job, the thread stores the handle there again
+   * when it ends, so the caller's slot must outlive the call (NULL for every other init). */
+  ncclComm_t *grow_out;
   uint64_t next_ticket; /* under jn_enqueue_lock */
   /* shared memory (set by the rendezvous before state becomes CS_READY) */
   jn_seg *seg;

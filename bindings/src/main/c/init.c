@@ -285,9 +285,11 @@ static void rendezvous(struct ncclComm *c) {
     errf(&e, ncclSystemError, -1, "out of memory");
     goto fail;
   }
+  if (c->grow_out != NULL) *c->grow_out = c; /* NCCL's grow job ends with this store, after the call returned */
   atomic_store(&c->state, CS_READY);
   return;
 fail:
+  if (c->grow_out != NULL) *c->grow_out = c; /* on failure too, before the state says so */
   comm_set_init_error(c, &e);
 }
 
@@ -320,7 +322,7 @@ void comm_discard(struct ncclComm *c) {
 /* parent: NULL, or the existing communicator of a grow (its device, blocking mode and config
  * are the defaults). */
 static ncclResult_t init_rank(const char *fn, ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank,
-                              const ncclConfig_t *config, const struct ncclComm *parent) {
+                              const ncclConfig_t *config, const struct ncclComm *parent, int grow) {
   int blocking;
   ncclResult_t rc = parse_config(fn, config, parent != NULL ? parent->blocking : 1, &blocking);
   if (rc == ncclSuccess && out == NULL) rc = failf(ncclInvalidArgument, "%s : comm argument is NULL", fn);
@@ -345,6 +347,7 @@ static ncclResult_t init_rank(const char *fn, ncclComm_t *out, int nranks, const
   }
   config_apply(&c->config, config, parent != NULL ? &parent->config : NULL);
   *out = c;
+  if (grow && !blocking) c->grow_out = out;
   if (group_open()) return group_defer_init(fn, c, out); /* launched by the outermost ncclGroupEnd */
   if (blocking) {
     rendezvous(c);
@@ -361,12 +364,12 @@ static ncclResult_t init_rank(const char *fn, ncclComm_t *out, int nranks, const
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
-  return init_rank("ncclCommInitRank", comm, nranks, &commId, rank, NULL, NULL);
+  return init_rank("ncclCommInitRank", comm, nranks, &commId, rank, NULL, NULL, 0);
 }
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
                                     ncclConfig_t *config) {
-  return init_rank("ncclCommInitRankConfig", comm, nranks, &commId, rank, config, NULL);
+  return init_rank("ncclCommInitRankConfig", comm, nranks, &commId, rank, config, NULL, 0);
 }
 
 ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist) {
@@ -534,13 +537,13 @@ static void *split_main(void *arg) {
 /* Starts the split or shrink job of a non-blocking parent (j allocated by the caller, freed by the
  * job, or here on failure); drops the caller's reference to c. */
 static ncclResult_t split_start(struct ncclComm *c, split_job *j) {
+  const char *fn = j->fn; /* read first: once started, the job frees j whenever it ends */
   *j->out = NULL;
   atomic_store(&c->split_busy, 1);
   pthread_mutex_lock(&c->mu);
   int err = pthread_create(&c->split_thread, NULL, split_main, j);
   c->split_thread_live = err == 0;
   pthread_mutex_unlock(&c->mu);
-  const char *fn = j->fn;
   if (err != 0) {
     atomic_store(&c->split_busy, 0);
     free(j);
@@ -730,7 +733,7 @@ ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqu
   static const char fn[] = "ncclCommGrow";
   if (uniqueId == NULL) return failf(ncclInvalidArgument, "%s : uniqueId argument is NULL", fn);
   if (comm == NULL) /* a new rank: as ncclCommInitRankConfig, on the calling thread's device */
-    return init_rank(fn, newcomm, nRanks, uniqueId, rank, config, NULL);
+    return init_rank(fn, newcomm, nRanks, uniqueId, rank, config, NULL, 1);
   struct ncclComm *c;
   ncclResult_t rc = get_comm(fn, comm, &c);
   if (rc != ncclSuccess) return rc;
@@ -741,7 +744,7 @@ ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqu
     rc = failf(ncclInvalidArgument, "%s : nRanks %d is not larger than the communicator's %d ranks", fn, nRanks,
                c->nranks);
   if (rc == ncclSuccess) rc = ensure_ready(fn, c);
-  if (rc == ncclSuccess) rc = init_rank(fn, newcomm, nRanks, uniqueId, c->rank, config, c);
+  if (rc == ncclSuccess) rc = init_rank(fn, newcomm, nRanks, uniqueId, c->rank, config, c, 1);
   comm_put(c); /* the existing communicator stays as it was, usable */
   return rc;
 }

@@ -196,9 +196,10 @@ final class NcclComm {
         String function = grow ? "ncclCommGrow" : "ncclCommInitRankConfig";
         try (Arena call = Arena.ofConfined()) {
             MemorySegment config = config(call, 0);
-            MemorySegment out = call.allocate(ADDRESS);
-            // ncclCommGrow takes the id by pointer and may read it after returning (non-blocking): it
-            // lives as long as this communicator
+            // ncclCommGrow's job stores the new handle into newcomm again when it ends, after the call
+            // returned (NCCL 2.29+): that slot, and the id it is given by pointer, live as long as this
+            // communicator, as a split's do
+            MemorySegment out = grow ? arena.allocate(ADDRESS) : call.allocate(ADDRESS);
             int result = grow
                     ? NcclElasticCalls.ncclCommGrow(MemorySegment.NULL, worldSize, NcclTypes.segment(id, arena), rank,
                             out, config)

@@ -111,9 +111,6 @@ class GrowTest {
             assertRefused(() -> comm.growTicket(-1), "newWorldSize -1 out of range [3, ");
             assertRefused(() -> comm.grow(null), "ticket is null");
             assertRefused(() -> comm.grow(foreign), "which made none: call growTicket first");
-            System.setProperty(Grows.PATH_PROPERTY, "fast");
-            assertRefused(() -> comm.growTicket(3), "jnccl.grow.path is \"fast\"; allowed: auto, nccl, reinit");
-            System.clearProperty(Grows.PATH_PROPERTY);
             try (CudaStream stream = CudaStream.create(); Transaction open = comm.begin(stream)) {
                 IllegalStateException refused = assertThrows(IllegalStateException.class, () -> comm.growTicket(3));
                 assertTrue(refused.getMessage().contains("growTicket"), refused.getMessage());
@@ -131,6 +128,13 @@ class GrowTest {
             return null;
         }, null);
         rethrowAny(results);
+        // A system property is the JVM's, not a rank's: set where no other rank thread reads it meanwhile.
+        try (Communicator single = Communicator.single(0, OPTIONS)) {
+            System.setProperty(Grows.PATH_PROPERTY, "fast");
+            assertRefused(() -> single.growTicket(2), "jnccl.grow.path is \"fast\"; allowed: auto, nccl, reinit");
+        } finally {
+            System.clearProperty(Grows.PATH_PROPERTY);
+        }
         assertRefused(() -> Communicator.joinGrow(null, 2, 0, OPTIONS), "ticket is null");
         assertRefused(() -> Communicator.joinGrow(foreign, 1, 0, OPTIONS), "rank 1 out of range [2, 3)");
         assertRefused(() -> Communicator.joinGrow(foreign, 3, 0, OPTIONS), "rank 3 out of range [2, 3)");
