@@ -196,8 +196,8 @@ class ThreadsReplacementTest {
         assertTrue(off.getMessage().contains("need ThreadsOptions.withContinueWithoutFailedRanks"), off.getMessage());
         int visible = Cuda.deviceCount();
         IllegalArgumentException invisible = assertThrows(IllegalArgumentException.class,
-                () -> ThreadsCommunicators.launch(2, ThreadsOptions.defaults().withContinueWithoutFailedRanks(1)
-                        .withReplacementDevices(visible), comm -> {}));
+                () -> ThreadsCommunicators.launch(2, ThreadsOptions.defaults().withDevices(0, 0) // one GPU may be all
+                        .withContinueWithoutFailedRanks(1).withReplacementDevices(visible), comm -> {}));
         assertTrue(invisible.getMessage().contains("replacement device " + visible), invisible.getMessage());
         assertThrows(IllegalArgumentException.class, () -> ThreadsOptions.defaults().withReplacementDevices(-1));
         assertFalse(ThreadsCommunicators.isReplacement(), "the test's thread is no replacement");
