@@ -161,7 +161,7 @@ class MpiHangVerdictTest {
             Pattern gone = Pattern.compile("rank 2 gave no summary: its process is gone|rank 2 \\(pid "
                     + running.group(1) + "\\) exited");
             for (int rank = 0; rank < 2; rank++) {
-                Matcher line = Pattern.compile("(?m)^[ \\t]*ABORTED rank=" + rank + " (.*)$").matcher(output);
+                Matcher line = Pattern.compile("(?m)ABORTED rank=" + rank + " (.*)$").matcher(output);
                 assertTrue(line.find() && gone.matcher(line.group(1)).find(), "rank " + rank + "\n" + output);
             }
             job.assertNoRankLeft(Duration.ofSeconds(15));
@@ -186,7 +186,7 @@ class MpiHangVerdictTest {
      * that did is checked.
      */
     private static int[] reported(String output) {
-        int[] ranks = Pattern.compile("(?m)^[ \\t]*ABORTED rank=(\\d+) ").matcher(output).results()
+        int[] ranks = Pattern.compile("(?m)ABORTED rank=(\\d+) ").matcher(output).results()
                 .mapToInt(m -> Integer.parseInt(m.group(1))).distinct().toArray();
         assertTrue(ranks.length > 0, "no rank reported an exception\n" + output);
         return ranks;
@@ -202,7 +202,7 @@ class MpiHangVerdictTest {
     /** Every rank printed an exception whose message contains each of {@code parts}. */
     private static void assertEveryRankContains(String output, String... parts) {
         for (int rank = 0; rank < WORLD; rank++) {
-            Matcher line = Pattern.compile("(?m)^[ \\t]*ABORTED rank=" + rank + " (.*)$").matcher(output);
+            Matcher line = Pattern.compile("(?m)ABORTED rank=" + rank + " (.*)$").matcher(output);
             assertTrue(line.find(), "rank " + rank + " reported no exception\n" + output);
             for (String part : parts) {
                 assertTrue(line.group(1).contains(part), "rank " + rank + " lacks '" + part + "': " + line.group(1));
@@ -217,7 +217,7 @@ class MpiHangVerdictTest {
      */
     static void assertEveryRankLeadsWith(String output, String verdict, int... ranks) {
         Map<Integer, String> firstLines = new TreeMap<>();
-        Matcher m = Pattern.compile("(?m)^[ \\t]*ABORTED rank=(\\d+) (.*)$").matcher(output);
+        Matcher m = Pattern.compile("(?m)ABORTED rank=(\\d+) (.*)$").matcher(output);
         while (m.find()) {
             firstLines.putIfAbsent(Integer.parseInt(m.group(1)), m.group(2));
         }
