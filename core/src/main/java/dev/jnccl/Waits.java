@@ -38,15 +38,18 @@ final class Waits {
         lock.lock();
         try {
             face.requireUsable("waitOnComms");
+            recorder.joinReplays(stream); // the replays are this communicator's work too
             orderAfterComms(waiting);
         } finally {
             lock.unlock();
         }
     }
 
-    /** {@code waiting} waits for all communication enqueued so far; the caller holds the lock and checked the state. */
+    /**
+     * {@code waiting} waits for all communication enqueued so far; the caller holds the lock, checked
+     * the state and made the comms stream join the replays (a transaction's enqueue does).
+     */
     void orderAfterComms(CudaStream waiting) {
-        recorder.joinReplays(stream); // the replays are this communicator's work too
         stream.record(commsDone);
         waiting.waitFor(commsDone);
     }
