@@ -143,6 +143,9 @@ class ThreadsReplacementTest {
             pack.join();
             assertEquals(Set.of(VICTIM), pack.lostRanks().keySet(), plan::toString);
             assertEquals(List.of(SPARE), pack.replacementDevices(), plan + ": one spare, used once");
+            assertEquals(Set.of(0), pack.lostReplacements().keySet(), plan + ": the replacement on the spare");
+            assertEquals("injected failure of the replacement at step " + plan.replacementStep(),
+                    pack.lostReplacements().get(0).getMessage(), plan::toString);
             assertFalse(pack.hasException(), plan::toString);
         }
         assertEquals(Set.of(0L, 1L, 2L), seen.keySet(), plan + ": the replacement threw");
@@ -165,6 +168,7 @@ class ThreadsReplacementTest {
             pack.join();
             assertEquals(Set.of(plan.victim()), pack.lostRanks().keySet(), plan::toString);
             assertEquals(List.of(spare), pack.replacementDevices(), plan::toString);
+            assertEquals(Map.of(), pack.lostReplacements(), plan + ": the replacement was not lost");
             assertFalse(pack.hasException(), plan::toString);
         }
         List<Long> members = new java.util.ArrayList<>(LongStream.range(0, plan.world())

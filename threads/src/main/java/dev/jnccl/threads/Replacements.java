@@ -12,6 +12,8 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.SortedMap;
+import java.util.TreeMap;
 import java.util.function.Consumer;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -42,6 +44,8 @@ final class Replacements {
     private final Set<GrowTicket> started = new HashSet<>();
     private final List<Thread> threads = new ArrayList<>();
     private final List<Integer> used = new ArrayList<>();
+    /** Per index into {@link #used}: why that replacement was lost (the grown world went on without it). */
+    private final SortedMap<Integer, Throwable> lost = new TreeMap<>();
 
     Replacements(PackState root, ThreadsOptions options, Consumer<Communicator> work) {
         this.root = root;
@@ -75,9 +79,10 @@ final class Replacements {
                             + ticket);
                 }
                 int r = rank;
+                int index = used.size();
                 used.add(device);
                 Thread thread = Thread.ofPlatform().name("jnccl-rank-" + rank + "-replacement").daemon(true)
-                        .unstarted(() -> run(ticket, r, device, grown));
+                        .unstarted(() -> run(ticket, r, device, grown, index));
                 threads.add(thread);
                 toStart.add(thread);
             }
@@ -96,12 +101,17 @@ final class Replacements {
         return List.copyOf(used);
     }
 
+    /** {@return each lost replacement, by its index in {@link #usedDevices}, with what made it lost} */
+    synchronized SortedMap<Integer, Throwable> lostErrors() {
+        return new TreeMap<>(lost);
+    }
+
     /**
      * A replacement rank: joins the grown world, runs the work, closes. Its failure is lost in the
      * grown world (the survivors may recover again) or, where that fails the grown world, fails the
      * launch (so that {@link ThreadsPack#join()} reports it).
      */
-    private void run(GrowTicket ticket, int rank, int device, PackState grown) {
+    private void run(GrowTicket ticket, int rank, int device, PackState grown, int index) {
         Communicator communicator = null;
         try {
             Cuda.setDevice(device);
@@ -122,6 +132,13 @@ final class Replacements {
                 grown.fail(rank, t); // in its init: the survivors' grow ends at once, as a rank's failed init does
             } else {
                 grown.lose(rank, t);
+                // Lost by this call, or before it by a hang verdict (whose interrupt ended the work): its reason.
+                Throwable why = grown.failure() == null ? grown.lostErrors().get(rank) : null;
+                if (why != null) {
+                    synchronized (this) {
+                        lost.put(index, why);
+                    }
+                }
             }
             if (grown.failure() != null) {
                 root.fail(-1, t);

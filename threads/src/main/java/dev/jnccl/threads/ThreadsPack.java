@@ -66,6 +66,18 @@ public final class ThreadsPack implements AutoCloseable {
         return state.affinityReports();
     }
 
+    /**
+     * The replacement ranks the pack went on without (a replacement is lost like any rank, see
+     * {@link #lostRanks()}, which names only the launch's own ranks), each by its index in
+     * {@link #replacementDevices()} with what made it lost. Empty when none was lost. A snapshot.
+     *
+     * @return index of the lost replacement's device to its exception, in start order
+     */
+    public SortedMap<Integer, Throwable> lostReplacements() {
+        return replacements == null ? Collections.emptySortedMap()
+                : Collections.unmodifiableSortedMap(replacements.lostErrors());
+    }
+
     /** {@return whether any rank has failed the pack so far (a lost rank, see {@link #lostRanks()}, has not)} */
     public boolean hasException() {
         return state.failure() != null;
@@ -76,7 +88,7 @@ public final class ThreadsPack implements AutoCloseable {
      * each with what made it lost: what its work threw, the exception of its interrupted wait, or
      * (a hung rank) the watchdog's verdict that named it.
      * Empty when none was lost (always with that option off). A snapshot: ranks lost later are not
-     * in it.
+     * in it. Replacement ranks that were lost in turn are in {@link #lostReplacements()}.
      *
      * @return lost rank to its exception, in rank order
      */
