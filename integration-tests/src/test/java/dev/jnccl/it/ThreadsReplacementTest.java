@@ -196,7 +196,7 @@ class ThreadsReplacementTest {
     @Test
     void replacementDevicesAreCheckedAtLaunch() {
         IllegalArgumentException off = assertThrows(IllegalArgumentException.class, () -> ThreadsCommunicators.launch(
-                2, ThreadsOptions.defaults().withReplacementDevices(2), comm -> {}));
+                2, ThreadsOptions.defaults().withDevices(0, 0).withReplacementDevices(0), comm -> {}));
         assertTrue(off.getMessage().contains("need ThreadsOptions.withContinueWithoutFailedRanks"), off.getMessage());
         int visible = Cuda.deviceCount();
         IllegalArgumentException invisible = assertThrows(IllegalArgumentException.class,
