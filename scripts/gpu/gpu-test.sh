@@ -9,7 +9,7 @@
 #       rank on the one GPU: loads NCCL 2.30 (.gpu/libnccl.so.2.xz, staged from
 #       ../shared/nccl-2.30.7-sm90; or $JNCCL_MULTI_RANK_NCCL) with NCCL_MULTI_RANK_GPU_ENABLE=1, which
 #       lets ranks of one process share a GPU (NCCL 2.28 refuses). JNCCL_MULTI_RANK_TESTS picks classes;
-#       NCCL_MAX_NCHANNELS / NCCL_MAX_P2P_NCHANNELS default to 4 there (see below).
+#       NCCL_MAX_NCHANNELS / NCCL_MAX_P2P_NCHANNELS default to 4 and NCCL_MAX_CTAS to 2 there (see below).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/gpu/lib/gpu-bundle.sh
@@ -24,6 +24,11 @@ if [ "${1:-}" = "--threads-multi-rank" ]; then
   # suspected cause is that the kernels no longer all fit, so the channels are capped at four per
   # kernel. Results and semantics do not depend on the channel count.
   export NCCL_MAX_NCHANNELS=${NCCL_MAX_NCHANNELS:-4} NCCL_MAX_P2P_NCHANNELS=${NCCL_MAX_P2P_NCHANNELS:-4}
+  # And each kernel to two blocks: with the channel cap alone, ThreadsGraphTest at worlds 3 and 4
+  # timed out (60 s) on an H100 while world 2 passed; with NCCL_MAX_CTAS=2 all seven cases passed in
+  # 10 s (NCCL 2.30.7, 2026-12-06), the cap co-located setups use so that every rank's kernel stays
+  # resident.
+  export NCCL_MAX_CTAS=${NCCL_MAX_CTAS:-2}
 fi
 # The GPU machine's check: real NCCL or a failure, never a quiet fall back to the emulation
 # (bin/gpu-tests alone picks auto, like the build's tests).

@@ -46,8 +46,13 @@ multi_rank_nccl() {
     echo "no .gpu/libnccl.so.2.xz (scripts/stage-gpu.sh copies it) and no JNCCL_MULTI_RANK_NCCL" >&2
     return 1
   fi
-  mkdir -p /tmp/jnccl-nccl-multi && xz -dc .gpu/libnccl.so.2.xz > /tmp/jnccl-nccl-multi/libnccl.so.2
-  echo /tmp/jnccl-nccl-multi/libnccl.so.2
+  # Unpacked beside the copy and renamed over it, never written in place: a JVM still running from an
+  # earlier part (one its `timeout` left behind: it stops the script, not the JVM) has the old file
+  # mapped, and rewriting it under that JVM kills it with SIGBUS inside NCCL's code.
+  local dir=/tmp/jnccl-nccl-multi
+  mkdir -p "$dir" && xz -dc .gpu/libnccl.so.2.xz > "$dir/libnccl.so.2.$$" && mv -f "$dir/libnccl.so.2.$$" "$dir/libnccl.so.2" \
+    || { rm -f "$dir/libnccl.so.2.$$"; echo "could not unpack .gpu/libnccl.so.2.xz into $dir" >&2; return 1; }
+  echo "$dir/libnccl.so.2"
 }
 
 # nccl-tests' build folder (its *_perf programs, built with MPI=1): $NCCL_TESTS when set, else
