@@ -44,8 +44,11 @@ final class Replacements {
     private final Set<GrowTicket> started = new HashSet<>();
     private final List<Thread> threads = new ArrayList<>();
     private final List<Integer> used = new ArrayList<>();
-    /** Per index into {@link #used}: why that replacement was lost (the grown world went on without it). */
-    private final SortedMap<Integer, Throwable> lost = new TreeMap<>();
+    /** Per index into {@link #used}: the replacement's grown world and its rank there (where its loss is recorded). */
+    private final List<Started> ranks = new ArrayList<>();
+
+    /** A started replacement: rank {@code rank} of the grown world {@code grown}. */
+    private record Started(PackState grown, int rank) {}
 
     Replacements(PackState root, ThreadsOptions options, Consumer<Communicator> work) {
         this.root = root;
@@ -79,10 +82,10 @@ final class Replacements {
                             + ticket);
                 }
                 int r = rank;
-                int index = used.size();
                 used.add(device);
+                ranks.add(new Started(grown, rank));
                 Thread thread = Thread.ofPlatform().name("jnccl-rank-" + rank + "-replacement").daemon(true)
-                        .unstarted(() -> run(ticket, r, device, grown, index));
+                        .unstarted(() -> run(ticket, r, device, grown));
                 threads.add(thread);
                 toStart.add(thread);
             }
@@ -101,9 +104,23 @@ final class Replacements {
         return List.copyOf(used);
     }
 
-    /** {@return each lost replacement, by its index in {@link #usedDevices}, with what made it lost} */
-    synchronized SortedMap<Integer, Throwable> lostErrors() {
-        return new TreeMap<>(lost);
+    /**
+     * {@return each lost replacement, by its index in {@link #usedDevices}, with what made it lost}
+     * As its grown world recorded the loss: also one a hang verdict lost whose thread has not ended.
+     */
+    SortedMap<Integer, Throwable> lostErrors() {
+        List<Started> snapshot;
+        synchronized (this) { // copied first: a grown world's lock is not taken under this one
+            snapshot = List.copyOf(ranks);
+        }
+        SortedMap<Integer, Throwable> errors = new TreeMap<>();
+        for (int i = 0; i < snapshot.size(); i++) {
+            Throwable why = snapshot.get(i).grown().lostErrors().get(snapshot.get(i).rank());
+            if (why != null) {
+                errors.put(i, why);
+            }
+        }
+        return errors;
     }
 
     /**
@@ -111,7 +128,7 @@ final class Replacements {
      * grown world (the survivors may recover again) or, where that fails the grown world, fails the
      * launch (so that {@link ThreadsPack#join()} reports it).
      */
-    private void run(GrowTicket ticket, int rank, int device, PackState grown, int index) {
+    private void run(GrowTicket ticket, int rank, int device, PackState grown) {
         Communicator communicator = null;
         try {
             Cuda.setDevice(device);
@@ -132,13 +149,6 @@ final class Replacements {
                 grown.fail(rank, t); // in its init: the survivors' grow ends at once, as a rank's failed init does
             } else {
                 grown.lose(rank, t);
-                // Lost by this call, or before it by a hang verdict (whose interrupt ended the work): its reason.
-                Throwable why = grown.failure() == null ? grown.lostErrors().get(rank) : null;
-                if (why != null) {
-                    synchronized (this) {
-                        lost.put(index, why);
-                    }
-                }
             }
             if (grown.failure() != null) {
                 root.fail(-1, t);
