@@ -59,15 +59,16 @@ class ThreadsReplacementTest {
     enum Fault { THROWS, INTERRUPTED, HANGS }
 
     /** One round: {@code victim} of {@code world} goes by {@code fault} at {@code step}. */
-    private record Plan(int world, int victim, Fault fault, int step, long seed, int replacementStep) {
+    private record Plan(int world, int victim, Fault fault, int step, long seed, int replacementStep,
+                        Fault replacementFault) {
         Plan(int world, int victim, Fault fault, int step, long seed) {
-            this(world, victim, fault, step, seed, -1);
+            this(world, victim, fault, step, seed, -1, null);
         }
 
         @Override
         public String toString() {
             return fault + " of rank " + victim + " of " + world + " at step " + step + ", seed " + seed
-                    + (replacementStep < 0 ? "" : ", the replacement throws at step " + replacementStep);
+                    + (replacementStep < 0 ? "" : ", the replacement " + replacementFault + " at step " + replacementStep);
         }
     }
 
@@ -124,28 +125,39 @@ class ThreadsReplacementTest {
     }
 
     /**
-     * The only spare is used by the first loss; when the replacement is lost in turn, the survivors
-     * go on at 3 ranks (no spare left): worlds 4, then 4 with the replacement, then 3, every step
-     * checked.
+     * The only spare is used by the first loss; when the replacement is lost in turn (it throws, or
+     * it hangs and the survivors' watchdog names it), the survivors go on at 3 ranks (no spare left):
+     * worlds 4, then 4 with the replacement, then 3, every step checked. The pack reports the lost
+     * replacement apart from the launch's lost rank.
      */
-    @Test
-    void aLostReplacementIsNotReplacedOnceTheSparesAreUsed() throws Exception {
+    @ParameterizedTest
+    @EnumSource(value = Fault.class, names = {"THROWS", "HANGS"})
+    void aLostReplacementIsNotReplacedOnceTheSparesAreUsed(Fault replacementFault) throws Exception {
         assumeTrue(Cuda.deviceCount() > WORLD, "needs a spare device besides one per rank (" + Cuda.deviceCount()
                 + " devices)");
         long seed = Packs.newSeed();
         SplittableRandom random = new SplittableRandom(seed);
         int first = random.nextInt(STEPS - 2);
-        Plan plan = new Plan(WORLD, VICTIM, Fault.THROWS, first, seed, first + 1 + random.nextInt(STEPS - first - 1));
+        Plan plan = new Plan(WORLD, VICTIM, Fault.THROWS, first, seed, first + 1 + random.nextInt(STEPS - first - 1),
+                replacementFault);
         ThreadsOptions options = ThreadsOptions.defaults().withPinCpus(false).withContinueWithoutFailedRanks(2)
                 .withReplacementDevices(SPARE);
+        if (replacementFault == Fault.HANGS) {
+            options = options.withCommunicator(CommunicatorOptions.defaults().withWatchdog(WATCHDOG));
+        }
         Map<Long, Seen> seen = new ConcurrentHashMap<>();
         try (ThreadsPack pack = ThreadsCommunicators.launch(WORLD, options, comm -> rank(comm, plan, seen))) {
             pack.join();
             assertEquals(Set.of(VICTIM), pack.lostRanks().keySet(), plan::toString);
             assertEquals(List.of(SPARE), pack.replacementDevices(), plan + ": one spare, used once");
             assertEquals(Set.of(0), pack.lostReplacements().keySet(), plan + ": the replacement on the spare");
-            assertEquals("injected failure of the replacement at step " + plan.replacementStep(),
-                    pack.lostReplacements().get(0).getMessage(), plan::toString);
+            String why = pack.lostReplacements().get(0).getMessage();
+            if (replacementFault == Fault.THROWS) {
+                assertEquals("injected failure of the replacement at step " + plan.replacementStep(), why, plan::toString);
+            } else {
+                assertTrue(why.startsWith("replacement rank 3 hung and was interrupted: ") && why.contains("never reached"),
+                        plan + ": " + why);
+            }
             assertFalse(pack.hasException(), plan::toString);
         }
         assertEquals(Set.of(0L, 1L, 2L), seen.keySet(), plan + ": the replacement threw");
@@ -231,6 +243,9 @@ class ThreadsReplacementTest {
                 fail(plan.fault(), plan.victim());
             }
             if (identity == REPLACEMENT && step == plan.replacementStep()) {
+                if (plan.replacementFault() == Fault.HANGS) {
+                    fail(Fault.HANGS, plan.world() - 1); // the survivors' watchdog names it; the pack interrupts it
+                }
                 throw new IllegalStateException("injected failure of the replacement at step " + step);
             }
             try {
